@@ -1,0 +1,151 @@
+"""`skiff-runtime`: serve a model, call one, or run the demo (a sample model served and queried end to end)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from skiff_runtime.settings import SettingsError, add_options, settings_from_namespace
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from skiff_runtime.logs import configure_logging
+
+    try:
+        settings = settings_from_namespace(vars(args), os.environ)
+    except SettingsError as exc:
+        print(f"skiff-runtime serve: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    from skiff_runtime.predictor.paddle import PaddleEngine
+    from skiff_runtime.server.app import run_server
+
+    asyncio.run(run_server(settings, lambda: PaddleEngine(settings)))
+    return 0
+
+
+def _parse_input(text: str) -> tuple[str, np.ndarray]:
+    name, sep, path = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--input {text!r}: use NAME=FILE.npy")
+    return name, np.load(path, allow_pickle=False)
+
+
+def _infer(args: argparse.Namespace) -> int:
+    import grpc
+
+    from skiff_runtime.client import SkiffClient
+    from skiff_runtime.tensors import NUMPY_DTYPES
+
+    with SkiffClient(args.target, timeout_s=args.timeout) as client:
+        try:
+            if args.input:
+                inputs = dict(_parse_input(item) for item in args.input)
+            else:
+                specs, _ = client.metadata(args.model)
+                rng = np.random.default_rng(0)
+                inputs = {
+                    s.name: rng.random([1 if d == -1 else d for d in s.shape]).astype(NUMPY_DTYPES[s.datatype])
+                    for s in specs
+                }
+                print(f"random inputs from the model's metadata: { {k: v.shape for k, v in inputs.items()} }")
+            started = time.perf_counter()
+            outputs = client.infer(args.model, inputs, outputs=args.output or ())
+        except grpc.RpcError as exc:
+            print(f"skiff-runtime infer: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            return 1
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    for name, array in outputs.items():
+        print(f"{name}: {array.dtype}{list(array.shape)} = {np.array2string(array, precision=4, threshold=20)}")
+    print(f"round trip {elapsed_ms:.1f} ms")
+    return 0
+
+
+def _wait_serving(target: str, service: str, proc: subprocess.Popen[bytes], timeout_s: float) -> float:
+    from skiff_runtime.client import SkiffClient
+
+    started = time.monotonic()
+    with SkiffClient(target, timeout_s=1.0) as client:
+        while time.monotonic() - started < timeout_s:
+            if proc.poll() is not None:
+                raise SystemExit(f"the runtime exited with code {proc.returncode}; see its log above")
+            try:
+                if client.health(service) == "SERVING":
+                    return time.monotonic() - started
+            except Exception:  # noqa: S110 - not listening yet
+                pass
+            time.sleep(0.2)
+    raise SystemExit(f"the runtime was not SERVING after {timeout_s:.0f}s")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Export a sample model, serve it, ask for its metadata and run one inference, then shut down cleanly."""
+    from skiff_runtime.client import SkiffClient
+
+    with tempfile.TemporaryDirectory(prefix="skiff-demo-") as tmp:
+        model_dir = Path(tmp) / "conv"
+        print(f"[1/4] exporting a sample conv net with paddle.jit.save -> {model_dir}", flush=True)
+        subprocess.run([sys.executable, "-m", "skiff_runtime.samples", "conv", str(model_dir)], check=True)
+        port, health_port = args.port, args.port + 1
+        print(f"[2/4] starting skiff-runtime serve on 127.0.0.1:{port} (health on :{health_port})", flush=True)
+        cmd = [sys.executable, "-m", "skiff_runtime", "serve", "--model-dir", str(model_dir),
+               "--model-name", "demo", "--host", "127.0.0.1", "--grpc-port", str(port),
+               "--health-port", str(health_port), "--max-batch-size", "8", "--log-level", "WARNING"]  # fmt: skip
+        proc = subprocess.Popen(cmd)
+        try:
+            waited = _wait_serving(f"127.0.0.1:{health_port}", "demo", proc, 120)
+            print(f"[3/4] grpc.health.v1 says SERVING after {waited:.1f}s (model loaded and warmed)", flush=True)
+            with SkiffClient(f"127.0.0.1:{port}") as client:
+                inputs, outputs = client.metadata("demo")
+                print(f"      inputs {[(t.name, t.datatype.value, list(t.shape)) for t in inputs]}")
+                print(f"      outputs {[(t.name, t.datatype.value, list(t.shape)) for t in outputs]}")
+                image = np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)
+                started = time.perf_counter()
+                result = client.infer("demo", {"image": image})
+                elapsed = (time.perf_counter() - started) * 1000
+            probs = next(iter(result.values()))[0]
+            print(f"[4/4] inference in {elapsed:.1f} ms: class {int(probs.argmax())} with p={probs.max():.4f}")
+            print(f"      probabilities {np.array2string(probs, precision=3)} (sum {probs.sum():.4f})")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=60)
+            print(f"runtime stopped on SIGTERM with exit code {code}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="skiff-runtime", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve a Paddle model (every flag also reads SKIFF_<FLAG>)")
+    add_options(serve)
+    serve.set_defaults(run=_serve)
+    infer = commands.add_parser("infer", help="send one inference request and print the outputs")
+    infer.add_argument("--target", default="127.0.0.1:8001", help="host:port of the inference port")
+    infer.add_argument("--model", required=True, help="model name")
+    infer.add_argument("--input", action="append", help="NAME=FILE.npy (default: random inputs from metadata)")
+    infer.add_argument("--output", action="append", help="output to return (default: all)")
+    infer.add_argument("--timeout", type=float, default=30.0, help="deadline in seconds")
+    infer.set_defaults(run=_infer)
+    demo = commands.add_parser("demo", help="export a sample model, serve it and run one inference")
+    demo.add_argument("--port", type=int, default=18001, help="inference port; health uses port+1")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

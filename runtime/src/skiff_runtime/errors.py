@@ -1,0 +1,35 @@
+"""Domain errors of the runtime; transports map them to status codes (server/status_codes.py)."""
+
+from __future__ import annotations
+
+
+class SkiffError(Exception):
+    """Base of every error the runtime reports to a caller."""
+
+
+class InvalidInput(SkiffError):
+    """The request is malformed or does not match the model's signature."""
+
+
+class ModelNotFound(SkiffError):
+    """The request names a model or version this server does not serve."""
+
+
+class ModelNotReady(SkiffError):
+    """The model is still loading or warming up, or the server is shutting down."""
+
+
+class QueueFull(SkiffError):
+    """The server is at capacity; retry later."""
+
+
+class DeadlineExceeded(SkiffError):
+    """The caller's deadline passed before the request could run."""
+
+
+class InferenceFailed(SkiffError):
+    """The inference engine raised while running a batch."""
+
+
+class ModelLoadError(SkiffError):
+    """The model directory cannot be loaded (missing or unreadable files)."""

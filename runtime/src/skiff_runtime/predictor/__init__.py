@@ -1,0 +1,1 @@
+"""Model files, signatures and the Paddle inference engine."""

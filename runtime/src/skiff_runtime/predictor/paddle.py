@@ -1,0 +1,132 @@
+"""The Paddle Inference engine: builds one predictor from the settings and runs batches through it.
+
+An engine is used by ONE thread at a time (a shared Paddle predictor silently returns wrong results under
+concurrency); the service creates it inside its inference thread and never shares it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from skiff_runtime.errors import ModelLoadError
+from skiff_runtime.predictor.files import ModelFiles, ModelFormat, find_model_files
+from skiff_runtime.predictor.signature import PADDLE_DTYPES, read_pir_signature
+from skiff_runtime.settings import RuntimeSettings, TensorRTPrecision
+from skiff_runtime.tensors import Array, ModelSignature, TensorSpec
+
+# Quiet Paddle's C++ logging unless the user asked for it (must be set before paddle is imported).
+os.environ.setdefault("GLOG_minloglevel", "2")
+os.environ.setdefault("GLOG_v", "0")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import paddle.inference as paddle_infer
+
+PLATFORM = "paddle_inference"
+
+
+def _legacy_signature(files: ModelFiles) -> ModelSignature:
+    """Feed/fetch variables of a Paddle 2.x ProgramDesc (`.pdmodel`)."""
+    from paddle.base.proto import framework_pb2  # imported lazily: only legacy models need it
+
+    program = framework_pb2.ProgramDesc.FromString(files.program.read_bytes())  # type: ignore[attr-defined]
+    block = program.blocks[0]
+    variables = {v.name: v for v in block.vars}
+
+    def spec(var_name: str) -> TensorSpec:
+        tensor = variables[var_name].type.dense_tensor.tensor
+        dtype_name = framework_pb2.VarType.Type.Name(tensor.data_type)  # type: ignore[attr-defined]
+        names = {"FP16": "float16", "FP32": "float32", "FP64": "float64", "BF16": "bfloat16"}
+        paddle_name = names.get(dtype_name, dtype_name.lower())
+        if paddle_name not in PADDLE_DTYPES:
+            raise ModelLoadError(f"tensor {var_name!r} has unsupported dtype {dtype_name}")
+        return TensorSpec(var_name, PADDLE_DTYPES[paddle_name], tuple(int(d) for d in tensor.dims))
+
+    def col(op: object) -> int:
+        return next((a.i for a in op.attrs if a.name == "col"), 0)  # type: ignore[attr-defined]
+
+    feeds = sorted((op for op in block.ops if op.type == "feed"), key=col)
+    fetches = sorted((op for op in block.ops if op.type == "fetch"), key=col)
+    inputs = tuple(spec(op.outputs[0].arguments[0]) for op in feeds)
+    outputs = tuple(spec(op.inputs[0].arguments[0]) for op in fetches)
+    return ModelSignature(inputs, outputs)
+
+
+def read_signature(files: ModelFiles) -> ModelSignature:
+    if files.format is ModelFormat.PIR_JSON:
+        return read_pir_signature(files.program.read_text())
+    return _legacy_signature(files)
+
+
+def build_config(files: ModelFiles, settings: RuntimeSettings) -> paddle_infer.Config:
+    """A fresh Config (a Config backs only one predictor)."""
+    config = paddle_infer.Config(str(files.program), str(files.params))
+    config.disable_glog_info()
+    config.switch_ir_optim(True)
+    if settings.device.kind == "gpu":
+        config.enable_use_gpu(settings.gpu_memory_pool_mb, settings.device.index)
+        if settings.tensorrt_precision is not TensorRTPrecision.OFF:
+            precision = {
+                TensorRTPrecision.FP32: paddle_infer.PrecisionType.Float32,
+                TensorRTPrecision.FP16: paddle_infer.PrecisionType.Half,
+                TensorRTPrecision.INT8: paddle_infer.PrecisionType.Int8,
+            }[settings.tensorrt_precision]
+            config.enable_tensorrt_engine(
+                workspace_size=settings.trt_workspace_mb << 20,
+                max_batch_size=settings.max_batch_size,
+                min_subgraph_size=settings.trt_min_subgraph_size,
+                precision_mode=precision,
+                use_static=settings.trt_cache_dir is not None,
+                use_calib_mode=settings.tensorrt_precision is TensorRTPrecision.INT8,
+            )
+            if settings.trt_shape_ranges:
+                ranges = settings.trt_shape_ranges
+                config.set_trt_dynamic_shape_info(
+                    {k: list(r.min) for k, r in ranges.items()},
+                    {k: list(r.max) for k, r in ranges.items()},
+                    {k: list(r.opt) for k, r in ranges.items()},
+                )
+            if settings.trt_cache_dir is not None:
+                config.set_optim_cache_dir(str(settings.trt_cache_dir))
+    else:
+        config.disable_gpu()
+        config.set_cpu_math_library_num_threads(settings.cpu_threads)
+        if settings.enable_mkldnn:
+            config.enable_mkldnn()
+        else:
+            config.disable_mkldnn()
+    return config
+
+
+class PaddleEngine:
+    """One Paddle predictor and the model's signature. Not thread-safe by design: one engine per thread."""
+
+    platform = PLATFORM
+
+    def __init__(self, settings: RuntimeSettings, model_dir: Path | None = None) -> None:
+        self.files = find_model_files(model_dir or settings.model_dir, settings.model_prefix)
+        self.signature = read_signature(self.files)
+        try:
+            self._predictor = paddle_infer.create_predictor(build_config(self.files, settings))
+        except Exception as exc:  # Paddle raises RuntimeError/ValueError subclasses of its own
+            raise ModelLoadError(f"Paddle could not load {self.files.program}: {exc}") from exc
+        self._input_names = list(self._predictor.get_input_names())
+        self._output_names = list(self._predictor.get_output_names())
+        declared = [t.name for t in self.signature.inputs]
+        if sorted(declared) != sorted(self._input_names):
+            raise ModelLoadError(f"program declares inputs {declared}, predictor reports {self._input_names}")
+        self._inputs = {name: self._predictor.get_input_handle(name) for name in self._input_names}
+        self._outputs = [self._predictor.get_output_handle(name) for name in self._output_names]
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        """Run one batch; inputs are C-contiguous arrays keyed by input name."""
+        for name, handle in self._inputs.items():
+            array = np.ascontiguousarray(inputs[name])
+            handle.reshape(list(array.shape))
+            handle.copy_from_cpu(array)
+        self._predictor.run()
+        return {name: handle.copy_to_cpu() for name, handle in zip(self._output_names, self._outputs, strict=True)}

@@ -1,0 +1,103 @@
+"""GRPCInferenceService: translates Open Inference Protocol messages to ModelService calls and back."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from skiff_runtime import __version__
+from skiff_runtime.codec import decode_request, encode_response
+from skiff_runtime.proto import inference_pb2 as pb
+from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
+from skiff_runtime.service import ModelService
+from skiff_runtime.tensors import Datatype, TensorSpec
+
+SERVER_NAME = "skiff"
+EXTENSIONS = ("model_configuration",)
+
+# Model-config datatype per OIP datatype (Triton's model_config.proto enum).
+CONFIG_DATATYPES = {
+    Datatype.BOOL: pb.TYPE_BOOL,
+    Datatype.UINT8: pb.TYPE_UINT8,
+    Datatype.UINT16: pb.TYPE_UINT16,
+    Datatype.UINT32: pb.TYPE_UINT32,
+    Datatype.UINT64: pb.TYPE_UINT64,
+    Datatype.INT8: pb.TYPE_INT8,
+    Datatype.INT16: pb.TYPE_INT16,
+    Datatype.INT32: pb.TYPE_INT32,
+    Datatype.INT64: pb.TYPE_INT64,
+    Datatype.FP16: pb.TYPE_FP16,
+    Datatype.FP32: pb.TYPE_FP32,
+    Datatype.FP64: pb.TYPE_FP64,
+    Datatype.BF16: pb.TYPE_BF16,
+    Datatype.BYTES: pb.TYPE_STRING,
+}
+
+
+def _deadline(context: grpc.aio.ServicerContext) -> float | None:
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining
+
+
+def _config_dims(spec: TensorSpec, batched: bool) -> list[int]:
+    return list(spec.shape[1:] if batched else spec.shape)
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """Thin adapter: every decision lives in ModelService and the codec."""
+
+    def __init__(self, service: ModelService) -> None:
+        self.service = service
+
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: object) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: object) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.service.ready)
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: object) -> pb.ModelReadyResponse:
+        self.service.check_model(request.name, request.version)
+        return pb.ModelReadyResponse(ready=self.service.ready)
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: object) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name=SERVER_NAME, version=__version__, extensions=EXTENSIONS)
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: object) -> pb.ModelMetadataResponse:
+        self.service.check_model(request.name, request.version)
+        signature = self.service.signature
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=self.service.name,
+            versions=[self.service.version],
+            platform=self.service.platform,
+            inputs=[tensor(name=t.name, datatype=t.datatype.value, shape=t.shape) for t in signature.inputs],
+            outputs=[tensor(name=t.name, datatype=t.datatype.value, shape=t.shape) for t in signature.outputs],
+        )
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: object) -> pb.ModelConfigResponse:
+        self.service.check_model(request.name, request.version)
+        signature = self.service.signature
+        batched = all(t.shape and t.shape[0] == -1 for t in signature.inputs)
+        config = pb.ModelConfig(
+            name=self.service.name,
+            platform=self.service.platform,
+            backend="paddle",
+            max_batch_size=self.service.limits.max_batch_size if batched else 0,
+            input=[
+                pb.ModelInput(name=t.name, data_type=CONFIG_DATATYPES[t.datatype], dims=_config_dims(t, batched))
+                for t in signature.inputs
+            ],
+            output=[
+                pb.ModelOutput(name=t.name, data_type=CONFIG_DATATYPES[t.datatype], dims=_config_dims(t, batched))
+                for t in signature.outputs
+            ],
+        )
+        return pb.ModelConfigResponse(config=config)
+
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInferResponse:
+        self.service.check_model(request.model_name, request.model_version)
+        response = await self.service.infer(decode_request(request), _deadline(context))
+        return encode_response(response)

@@ -1,0 +1,65 @@
+"""Domain errors -> gRPC status codes: one table, applied by one interceptor to every unary RPC."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import grpc
+
+from skiff_runtime import errors
+
+log = logging.getLogger(__name__)
+
+STATUS_CODES: Mapping[type[errors.SkiffError], grpc.StatusCode] = {
+    errors.InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.ModelNotFound: grpc.StatusCode.NOT_FOUND,
+    errors.ModelNotReady: grpc.StatusCode.UNAVAILABLE,
+    errors.QueueFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    errors.InferenceFailed: grpc.StatusCode.INTERNAL,
+    errors.ModelLoadError: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def status_code_for(error: BaseException) -> grpc.StatusCode:
+    for cls in type(error).__mro__:
+        if cls in STATUS_CODES:
+            return STATUS_CODES[cls]
+    return grpc.StatusCode.INTERNAL
+
+
+Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Turns SkiffError into its status code; anything unexpected becomes INTERNAL and is logged."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        inner: Handler = handler.unary_unary
+        method = handler_call_details.method
+
+        async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                return await inner(request, context)
+            except errors.SkiffError as exc:
+                await context.abort(status_code_for(exc), str(exc))
+            except (grpc.aio.AbortError, grpc.aio.UsageError):
+                raise
+            except Exception as exc:
+                log.exception("unexpected error", extra={"method": method})
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+        return grpc.unary_unary_rpc_method_handler(
+            guarded,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )

@@ -1,0 +1,196 @@
+"""Runtime settings: one table of options, each a `--flag` and a `SKIFF_*` environment variable."""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "SKIFF_"
+
+
+class TensorRTPrecision(enum.StrEnum):
+    OFF = "off"
+    FP32 = "fp32"
+    FP16 = "fp16"
+    INT8 = "int8"
+
+
+@dataclass(frozen=True)
+class Device:
+    """`cpu` or `gpu:N`."""
+
+    kind: str
+    index: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> Device:
+        if text == "cpu":
+            return cls("cpu")
+        kind, _, index = text.partition(":")
+        if kind == "gpu" and (index == "" or index.isdigit()):
+            return cls("gpu", int(index or 0))
+        raise ValueError(f"device must be 'cpu' or 'gpu:N', got {text!r}")
+
+    def __str__(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"gpu:{self.index}"
+
+
+@dataclass(frozen=True)
+class ShapeRange:
+    """TensorRT dynamic shape range for one input: min, opt and max shapes."""
+
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+
+def parse_shape_ranges(text: str) -> dict[str, ShapeRange]:
+    """`x=1x3x224x224:8x3x224x224:32x3x224x224;y=...` -> {name: ShapeRange}."""
+    ranges: dict[str, ShapeRange] = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        name, sep, spec = item.partition("=")
+        shapes = spec.split(":")
+        if not sep or len(shapes) != 3:
+            raise ValueError(f"shape range {item!r} must look like name=MIN:OPT:MAX with shapes like 1x3x224x224")
+        try:
+            parsed = [tuple(int(d) for d in s.split("x")) for s in shapes]
+        except ValueError:
+            raise ValueError(f"shape range {item!r}: dimensions must be integers joined by 'x'") from None
+        ranges[name] = ShapeRange(*parsed)
+    return ranges
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"expected a port number 0-65535, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """Everything `skiff-runtime serve` needs; built by parse_settings from flags and SKIFF_* variables."""
+
+    model_dir: Path
+    model_name: str
+    model_version: str = "1"
+    model_prefix: str | None = None
+    host: str = "0.0.0.0"
+    grpc_port: int = 8001
+    health_port: int = 8002
+    device: Device = field(default_factory=lambda: Device("cpu"))
+    cpu_threads: int = 1
+    enable_mkldnn: bool = True
+    gpu_memory_pool_mb: int = 512
+    tensorrt_precision: TensorRTPrecision = TensorRTPrecision.OFF
+    trt_min_subgraph_size: int = 3
+    trt_workspace_mb: int = 1024
+    trt_shape_ranges: Mapping[str, ShapeRange] = field(default_factory=dict)
+    trt_cache_dir: Path | None = None
+    max_batch_size: int = 32
+    max_queue_size: int = 256
+    max_message_mb: int = 64
+    grace_period_s: float = 20.0
+    log_level: str = "INFO"
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.max_message_mb * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Option:
+    """One row of the option table: the settings field, its parser and its help text."""
+
+    name: str
+    parse: Callable[[str], Any]
+    help: str
+    required: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model_dir", Path, "directory holding <prefix>.json|.pdmodel and <prefix>.pdiparams", required=True),
+    Option("model_name", str, "model name served over the protocol and as the health service name", required=True),
+    Option("model_version", str, "model version reported and accepted (an empty request version means any)"),
+    Option("model_prefix", str, "file prefix when the directory holds several models (default: inference)"),
+    Option("host", str, "address to bind (default 0.0.0.0; tests use 127.0.0.1)"),
+    Option("grpc_port", _port, "inference port: Open Inference Protocol + grpc.health.v1 (default 8001)"),
+    Option("health_port", _port, "plaintext port serving only grpc.health.v1, for kubelet probes (default 8002)"),
+    Option("device", Device.parse, "cpu or gpu:N (default cpu)"),
+    Option("cpu_threads", _positive, "math library threads per predictor on CPU (default 1)"),
+    Option("enable_mkldnn", _bool, "use oneDNN on CPU (default true; 4-5x faster on x86)"),
+    Option("gpu_memory_pool_mb", _positive, "initial GPU memory pool in MB (default 512)"),
+    Option("tensorrt_precision", TensorRTPrecision, "TensorRT subgraphs on GPU: off, fp32, fp16 or int8"),
+    Option("trt_min_subgraph_size", _positive, "smallest subgraph TensorRT takes over (default 3)"),
+    Option("trt_workspace_mb", _positive, "TensorRT workspace in MB (default 1024)"),
+    Option("trt_shape_ranges", parse_shape_ranges, "TensorRT dynamic shapes: name=MIN:OPT:MAX;... (1x3x224x224)"),
+    Option("trt_cache_dir", Path, "directory where TensorRT engines are cached across restarts"),
+    Option("max_batch_size", _positive, "largest batch dimension a request may carry (default 32)"),
+    Option("max_queue_size", _positive, "requests waiting for the engine before RESOURCE_EXHAUSTED (default 256)"),
+    Option("max_message_mb", _positive, "largest gRPC message in MiB, both directions (default 64)"),
+    Option("grace_period_s", float, "seconds to finish in-flight requests after SIGTERM (default 20)"),
+    Option("log_level", str.upper, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
+)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    for option in OPTIONS:
+        parser.add_argument(option.flag, dest=option.name, default=None, help=f"{option.help} [{option.env}]")
+
+
+class SettingsError(ValueError):
+    """A flag or SKIFF_* variable has a bad value; the message names it."""
+
+
+def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, str]) -> RuntimeSettings:
+    """Flags win over SKIFF_* variables, which win over the dataclass defaults."""
+    kwargs: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw = values.get(option.name)
+        source = option.flag
+        if raw is None and option.env in env:
+            raw, source = env[option.env], option.env
+        if raw is None:
+            if option.required:
+                raise SettingsError(f"{option.flag} (or {option.env}) is required: {option.help}")
+            continue
+        try:
+            kwargs[option.name] = option.parse(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{source}={raw!r}: {exc}") from None
+    return RuntimeSettings(**kwargs)
+
+
+def parse_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> RuntimeSettings:
+    parser = argparse.ArgumentParser(prog="skiff-runtime serve")
+    add_options(parser)
+    return settings_from_namespace(vars(parser.parse_args(argv)), os.environ if env is None else env)
