@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from skiff_runtime.service import Engine
 from skiff_runtime.settings import SettingsError, add_options, settings_from_namespace
 
 
@@ -27,10 +28,15 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"skiff-runtime serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
-    from skiff_runtime.predictor.paddle import PaddleEngine
     from skiff_runtime.server.app import run_server
 
-    asyncio.run(run_server(settings, lambda: PaddleEngine(settings)))
+    def load_engine() -> Engine:
+        # Imported on the inference thread: the ports answer health checks while Paddle (~2 s) loads.
+        from skiff_runtime.predictor.paddle import PaddleEngine
+
+        return PaddleEngine(settings)
+
+    asyncio.run(run_server(settings, load_engine))
     return 0
 
 

@@ -28,6 +28,9 @@ from skiff_runtime.tensors import (
 ParameterValue = bool | int | str | float
 
 MAX_RANK = 16
+# numpy refuses shapes whose non-zero dimensions x element size overflow intp, even with a zero dimension.
+_MAX_SHAPE_BYTES = np.iinfo(np.intp).max
+_MAX_ITEMSIZE = 8
 
 # Which InferTensorContents field carries each datatype when typed contents are used (FP16/BF16: raw only).
 CONTENTS_FIELDS: Mapping[Datatype, str] = {
@@ -83,6 +86,8 @@ def _check_shape(name: str, shape: Sequence[int]) -> tuple[int, ...]:
         raise InvalidInput(f"input {name!r}: rank {len(shape)} exceeds the limit of {MAX_RANK}")
     if any(d < 0 for d in shape):
         raise InvalidInput(f"input {name!r}: shape {list(shape)} has a negative dimension")
+    if element_count([d for d in shape if d]) * _MAX_ITEMSIZE > _MAX_SHAPE_BYTES:
+        raise InvalidInput(f"input {name!r}: shape {list(shape)} is larger than any tensor can be")
     return tuple(int(d) for d in shape)
 
 
@@ -160,8 +165,12 @@ def _decode_typed(name: str, datatype: Datatype, shape: tuple[int, ...], content
     if dtype.kind in "iu":
         wide = np.asarray(values, dtype=np.int64 if field_name != "uint64_contents" else np.uint64)
         info = np.iinfo(dtype)  # type: ignore[type-var]
-        if wide.size and (wide.min() < info.min or wide.max() > info.max):
-            raise InvalidInput(f"input {name!r}: a value in {field_name} is out of range for {datatype.value}")
+        outside = wide[(wide < info.min) | (wide > info.max)]
+        if outside.size:
+            raise InvalidInput(
+                f"input {name!r}: {field_name} holds {outside[0]}, outside the {datatype.value} range "
+                f"{info.min}..{info.max}"
+            )
         return wide.astype(dtype).reshape(shape)
     return np.asarray(values, dtype=dtype).reshape(shape)
 
@@ -209,15 +218,16 @@ def decode_request(message: pb.ModelInferRequest) -> InferRequest:
 
 def validate_request(request: InferRequest, signature: ModelSignature, max_batch_size: int) -> None:
     """Check a decoded request against the model's signature; InvalidInput names the tensor and the mismatch."""
-    given = {t.name for t in request.inputs}
-    missing = [s.name for s in signature.inputs if s.name not in given]
+    specs = {spec.name: spec for spec in signature.inputs}
+    unknown = [t.name for t in request.inputs if t.name not in specs]
+    if unknown:
+        raise InvalidInput(f"unknown input {unknown[0]!r}; the model expects {list(specs)}")
+    missing = [name for name in specs if name not in {t.name for t in request.inputs}]
     if missing:
-        raise InvalidInput(f"missing input(s) {missing}; the model expects {[s.name for s in signature.inputs]}")
+        raise InvalidInput(f"missing input(s) {missing}; the model expects {list(specs)}")
     batch_sizes: dict[str, int] = {}
     for tensor in request.inputs:
-        spec = signature.input(tensor.name)
-        if spec is None:
-            raise InvalidInput(f"unknown input {tensor.name!r}; the model expects {[s.name for s in signature.inputs]}")
+        spec = specs[tensor.name]
         if tensor.datatype is not spec.datatype:
             raise InvalidInput(
                 f"input {tensor.name!r}: expected datatype {spec.datatype.value}, got {tensor.datatype.value}"
@@ -295,5 +305,5 @@ def decode_response(message: pb.ModelInferResponse) -> dict[str, Array]:
     result: dict[str, Array] = {}
     for tensor, raw in zip(message.outputs, message.raw_output_contents, strict=True):
         datatype = parse_datatype(tensor.datatype, tensor.name)
-        result[tensor.name] = _decode_raw(tensor.name, datatype, tuple(tensor.shape), raw)
+        result[tensor.name] = _decode_raw(tensor.name, datatype, _check_shape(tensor.name, tensor.shape), raw)
     return result

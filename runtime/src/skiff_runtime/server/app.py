@@ -69,12 +69,21 @@ class RuntimeServer:
             },
         )
 
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+
     async def load_model(self) -> None:
         try:
             await self.service.load()
         except Exception:
             log.exception("model failed to load; health stays NOT_SERVING", extra={"model": self.service.name})
             return
+        finally:
+            # Paddle installs its own SIGTERM handler when it is first imported (on the inference thread):
+            # take SIGTERM back so shutdown stays graceful.
+            self.install_signal_handlers()
         await self.health.set_serving(True)
 
     def request_stop(self) -> None:
@@ -92,9 +101,7 @@ class RuntimeServer:
 
     async def serve(self) -> None:
         """Run until SIGTERM or SIGINT (construct the server inside the running event loop)."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
+        self.install_signal_handlers()
         await self.start()
         loader = asyncio.create_task(self.load_model())
         await self._stopping.wait()
