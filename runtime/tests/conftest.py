@@ -97,7 +97,8 @@ class RuntimeProcess:
             while time.monotonic() < deadline:
                 if client.health(self.model_name) == "SERVING":
                     return
-                assert self.proc is not None and self.proc.poll() is None, self.log_path.read_text()
+                assert self.proc is not None
+                assert self.proc.poll() is None, self.log_path.read_text()
                 time.sleep(0.1)
         raise AssertionError(f"not SERVING after {timeout_s}s:\n{self.log_path.read_text()}")
 
@@ -125,7 +126,9 @@ def runtime_factory(tmp_path: Path) -> Iterator[type[RuntimeProcess]]:
 
 
 def _serve_session(tmp_path_factory: pytest.TempPathFactory, model_dir: Path, name: str) -> Iterator[RuntimeProcess]:
-    runtime = RuntimeProcess(model_dir, name, tmp_path_factory.mktemp("logs") / f"{name}.log", ["--max-batch-size", "8"])
+    runtime = RuntimeProcess(
+        model_dir, name, tmp_path_factory.mktemp("logs") / f"{name}.log", ["--max-batch-size", "8"]
+    )
     runtime.start().wait_serving()
     yield runtime
     assert runtime.terminate() == 0, runtime.log_path.read_text()

@@ -49,7 +49,9 @@ def test_message_matches_triton(name: str) -> None:
 
 def test_core_messages_are_complete() -> None:
     """Every field of the core OIP messages is present (subsets are allowed only for model-config messages)."""
-    core = [n for n in OURS if n.split(".")[0] not in {"ModelConfig", "ModelInput", "ModelOutput", "ModelDynamicBatching"}]
+    core = [
+        n for n in OURS if n.split(".")[0] not in {"ModelConfig", "ModelInput", "ModelOutput", "ModelDynamicBatching"}
+    ]
     for name in core:
         assert set(_fields(OURS[name])) == set(_fields(THEIRS[name])), name
 

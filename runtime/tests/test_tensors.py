@@ -41,7 +41,7 @@ def test_every_datatype_has_a_numpy_dtype() -> None:
 
 
 def test_fixed_size_datatypes_are_all_but_bytes() -> None:
-    assert FIXED_SIZE_DATATYPES == set(Datatype) - {Datatype.BYTES}
+    assert set(Datatype) - {Datatype.BYTES} == FIXED_SIZE_DATATYPES
 
 
 @pytest.mark.parametrize("datatype", sorted(ITEMSIZES), ids=str)

@@ -36,8 +36,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         return PaddleEngine(settings)
 
-    asyncio.run(run_server(settings, load_engine))
-    return 0
+    return asyncio.run(run_server(settings, load_engine))
 
 
 def _parse_input(text: str) -> tuple[str, np.ndarray]:

@@ -144,6 +144,11 @@ class ModelService:
         if self.state is not ModelState.FAILED:
             self.state = ModelState.STOPPING
 
+    @property
+    def in_flight(self) -> int:
+        """Requests accepted and not yet answered by the engine."""
+        return self._waiting
+
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
 

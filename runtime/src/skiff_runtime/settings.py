@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +62,15 @@ def parse_shape_ranges(text: str) -> dict[str, ShapeRange]:
             parsed = [tuple(int(d) for d in s.split("x")) for s in shapes]
         except ValueError:
             raise ValueError(f"shape range {item!r}: dimensions must be integers joined by 'x'") from None
-        ranges[name] = ShapeRange(*parsed)
+        if not name or name in ranges:
+            raise ValueError(f"shape range {item!r}: the input name is missing or repeated")
+        low, opt, high = parsed
+        ordered = len(low) == len(opt) == len(high) and all(
+            0 < a <= b <= c for a, b, c in zip(low, opt, high, strict=True)
+        )
+        if not ordered:
+            raise ValueError(f"shape range {item!r}: MIN, OPT and MAX need the same rank and 1 <= MIN <= OPT <= MAX")
+        ranges[name] = ShapeRange(low, opt, high)
     return ranges
 
 
@@ -79,6 +88,23 @@ def _positive(text: str) -> int:
     if value < 1:
         raise ValueError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < math.inf:
+        raise ValueError(f"expected a non-negative number of seconds, got {text!r}")
+    return value
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(text: str) -> str:
+    level = text.strip().upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return level
 
 
 def _port(text: str) -> int:
@@ -157,8 +183,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_batch_size", _positive, "largest batch dimension a request may carry (default 32)"),
     Option("max_queue_size", _positive, "requests waiting for the engine before RESOURCE_EXHAUSTED (default 256)"),
     Option("max_message_mb", _positive, "largest gRPC message in MiB, both directions (default 64)"),
-    Option("grace_period_s", float, "seconds to finish in-flight requests after SIGTERM (default 20)"),
-    Option("log_level", str.upper, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
+    Option("grace_period_s", _seconds, "seconds to finish in-flight requests after SIGTERM (default 20)"),
+    Option("log_level", _log_level, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
 )
 
 

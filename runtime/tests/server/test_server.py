@@ -36,7 +36,8 @@ def test_outputs_are_bit_identical_to_in_process(conv_server, conv_engine) -> No
             images = _images(seed, batch)
             remote = client.infer("conv", {"image": images})["fetch_name_0"]
             local = conv_engine.run({"image": images})["fetch_name_0"]
-            assert remote.dtype == local.dtype and remote.shape == (batch, 10)
+            assert remote.dtype == local.dtype
+            assert remote.shape == (batch, 10)
             assert remote.tobytes() == local.tobytes()
 
 
@@ -45,17 +46,23 @@ def test_tritonclient_works_unmodified(two_io_server, model_dirs) -> None:
 
     engine = PaddleEngine(RuntimeSettings(model_dir=model_dirs["two_io"], model_name="two_io"))
     client = triton.InferenceServerClient(two_io_server.target)
-    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_server_live()
+    assert client.is_server_ready()
     assert client.is_model_ready("two_io")
     metadata = client.get_model_metadata("two_io", as_json=True)
-    assert metadata["name"] == "two_io" and metadata["platform"] == "paddle_inference"
+    assert metadata["name"] == "two_io"
+    assert metadata["platform"] == "paddle_inference"
     assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["inputs"]] == [
         ("features", "FP32", ["-1", "4"]),
         ("ids", "INT64", ["-1", "2"]),
     ]
-    assert [(t["name"], t["datatype"]) for t in metadata["outputs"]] == [("fetch_name_0", "FP32"), ("fetch_name_1", "INT64")]
+    assert [(t["name"], t["datatype"]) for t in metadata["outputs"]] == [
+        ("fetch_name_0", "FP32"),
+        ("fetch_name_1", "INT64"),
+    ]
     config = client.get_model_config("two_io", as_json=True)["config"]
-    assert config["max_batch_size"] == 8 and [i["dims"] for i in config["input"]] == [["4"], ["2"]]
+    assert config["max_batch_size"] == 8
+    assert [i["dims"] for i in config["input"]] == [["4"], ["2"]]
 
     features = np.random.default_rng(5).standard_normal((3, 4), dtype=np.float32)
     ids = np.arange(6, dtype=np.int64).reshape(3, 2) * 1_000_000_007
@@ -84,7 +91,8 @@ def test_typed_contents_are_accepted(two_io_server) -> None:
     request.inputs.add(name="ids", datatype="INT64", shape=[1, 2]).contents.int64_contents.extend([5, 6])
     with grpc.insecure_channel(two_io_server.target) as channel:
         reply = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10)
-    assert len(reply.raw_output_contents) == 2 and not reply.outputs[0].HasField("contents")
+    assert len(reply.raw_output_contents) == 2
+    assert not reply.outputs[0].HasField("contents")
     assert np.frombuffer(reply.raw_output_contents[1], "<i8").tolist() == [34]
     with SkiffClient(two_io_server.target) as client:
         raw = client.infer(
@@ -220,9 +228,9 @@ def test_server_metadata_and_readiness_rpcs(conv_server) -> None:
     with grpc.insecure_channel(conv_server.target) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         meta = stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=5)
-        assert meta.name == "skiff" and "model_configuration" in meta.extensions
+        assert meta.name == "skiff"
+        assert "model_configuration" in meta.extensions
         assert stub.ModelReady(pb.ModelReadyRequest(name="conv", version="1"), timeout=5).ready
         with pytest.raises(grpc.RpcError) as caught:
             stub.ModelMetadata(pb.ModelMetadataRequest(name="other"), timeout=5)
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
-

@@ -63,7 +63,8 @@ def read_pir_signature(text: str) -> ModelSignature:
         program = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ModelLoadError(f"model program is not valid JSON: {exc}") from None
-    if program.get("base_code", {}).get("magic") != "pir":
+    base_code = program.get("base_code") if isinstance(program, dict) else None
+    if not isinstance(base_code, dict) or base_code.get("magic") != "pir":
         raise ModelLoadError("model program is not a Paddle PIR program (no base_code.magic == 'pir')")
     inputs: list[TensorSpec] = []
     outputs: list[tuple[int, TensorSpec]] = []

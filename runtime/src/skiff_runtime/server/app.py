@@ -15,6 +15,7 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
+from skiff_runtime.server.drain import RpcTracker
 from skiff_runtime.server.health import ModelHealth
 from skiff_runtime.server.servicer import InferenceServicer
 from skiff_runtime.server.status_codes import ErrorInterceptor
@@ -44,7 +45,10 @@ class RuntimeServer:
             ServiceLimits(settings.max_batch_size, settings.max_queue_size),
         )
         self.health = ModelHealth(settings.model_name)
-        self.grpc_server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=_channel_options(settings))
+        self.rpcs = RpcTracker()
+        self.grpc_server = grpc.aio.server(
+            interceptors=[self.rpcs, ErrorInterceptor()], options=_channel_options(settings)
+        )
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.service), self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.grpc_server)
         self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
@@ -52,6 +56,7 @@ class RuntimeServer:
         self.grpc_port = 0
         self.health_port = 0
         self._stopping = asyncio.Event()
+        self.exit_code = 0
 
     async def start(self) -> None:
         await self.health.set_serving(False)
@@ -77,8 +82,11 @@ class RuntimeServer:
     async def load_model(self) -> None:
         try:
             await self.service.load()
-        except Exception:
-            log.exception("model failed to load; health stays NOT_SERVING", extra={"model": self.service.name})
+        except Exception as exc:
+            # Exit non-zero: the pod restarts (CrashLoopBackOff) and the reason is the last log line.
+            log.error("model failed to load; exiting", extra={"model": self.service.name, "error": str(exc)})
+            self.exit_code = 1
+            self.request_stop()
             return
         finally:
             # Paddle installs its own SIGTERM handler when it is first imported (on the inference thread):
@@ -91,24 +99,35 @@ class RuntimeServer:
 
     async def stop(self) -> None:
         """Health NOT_SERVING, refuse new RPCs, let in-flight ones finish within the grace period."""
-        log.info("shutting down", extra={"grace_period_s": self.settings.grace_period_s})
+        log.info(
+            "shutting down",
+            extra={"grace_period_s": self.settings.grace_period_s, "in_flight": self.service.in_flight},
+        )
         await self.health.shut_down()
+        # Refuse new requests with UNAVAILABLE, answer every accepted one, and stop gRPC only once arrivals
+        # have ceased (see server/drain.py): gRPC cancels calls still queued when it stops.
         self.service.stop()
-        await self.grpc_server.stop(self.settings.grace_period_s)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if not await self.rpcs.wait_idle(self.settings.grace_period_s):
+            log.warning("grace period over with requests in flight", extra={"in_flight": self.rpcs.in_flight})
+        log.info("drained", extra={"seconds": round(loop.time() - started, 3)})
+        await self.grpc_server.stop(max(0.5, self.settings.grace_period_s - (loop.time() - started)))
         await self.health_server.stop(0)
         await asyncio.get_running_loop().run_in_executor(None, self.service.close)
         log.info("stopped")
 
-    async def serve(self) -> None:
-        """Run until SIGTERM or SIGINT (construct the server inside the running event loop)."""
+    async def serve(self) -> int:
+        """Run until SIGTERM or SIGINT (or a failed model load); returns the process exit code."""
         self.install_signal_handlers()
         await self.start()
         loader = asyncio.create_task(self.load_model())
         await self._stopping.wait()
         loader.cancel()
         await self.stop()
+        return self.exit_code
 
 
-async def run_server(settings: RuntimeSettings, engine_factory: Callable[[], Engine]) -> None:
+async def run_server(settings: RuntimeSettings, engine_factory: Callable[[], Engine]) -> int:
     """Build the server inside the running loop (grpc.aio binds to it) and serve until a stop signal."""
-    await RuntimeServer(settings, engine_factory).serve()
+    return await RuntimeServer(settings, engine_factory).serve()

@@ -1,0 +1,140 @@
+"""The runtime's life as Kubernetes sees it: health before and after warm-up, the probe port, SIGTERM, bad models."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from skiff_runtime.client import SkiffClient
+from skiff_runtime.proto import inference_pb2 as pb
+from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
+
+pytestmark = [pytest.mark.paddle, pytest.mark.server]
+
+STATUS = health_pb2.HealthCheckResponse.ServingStatus.Name
+
+
+def _images(seed: int, batch: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((batch, 3, 32, 32), dtype=np.float32)
+
+
+def test_health_watch_not_serving_then_serving_then_not_serving_on_sigterm(runtime_factory, model_dirs) -> None:
+    runtime = runtime_factory(model_dirs["conv"], "conv")
+    seen: list[str] = []
+    with grpc.insecure_channel(runtime.health_target) as channel:
+        stream = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service="conv"), timeout=120)
+        for reply in stream:
+            seen.append(STATUS(reply.status))
+            if seen[-1] == "SERVING":
+                with SkiffClient(runtime.target) as client:  # SERVING means the model answers now
+                    assert client.infer("conv", {"image": _images(0)})["fetch_name_0"].shape == (1, 10)
+                runtime.proc.send_signal(15)
+            if len(seen) > 1 and seen[-1] == "NOT_SERVING":
+                break
+    assert seen[0] == "NOT_SERVING", "health must not say SERVING before the model is loaded and warmed"
+    assert seen[-2:] == ["SERVING", "NOT_SERVING"]
+    assert runtime.proc.wait(timeout=60) == 0
+    warm = [e for e in runtime.logs() if e.get("msg") == "model ready"]
+    assert warm
+    assert warm[0]["model"] == "conv"
+
+
+def test_health_port_serves_only_health_and_answers_while_inference_is_busy(conv_server) -> None:
+    with grpc.insecure_channel(conv_server.health_target) as channel:
+        with pytest.raises(grpc.RpcError) as caught:
+            pb_grpc.GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest(), timeout=5)
+        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        check = health_pb2_grpc.HealthStub(channel).Check
+        assert STATUS(check(health_pb2.HealthCheckRequest(service=""), timeout=5).status) == "SERVING"
+        with pytest.raises(grpc.RpcError) as unknown:
+            check(health_pb2.HealthCheckRequest(service="another-model"), timeout=5)
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+        stop = threading.Event()
+
+        def load() -> None:
+            with SkiffClient(conv_server.target) as client:
+                while not stop.is_set():
+                    client.infer("conv", {"image": _images(1, 8)})
+
+        workers = [threading.Thread(target=load) for _ in range(6)]
+        for worker in workers:
+            worker.start()
+        try:
+            time.sleep(0.5)
+            latencies = []
+            for _ in range(20):
+                started = time.perf_counter()
+                reply = check(health_pb2.HealthCheckRequest(service="conv"), timeout=2)
+                latencies.append(time.perf_counter() - started)
+                assert STATUS(reply.status) == "SERVING"
+        finally:
+            stop.set()
+            for worker in workers:
+                worker.join()
+    assert max(latencies) < 2.0
+
+
+def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(runtime_factory, model_dirs) -> None:
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--max-batch-size", "32", "--grace-period-s", "30")
+    runtime.wait_serving()
+    outcomes: dict[int, list[str]] = {}
+    details: list[str] = []
+    started = threading.Barrier(17)
+
+    def send(seed: int) -> None:
+        mine = outcomes.setdefault(seed, [])
+        # No client retries here: each outcome is the server's own answer to one attempt.
+        with SkiffClient(runtime.target, timeout_s=60, channel=grpc.insecure_channel(runtime.target)) as client:
+            started.wait()
+            while len(mine) < 2000:
+                try:
+                    out = client.infer("conv", {"image": _images(seed, 32)})["fetch_name_0"]
+                    mine.append("ok" if out.shape == (32, 10) else "bad")
+                except grpc.RpcError as exc:
+                    mine.append(exc.code().name)
+                    details.append(f"{exc.code().name}: {exc.details()}")
+                    return
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    time.sleep(1.0)
+    runtime.proc.send_signal(15)
+    for thread in threads:
+        thread.join()
+    assert runtime.proc.wait(timeout=60) == 0
+    every = [o for mine in outcomes.values() for o in mine]
+    assert set(every) <= {"ok", "UNAVAILABLE"}, f"never a dropped request: {details}"
+    assert all(mine[-1] == "UNAVAILABLE" for mine in outcomes.values()), "requests after SIGTERM are refused"
+    assert every.count("ok") >= 16
+    assert any(e.get("msg") == "stopped" for e in runtime.logs())
+
+
+def test_legacy_pdmodel_is_served(runtime_factory, model_dirs) -> None:
+    runtime = runtime_factory(model_dirs["legacy"], "legacy")
+    runtime.wait_serving()
+    with SkiffClient(runtime.target) as client:
+        inputs, outputs = client.metadata("legacy")
+        assert [(t.name, list(t.shape)) for t in inputs] == [("image", [-1, 3, 32, 32])]
+        out = client.infer("legacy", {"image": _images(3)})[outputs[0].name]
+    assert out.shape == (1, 10)
+    assert abs(float(out.sum()) - 1.0) < 1e-5
+    assert runtime.terminate() == 0
+
+
+def test_unloadable_model_exits_with_a_clear_error(runtime_factory, tmp_path: Path) -> None:
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    runtime = runtime_factory(tmp_path, "broken")
+    assert runtime.proc.wait(timeout=60) == 1
+    errors = [e for e in runtime.logs() if e.get("level") == "error"]
+    assert errors
+    assert "no Paddle model" in str(errors[0]["error"])
+    assert "weights.bin" in str(errors[0]["error"])

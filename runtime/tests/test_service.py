@@ -1,0 +1,297 @@
+"""The model service with a fake engine: loading and warm-up, readiness, model identity, deadlines, the queue
+bound, engine failures and output selection."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
+
+import numpy as np
+import pytest
+
+from skiff_runtime.codec import InferRequest
+from skiff_runtime.errors import (
+    DeadlineExceeded,
+    InferenceFailed,
+    InvalidInput,
+    ModelNotFound,
+    ModelNotReady,
+    QueueFull,
+)
+from skiff_runtime.service import ModelService, ModelState, ServiceLimits
+from skiff_runtime.tensors import Array, Datatype, ModelSignature, Tensor, TensorSpec
+
+SIGNATURE = ModelSignature(
+    inputs=(TensorSpec("x", Datatype.FP32, (-1, 4)),),
+    outputs=(
+        TensorSpec("out", Datatype.FP32, (-1, 4)),
+        TensorSpec("total", Datatype.FP64, (-1,)),
+        TensorSpec("rows", Datatype.INT64, (-1,)),
+    ),
+)
+LIMITS = ServiceLimits(max_batch_size=4, max_queue_size=2)
+WARMUP_CALLS = 2
+
+
+class FakeEngine:
+    """Records every call; when `gate` is set to an Event, each run waits for it (on the inference thread)."""
+
+    platform = "fake"
+
+    def __init__(self, signature: ModelSignature = SIGNATURE) -> None:
+        self.signature = signature
+        self.calls: list[dict[str, Array]] = []
+        self.threads: set[str] = set()
+        self.gate: threading.Event | None = None
+        self.entered = threading.Event()
+        self.error: Exception | None = None
+        self.drop_output: str | None = None
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        self.calls.append(dict(inputs))
+        self.threads.add(threading.current_thread().name)
+        self.entered.set()
+        if self.gate is not None:
+            assert self.gate.wait(timeout=5), "test never released the engine"
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        x = inputs["x"]
+        outputs = {
+            "out": x * 2,
+            "total": x.sum(axis=1, dtype=np.float64),
+            "rows": np.arange(x.shape[0], dtype=np.int64),
+        }
+        if self.drop_output:
+            del outputs[self.drop_output]
+        return outputs
+
+    def block(self) -> threading.Event:
+        self.gate = threading.Event()
+        self.entered.clear()
+        return self.gate
+
+    def release(self) -> None:
+        if self.gate is not None:
+            self.gate.set()
+
+
+def x_request(batch: int = 2, *, name: str = "m", version: str = "", outputs: tuple[str, ...] = ()) -> InferRequest:
+    x = np.arange(batch * 4, dtype=np.float32).reshape(batch, 4)
+    return InferRequest(name, version, "req-1", (Tensor("x", Datatype.FP32, x),), requested_outputs=outputs)
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[FakeEngine]:
+    fake = FakeEngine()
+    yield fake
+    fake.release()
+
+
+@pytest.fixture
+async def service(engine: FakeEngine) -> AsyncIterator[ModelService]:
+    svc = ModelService("m", "1", lambda: engine, LIMITS)
+    await svc.load()
+    yield svc
+    engine.release()
+    svc.close()
+
+
+async def wait_entered(engine: FakeEngine) -> None:
+    assert await asyncio.to_thread(engine.entered.wait, 2), "engine was never called"
+
+
+async def test_load_warms_at_batch_one_and_max_batch(engine: FakeEngine) -> None:
+    svc = ModelService("m", "1", lambda: engine, LIMITS)
+    assert svc.state is ModelState.LOADING
+    await svc.load()
+    assert svc.ready
+    assert [call["x"].shape for call in engine.calls] == [(1, 4), (4, 4)]
+    assert all(call["x"].dtype == np.float32 and not call["x"].any() for call in engine.calls)
+    svc.close()
+
+
+async def test_warmup_fills_variable_dims_and_warms_once_when_max_batch_is_one() -> None:
+    signature = ModelSignature(
+        inputs=(TensorSpec("ids", Datatype.INT64, (-1, -1)), TensorSpec("fixed", Datatype.FP16, (3, -1))),
+        outputs=(TensorSpec("y", Datatype.FP32, (-1,)),),
+    )
+
+    class Recorder(FakeEngine):
+        def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+            self.calls.append(dict(inputs))
+            return {"y": np.zeros(1, dtype=np.float32)}
+
+    fake = Recorder(signature)
+    svc = ModelService("m", "1", lambda: fake, ServiceLimits(max_batch_size=1))
+    await svc.load()
+    (call,) = fake.calls
+    assert (call["ids"].shape, call["ids"].dtype) == ((1, 16), np.int64)
+    assert (call["fixed"].shape, call["fixed"].dtype) == ((3, 16), np.float16)
+    svc.close()
+
+
+async def test_engine_is_built_and_run_on_one_inference_thread(engine: FakeEngine) -> None:
+    def build() -> FakeEngine:
+        engine.threads.add(threading.current_thread().name)
+        return engine
+
+    svc = ModelService("m", "1", build, LIMITS)
+    await svc.load()
+    await svc.infer(x_request())
+    assert len(engine.calls) == WARMUP_CALLS + 1
+    (thread,) = engine.threads
+    assert thread.startswith("infer-m")
+    assert thread != threading.current_thread().name
+    svc.close()
+
+
+async def test_failed_load_is_reported_and_not_ready() -> None:
+    def broken() -> FakeEngine:
+        raise OSError("no such file: inference.pdiparams")
+
+    svc = ModelService("m", "1", broken, LIMITS)
+    with pytest.raises(OSError, match=r"inference\.pdiparams"):
+        await svc.load()
+    assert svc.state is ModelState.FAILED
+    assert svc.error == "no such file: inference.pdiparams"
+    with pytest.raises(ModelNotReady, match="failed"):
+        await svc.infer(x_request())
+    svc.stop()
+    assert svc.state is ModelState.FAILED
+    svc.close()
+
+
+async def test_infer_before_load_is_model_not_ready(engine: FakeEngine) -> None:
+    svc = ModelService("m", "1", lambda: engine, LIMITS)
+    with pytest.raises(ModelNotReady, match="'m' is loading"):
+        await svc.infer(x_request())
+    with pytest.raises(ModelNotReady):
+        _ = svc.signature
+    assert svc.platform == "unknown"
+    assert engine.calls == []
+    svc.close()
+
+
+async def test_ready_service_reports_its_engine(service: ModelService) -> None:
+    assert service.signature is SIGNATURE
+    assert service.platform == "fake"
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "fragment"),
+    [("other", "", "unknown model 'other'"), ("other", "1", "unknown model 'other'"), ("m", "2", "no version '2'")],
+)
+async def test_wrong_model_or_version_is_not_found(
+    engine: FakeEngine, service: ModelService, name: str, version: str, fragment: str
+) -> None:
+    with pytest.raises(ModelNotFound, match=fragment):
+        await service.infer(x_request(name=name, version=version))
+    assert len(engine.calls) == WARMUP_CALLS
+
+
+@pytest.mark.parametrize("version", ["", "1"])
+async def test_empty_or_served_version_is_accepted(service: ModelService, version: str) -> None:
+    response = await service.infer(x_request(version=version))
+    assert (response.model_name, response.model_version, response.id) == ("m", "1", "req-1")
+
+
+async def test_response_holds_every_output_in_signature_order(service: ModelService) -> None:
+    response = await service.infer(x_request(batch=3))
+    assert [(t.name, t.datatype) for t in response.outputs] == [
+        ("out", Datatype.FP32),
+        ("total", Datatype.FP64),
+        ("rows", Datatype.INT64),
+    ]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(response.outputs[0].data, x * 2)
+    np.testing.assert_array_equal(response.outputs[1].data, x.sum(axis=1))
+    assert response.outputs[2].data.tolist() == [0, 1, 2]
+
+
+async def test_requested_outputs_are_filtered_and_ordered(service: ModelService) -> None:
+    response = await service.infer(x_request(outputs=("rows", "out")))
+    assert [t.name for t in response.outputs] == ["rows", "out"]
+
+
+async def test_invalid_request_is_rejected_before_the_engine(engine: FakeEngine, service: ModelService) -> None:
+    with pytest.raises(InvalidInput, match=r"batch size 5 is outside 1\.\.4"):
+        await service.infer(x_request(batch=5))
+    with pytest.raises(InvalidInput, match="unknown requested output 'nope'"):
+        await service.infer(x_request(outputs=("nope",)))
+    assert len(engine.calls) == WARMUP_CALLS
+
+
+async def test_expired_deadline_is_not_run(engine: FakeEngine, service: ModelService) -> None:
+    with pytest.raises(DeadlineExceeded, match="not run"):
+        await service.infer(x_request(), deadline=time.monotonic() - 0.001)
+    assert len(engine.calls) == WARMUP_CALLS
+
+
+async def test_deadline_expiring_while_queued_is_not_run(engine: FakeEngine, service: ModelService) -> None:
+    gate = engine.block()
+    first = asyncio.create_task(service.infer(x_request(batch=1)))
+    await wait_entered(engine)
+    second = asyncio.create_task(service.infer(x_request(batch=2), deadline=time.monotonic() + 0.05))
+    await asyncio.sleep(0.1)
+    assert not second.done()
+    gate.set()
+    assert [t.name for t in (await first).outputs] == ["out", "total", "rows"]
+    with pytest.raises(DeadlineExceeded, match="passed while it waited; it was not run"):
+        await second
+    assert [call["x"].shape for call in engine.calls[WARMUP_CALLS:]] == [(1, 4)]
+
+
+async def test_future_deadline_runs(engine: FakeEngine, service: ModelService) -> None:
+    await service.infer(x_request(), deadline=time.monotonic() + 30)
+    assert len(engine.calls) == WARMUP_CALLS + 1
+
+
+async def test_full_queue_is_rejected_immediately(engine: FakeEngine, service: ModelService) -> None:
+    gate = engine.block()
+    running = asyncio.create_task(service.infer(x_request(batch=1)))
+    await wait_entered(engine)
+    queued = asyncio.create_task(service.infer(x_request(batch=2)))
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    with pytest.raises(QueueFull, match="2 requests are waiting"):
+        await service.infer(x_request(batch=3))
+    assert time.monotonic() - started < 0.5
+    gate.set()
+    await asyncio.gather(running, queued)
+    assert [call["x"].shape[0] for call in engine.calls[WARMUP_CALLS:]] == [1, 2]
+    await service.infer(x_request(batch=3))
+
+
+async def test_engine_failure_is_inference_failed_and_the_next_request_works(
+    engine: FakeEngine, service: ModelService
+) -> None:
+    engine.error = RuntimeError("CUDA error: out of memory")
+    with pytest.raises(InferenceFailed, match="RuntimeError: CUDA error: out of memory"):
+        await service.infer(x_request())
+    response = await service.infer(x_request())
+    assert len(response.outputs) == 3
+    assert service.ready
+
+
+async def test_domain_errors_from_the_engine_pass_through(engine: FakeEngine, service: ModelService) -> None:
+    engine.error = InvalidInput("input 'x': values must be finite")
+    with pytest.raises(InvalidInput, match="must be finite"):
+        await service.infer(x_request())
+
+
+async def test_engine_missing_an_output_is_inference_failed(engine: FakeEngine, service: ModelService) -> None:
+    engine.drop_output = "total"
+    with pytest.raises(InferenceFailed, match=r"no output\(s\) \['total'\]"):
+        await service.infer(x_request(outputs=("out",)))
+
+
+async def test_stopped_service_is_not_ready(engine: FakeEngine, service: ModelService) -> None:
+    service.stop()
+    assert service.state is ModelState.STOPPING
+    assert not service.ready
+    with pytest.raises(ModelNotReady, match="stopping"):
+        await service.infer(x_request())
+    assert len(engine.calls) == WARMUP_CALLS

@@ -1,0 +1,213 @@
+"""Runtime settings: the option table matches RuntimeSettings, precedence is flag > SKIFF_* > default."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from skiff_runtime.settings import (
+    OPTIONS,
+    Device,
+    Option,
+    RuntimeSettings,
+    SettingsError,
+    ShapeRange,
+    TensorRTPrecision,
+    parse_settings,
+    parse_shape_ranges,
+)
+
+REQUIRED_ARGS = ["--model-dir", "/models/m", "--model-name", "m"]
+FIELDS = {f.name: f for f in dataclasses.fields(RuntimeSettings)}
+
+
+def fields_of(settings: RuntimeSettings) -> dict[str, object]:
+    return {name: getattr(settings, name) for name in FIELDS}
+
+
+def test_every_option_has_a_settings_field_and_every_field_an_option() -> None:
+    names = [option.name for option in OPTIONS]
+    assert len(names) == len(set(names))
+    assert set(names) == set(FIELDS)
+
+
+def test_required_options_are_exactly_the_fields_without_defaults() -> None:
+    without_default = {
+        name
+        for name, f in FIELDS.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    assert {option.name for option in OPTIONS if option.required} == without_default == {"model_dir", "model_name"}
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
+def test_option_flag_and_env_names_derive_from_the_field(option: Option) -> None:
+    assert option.flag == "--" + option.name.replace("_", "-")
+    assert option.env == "SKIFF_" + option.name.upper()
+    assert option.help
+
+
+def test_defaults_apply_when_neither_flag_nor_env_is_set() -> None:
+    settings = parse_settings(REQUIRED_ARGS, env={})
+    assert settings == RuntimeSettings(model_dir=Path("/models/m"), model_name="m")
+    assert settings.device == Device("cpu")
+    assert settings.tensorrt_precision is TensorRTPrecision.OFF
+    assert settings.trt_shape_ranges == {}
+    assert settings.max_message_bytes == 64 * 1024 * 1024
+
+
+def test_env_beats_defaults_and_flags_beat_env() -> None:
+    env = {
+        "SKIFF_MODEL_DIR": "/env/dir",
+        "SKIFF_MODEL_NAME": "from-env",
+        "SKIFF_GRPC_PORT": "9001",
+        "SKIFF_MAX_BATCH_SIZE": "4",
+        "SKIFF_DEVICE": "gpu:1",
+    }
+    settings = parse_settings(["--grpc-port", "7001", "--device", "cpu"], env=env)
+    assert settings.model_dir == Path("/env/dir")
+    assert settings.model_name == "from-env"
+    assert settings.grpc_port == 7001
+    assert settings.device == Device("cpu")
+    assert settings.max_batch_size == 4
+    assert settings.health_port == 8002
+
+
+def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
+    values = {
+        "model_dir": ("/m", Path("/m")),
+        "model_name": ("resnet", "resnet"),
+        "model_version": ("7", "7"),
+        "model_prefix": ("model", "model"),
+        "host": ("127.0.0.1", "127.0.0.1"),
+        "grpc_port": ("0", 0),
+        "health_port": ("65535", 65535),
+        "device": ("gpu:3", Device("gpu", 3)),
+        "cpu_threads": ("4", 4),
+        "enable_mkldnn": ("off", False),
+        "gpu_memory_pool_mb": ("1024", 1024),
+        "tensorrt_precision": ("fp16", TensorRTPrecision.FP16),
+        "trt_min_subgraph_size": ("5", 5),
+        "trt_workspace_mb": ("2048", 2048),
+        "trt_shape_ranges": ("x=1x3:2x3:8x3", {"x": ShapeRange((1, 3), (2, 3), (8, 3))}),
+        "trt_cache_dir": ("/cache", Path("/cache")),
+        "max_batch_size": ("16", 16),
+        "max_queue_size": ("10", 10),
+        "max_message_mb": ("8", 8),
+        "grace_period_s": ("2.5", 2.5),
+        "log_level": ("debug", "DEBUG"),
+    }
+    assert set(values) == set(FIELDS)
+    argv = [arg for option in OPTIONS for arg in (option.flag, values[option.name][0])]
+    env = {option.env: values[option.name][0] for option in OPTIONS}
+    want = {name: parsed for name, (_, parsed) in values.items()}
+    assert fields_of(parse_settings(argv, env={})) == want
+    assert fields_of(parse_settings([], env=env)) == want
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("grpc_port", "http"),
+        ("grpc_port", "70000"),
+        ("health_port", "-1"),
+        ("device", "tpu"),
+        ("device", "gpu:x"),
+        ("cpu_threads", "0"),
+        ("max_batch_size", "-3"),
+        ("max_queue_size", "1.5"),
+        ("enable_mkldnn", "maybe"),
+        ("tensorrt_precision", "fp8"),
+        ("trt_shape_ranges", "x=1x3:2x3"),
+        ("grace_period_s", "soon"),
+        ("grace_period_s", "-1"),
+        ("grace_period_s", "nan"),
+        ("log_level", "verbose"),
+    ],
+)
+def test_bad_value_is_a_settings_error_naming_the_flag_or_env_variable(name: str, value: str) -> None:
+    option = next(o for o in OPTIONS if o.name == name)
+    with pytest.raises(SettingsError) as from_flag:
+        parse_settings([*REQUIRED_ARGS, option.flag, value], env={})
+    assert str(from_flag.value).startswith(f"{option.flag}={value!r}: ")
+    with pytest.raises(SettingsError) as from_env:
+        parse_settings(REQUIRED_ARGS, env={option.env: value})
+    assert str(from_env.value).startswith(f"{option.env}={value!r}: ")
+
+
+def test_a_good_flag_hides_a_bad_env_variable() -> None:
+    settings = parse_settings([*REQUIRED_ARGS, "--grpc-port", "1234"], env={"SKIFF_GRPC_PORT": "nope"})
+    assert settings.grpc_port == 1234
+
+
+@pytest.mark.parametrize(
+    ("argv", "missing"),
+    [(["--model-name", "m"], "--model-dir"), (["--model-dir", "/m"], "--model-name"), ([], "--model-dir")],
+)
+def test_required_option_missing_is_a_settings_error(argv: list[str], missing: str) -> None:
+    env_name = "SKIFF_" + missing.removeprefix("--").replace("-", "_").upper()
+    with pytest.raises(SettingsError, match=rf"^{missing} \(or {env_name}\) is required"):
+        parse_settings(argv, env={})
+
+
+def test_required_option_may_come_from_env() -> None:
+    settings = parse_settings([], env={"SKIFF_MODEL_DIR": "/m", "SKIFF_MODEL_NAME": "n"})
+    assert (settings.model_dir, settings.model_name) == (Path("/m"), "n")
+
+
+@pytest.mark.parametrize(
+    ("text", "device", "shown"),
+    [
+        ("cpu", Device("cpu"), "cpu"),
+        ("gpu", Device("gpu", 0), "gpu:0"),
+        ("gpu:0", Device("gpu", 0), "gpu:0"),
+        ("gpu:7", Device("gpu", 7), "gpu:7"),
+    ],
+)
+def test_device_parse(text: str, device: Device, shown: str) -> None:
+    assert Device.parse(text) == device
+    assert str(device) == shown
+
+
+@pytest.mark.parametrize("text", ["", "CPU", "cuda:0", "gpu:-1", "gpu:a", "cpu:0", "gpu:1:2"])
+def test_device_parse_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match=r"device must be 'cpu' or 'gpu:N', got"):
+        Device.parse(text)
+
+
+def test_parse_shape_ranges_reads_several_inputs() -> None:
+    ranges = parse_shape_ranges(" x=1x3x224x224:8x3x224x224:32x3x224x224 ; ids=1:4:4;")
+    assert ranges == {
+        "x": ShapeRange((1, 3, 224, 224), (8, 3, 224, 224), (32, 3, 224, 224)),
+        "ids": ShapeRange((1,), (4,), (4,)),
+    }
+
+
+def test_parse_shape_ranges_of_empty_text_is_empty() -> None:
+    assert parse_shape_ranges("") == {}
+    assert parse_shape_ranges(" ; ") == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("x1x3:2x3:4x3", "must look like name=MIN:OPT:MAX"),
+        ("x=1x3:2x3", "must look like name=MIN:OPT:MAX"),
+        ("x=1x3:2x3:4x3:8x3", "must look like name=MIN:OPT:MAX"),
+        ("x=1x3:2xa:4x3", "integers joined by 'x'"),
+        ("x=1,3:2,3:4,3", "integers joined by 'x'"),
+        ("x=1x3::4x3", "integers joined by 'x'"),
+        ("=1x3:2x3:4x3", "name is missing or repeated"),
+        ("x=1:2:3;x=1:2:3", "name is missing or repeated"),
+        ("x=1x3:2x3:4x3x1", "same rank"),
+        ("x=8x3:2x3:4x3", "MIN <= OPT <= MAX"),
+        ("x=1x3:8x3:4x3", "MIN <= OPT <= MAX"),
+        ("x=0x3:2x3:4x3", "1 <= MIN"),
+    ],
+)
+def test_parse_shape_ranges_rejects(text: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match="shape range") as info:
+        parse_shape_ranges(text)
+    assert fragment in str(info.value)
