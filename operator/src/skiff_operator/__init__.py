@@ -1,0 +1,1 @@
+"""Skiff's Kubernetes operator: InferenceModel -> Deployments and Services running the Skiff runtime."""

@@ -1,0 +1,113 @@
+"""Command line: `skiff-operator run` (or `python -m skiff_operator`) starts the operator under kopf."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import kopf
+
+from skiff_operator.handlers import OperatorOptions, build_registry
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    namespaces: tuple[str, ...]
+    clusterwide: bool
+    liveness_endpoint: str | None
+    standalone: bool
+    peering_name: str | None
+    log_level: str
+    options: OperatorOptions
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="skiff-operator", description="Runs the Skiff operator, which serves InferenceModels."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="watch InferenceModels and reconcile them")
+    scope = run.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch this namespace (repeatable); default from $SKIFF_OPERATOR_NAMESPACES (comma-separated)",
+    )
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
+    run.add_argument(
+        "--liveness",
+        metavar="URL",
+        default=os.environ.get("SKIFF_OPERATOR_LIVENESS"),
+        help="serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz",
+    )
+    run.add_argument("--standalone", action="store_true", help="skip peering (only one replica runs)")
+    run.add_argument("--peering", metavar="NAME", help="the KopfPeering object shared by replicas")
+    run.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=OperatorOptions.resync_interval_s,
+        help="reconcile every model this often even without changes (default %(default)s)",
+    )
+    run.add_argument(
+        "--watch-timeout-seconds",
+        type=int,
+        default=OperatorOptions.watch_server_timeout_s,
+        help="how long the API server keeps one watch open (default %(default)s)",
+    )
+    run.add_argument(
+        "--log-level",
+        default=os.environ.get("SKIFF_OPERATOR_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    )
+    return parser
+
+
+def parse_run_config(argv: Sequence[str]) -> RunConfig:
+    """`run` is the default command, so `python -m skiff_operator --namespace ml` works too."""
+    args_list = list(argv)
+    if not args_list or (args_list[0].startswith("-") and args_list[0] not in ("-h", "--help")):
+        args_list.insert(0, "run")
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    namespaces = tuple(args.namespace) or tuple(
+        ns for ns in os.environ.get("SKIFF_OPERATOR_NAMESPACES", "").split(",") if ns.strip()
+    )
+    if not namespaces and not args.all_namespaces:
+        parser.error("choose the scope: --namespace NS (repeatable) or --all-namespaces")
+    return RunConfig(
+        namespaces=tuple(ns.strip() for ns in namespaces),
+        clusterwide=bool(args.all_namespaces),
+        liveness_endpoint=args.liveness,
+        standalone=bool(args.standalone),
+        peering_name=args.peering,
+        log_level=args.log_level,
+        options=OperatorOptions(
+            resync_interval_s=args.resync_seconds, watch_server_timeout_s=args.watch_timeout_seconds
+        ),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    run_config = parse_run_config(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=run_config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    kopf.run(
+        registry=build_registry(run_config.options),
+        clusterwide=run_config.clusterwide,
+        namespaces=run_config.namespaces,
+        liveness_endpoint=run_config.liveness_endpoint,
+        standalone=run_config.standalone,
+        peering_name=run_config.peering_name,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

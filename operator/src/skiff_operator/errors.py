@@ -1,0 +1,21 @@
+"""Errors the cluster adapter raises, as domain types that import nothing from a client library."""
+
+from __future__ import annotations
+
+
+class ApplyRejected(Exception):
+    """The API server refused a manifest (4xx other than conflicts/throttling); retrying the same one will not help."""
+
+    def __init__(self, kind: str, name: str, detail: str) -> None:
+        super().__init__(f"{kind} {name} was rejected: {detail}")
+        self.kind = kind
+        self.name = name
+        self.detail = detail
+
+
+class ClusterUnavailable(Exception):
+    """The API server could not be reached or answered 409/429/5xx; the same request may succeed later."""
+
+    def __init__(self, detail: str, retry_after_s: float = 10.0) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s

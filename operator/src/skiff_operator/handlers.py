@@ -1,0 +1,172 @@
+"""kopf adapter: thin handlers that run one reconcile and write back the status and Events it produced."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from skiff_operator import names
+from skiff_operator.errors import ClusterUnavailable
+from skiff_operator.kube import Kube
+from skiff_operator.reconcile import Outcome, reconcile
+from skiff_operator.spec import GROUP, PLURAL, VERSION
+
+ANNOTATION_PREFIX = "skiff.dev"
+_CHILD_FILTER = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    """Timing knobs, set from the command line."""
+
+    resync_interval_s: float = 60.0  # also restores children deleted while no watch event arrived
+    child_debounce_s: float = 1.0  # coalesces bursts of child events into one reconcile
+    watch_server_timeout_s: int = 300
+    handler_backoff_s: float = 15.0
+    posting_level: int = logging.WARNING  # kopf posts its own log lines at or above this level as Events
+
+
+@dataclass
+class _Shared:
+    """Per-process state kept in kopf's memo: the API client, per-model locks and pending child reconciles."""
+
+    kube: Kube
+    exit_stack: contextlib.AsyncExitStack
+    locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+    pending: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
+
+    def lock(self, key: tuple[str, str]) -> asyncio.Lock:
+        return self.locks.setdefault(key, asyncio.Lock())
+
+
+def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
+    # Keep kopf's bookkeeping in annotations: the status schema is structural and would prune status.kopf.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.level = options.posting_level
+    settings.posting.reporting_component = names.MANAGED_BY
+    # Watches end server-side before any proxy or load balancer cuts them, then reconnect promptly.
+    settings.watching.server_timeout = options.watch_server_timeout_s
+    settings.watching.client_timeout = options.watch_server_timeout_s + 30
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = 60
+    settings.networking.error_backoffs = (1, 2, 5, 10, 20, 30)
+    settings.queueing.error_delays = (1, 2, 5, 10, 20, 30, 60)
+    settings.execution.default_backoff = options.handler_backoff_s
+
+
+def child_owner(body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, InferenceModel name) of a child Deployment, Service or Pod, from its model label."""
+    metadata = body.get("metadata") or {}
+    model = (metadata.get("labels") or {}).get(names.MODEL_LABEL)
+    namespace = metadata.get("namespace")
+    return (str(namespace), str(model)) if model and namespace else None
+
+
+def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
+    """Registers every handler on a fresh registry (nothing is registered at import time)."""
+    registry = kopf.OperatorRegistry()
+
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        configure_settings(settings, options)
+        stack = contextlib.AsyncExitStack()
+        kube = await stack.enter_async_context(Kube.connect())
+        memo["skiff"] = _Shared(kube=kube, exit_stack=stack)
+
+    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        shared = _shared(memo)
+        for task in shared.pending.values():
+            task.cancel()
+        await shared.exit_stack.aclose()
+
+    async def reconcile_model(
+        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    ) -> None:
+        shared = _shared(memo)
+        key = (str(body.metadata.namespace), str(body.metadata.name))
+        async with shared.lock(key):
+            outcome = await _reconcile_or_retry(dict(body), shared.kube)
+        patch.status.update(outcome.status)
+        _post_events(body, outcome)
+        logger.debug("applied %s", ", ".join(outcome.applied) or "nothing")
+
+    async def child_changed(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+        key = child_owner(body)
+        shared = _shared(memo)
+        if key is None or (key in shared.pending and not shared.pending[key].done()):
+            return
+        shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger))
+
+    kopf.on.startup(registry=registry)(startup)
+    kopf.on.cleanup(registry=registry)(cleanup)
+    for on in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        on(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", backoff=options.handler_backoff_s)(
+            reconcile_model
+        )
+    kopf.timer(
+        GROUP,
+        VERSION,
+        PLURAL,
+        registry=registry,
+        id="resync",
+        interval=options.resync_interval_s,
+        initial_delay=options.resync_interval_s,
+        backoff=options.handler_backoff_s,
+    )(reconcile_model)
+    for group, version, plural in (("apps", "v1", "deployments"), ("", "v1", "services"), ("", "v1", "pods")):
+        kopf.on.event(group, version, plural, registry=registry, id=f"child-{plural}", labels=_CHILD_FILTER)(
+            child_changed
+        )
+    return registry
+
+
+async def _reconcile_later(
+    shared: _Shared, key: tuple[str, str], options: OperatorOptions, logger: logging.Logger | logging.LoggerAdapter[Any]
+) -> None:
+    """Reconciles the owner of a changed child: restores an edited or deleted child and refreshes status."""
+    namespace, name = key
+    await asyncio.sleep(options.child_debounce_s)
+    try:
+        async with shared.lock(key):
+            body = await shared.kube.read_inference_model(namespace, name)
+            if body is None:
+                return  # the model is gone; the garbage collector removes its children
+            outcome = await reconcile(body, shared.kube, _now())
+            await shared.kube.patch_status(namespace, name, outcome.status)
+        _post_events(body, outcome)
+    except Exception:  # a background task: log it; the resync timer will try again
+        logger.exception("reconcile of %s/%s after a child change failed", namespace, name)
+    finally:
+        shared.pending.pop(key, None)
+
+
+async def _reconcile_or_retry(body: Mapping[str, Any], kube: Kube) -> Outcome:
+    try:
+        return await reconcile(body, kube, _now())
+    except ClusterUnavailable as error:
+        raise kopf.TemporaryError(str(error), delay=error.retry_after_s) from error
+
+
+def _post_events(body: Mapping[str, Any], outcome: Outcome) -> None:
+    for event in outcome.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])  # type: ignore[arg-type]
+
+
+def _shared(memo: kopf.Memo) -> _Shared:
+    shared = memo.get("skiff")
+    if not isinstance(shared, _Shared):
+        raise RuntimeError("the startup handler has not run")
+    return shared
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)

@@ -1,0 +1,209 @@
+"""The only module that talks to the Kubernetes API: server-side apply, child reads and status patches."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Collection, Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from skiff_operator import names
+from skiff_operator.errors import ApplyRejected, ClusterUnavailable
+from skiff_operator.render.contract import CONTAINER_NAME
+from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
+from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState
+
+FIELD_MANAGER = "skiff-operator"
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
+_RETRYABLE_STATUS = frozenset({409, 429, 500, 502, 503, 504})
+_NOT_FOUND = 404
+
+
+class Kube:
+    """An API client bound to the operator's identity (in-cluster service account or $KUBECONFIG)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+        self._apps = client.AppsV1Api(api)
+        self._core = client.CoreV1Api(api)
+        self._custom = client.CustomObjectsApi(api)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def connect(cls) -> AsyncIterator[Kube]:
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            await config.load_kube_config()
+        async with client.ApiClient() as api:
+            yield cls(api)
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None:
+        """Server-side apply of the full desired object; unchanged objects are no-ops on the server."""
+        kind = manifest["kind"]
+        name = manifest["metadata"]["name"]
+        namespace = manifest["metadata"]["namespace"]
+        patchers = {
+            ("apps/v1", "Deployment"): self._apps.patch_namespaced_deployment,
+            ("v1", "Service"): self._core.patch_namespaced_service,
+        }
+        patch = patchers.get((manifest["apiVersion"], kind))
+        if patch is None:
+            raise ApplyRejected(kind, name, f"the operator does not apply {manifest['apiVersion']} {kind}")
+        # The generated stubs omit `_content_type`, which selects server-side apply instead of a JSON patch.
+        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY_CONTENT_TYPE}
+        async with _translated_errors(kind, name):
+            await patch(name, namespace, dict(manifest), **options)
+
+    async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]:
+        missing = set()
+        for claim in sorted(claims):
+            try:
+                await self._core.read_namespaced_persistent_volume_claim(claim, namespace)
+            except ApiException as error:
+                if error.status != _NOT_FOUND:
+                    raise translate_error(error, "PersistentVolumeClaim", claim) from error
+                missing.add(claim)
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise translate_error(error, "PersistentVolumeClaim", claim) from error
+        return frozenset(missing)
+
+    async def read_children(self, model: InferenceModel) -> ChildStates:
+        namespace = model.ref.namespace
+        selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
+        versions_by_label = {names.fit_name(v.name): v.name for v in model.spec.versions}
+        async with _translated_errors("Deployment", selector):
+            deployments = await self._apps.list_namespaced_deployment(namespace, label_selector=selector)
+            pods = await self._core.list_namespaced_pod(namespace, label_selector=selector)
+            events = await self._core.list_namespaced_event(
+                namespace, field_selector="involvedObject.kind=Pod,reason=FailedScheduling"
+            )
+        serialize = self._api.sanitize_for_serialization
+        states: dict[str, DeploymentState] = {}
+        for item in deployments.items:
+            raw = serialize(item)
+            version = versions_by_label.get(raw["metadata"].get("labels", {}).get(names.VERSION_LABEL, ""))
+            if version is not None and owned_by(raw, model.ref.uid):
+                states[version] = deployment_state(raw)
+        pod_states = tuple(
+            state
+            for state in (pod_state(serialize(item), versions_by_label) for item in pods.items)
+            if state is not None
+        )
+        pod_names = {p.name for p in pod_states}
+        pod_events = tuple(
+            event for event in (pod_event(serialize(item)) for item in events.items) if event.pod in pod_names
+        )
+        return ChildStates(deployments=states, pods=pod_states, events=pod_events)
+
+    async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            body: dict[str, Any] = await self._custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+        except ApiException as error:
+            if error.status == _NOT_FOUND:
+                return None
+            raise translate_error(error, "InferenceModel", name) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise translate_error(error, "InferenceModel", name) from error
+        return body
+
+    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        async with _translated_errors("InferenceModel", name):
+            options: dict[str, Any] = {"_content_type": MERGE_PATCH_CONTENT_TYPE}
+            await self._custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}, **options
+            )
+
+
+@contextlib.asynccontextmanager
+async def _translated_errors(kind: str, name: str) -> AsyncIterator[None]:
+    try:
+        yield
+    except (ApiException, aiohttp.ClientError, TimeoutError) as error:
+        raise translate_error(error, kind, name) from error
+
+
+def translate_error(error: Exception, kind: str, name: str) -> ApplyRejected | ClusterUnavailable:
+    """Client exceptions -> domain errors: retryable ones to ClusterUnavailable, the rest to ApplyRejected."""
+    if not isinstance(error, ApiException):
+        return ClusterUnavailable(f"{kind} {name}: {error!r}")
+    if error.status in _RETRYABLE_STATUS:
+        headers: Mapping[str, str] = error.headers or {}
+        retry_after = headers.get("Retry-After")
+        delay = float(retry_after) if retry_after and str(retry_after).isdigit() else 10.0
+        return ClusterUnavailable(f"{kind} {name}: HTTP {error.status} {error.reason}", delay)
+    return ApplyRejected(kind, name, f"HTTP {error.status}: {_api_message(error)}")
+
+
+def _api_message(error: ApiException) -> str:
+    try:
+        body = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        return str(error.reason)
+    return str(body.get("message", error.reason)) if isinstance(body, dict) else str(error.reason)
+
+
+def owned_by(manifest: Mapping[str, Any], uid: str) -> bool:
+    references = manifest.get("metadata", {}).get("ownerReferences") or []
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in references)
+
+
+def deployment_state(manifest: Mapping[str, Any]) -> DeploymentState:
+    """A Deployment (as the API returns it, camelCase) -> what status needs."""
+    status = manifest.get("status") or {}
+    progressing: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Progressing"),
+        {},
+    )
+    return DeploymentState(
+        generation=int(manifest.get("metadata", {}).get("generation", 0)),
+        observed_generation=int(status.get("observedGeneration", 0)),
+        replicas=int(status.get("replicas", 0)),
+        updated_replicas=int(status.get("updatedReplicas", 0)),
+        ready_replicas=int(status.get("readyReplicas", 0)),
+        available_replicas=int(status.get("availableReplicas", 0)),
+        progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
+        new_replica_set_available=progressing.get("reason") == "NewReplicaSetAvailable",
+    )
+
+
+def pod_state(manifest: Mapping[str, Any], versions_by_label: Mapping[str, str]) -> PodState | None:
+    """A Pod -> what status needs; None for pods of versions no longer in the spec."""
+    metadata = manifest.get("metadata") or {}
+    version = versions_by_label.get((metadata.get("labels") or {}).get(names.VERSION_LABEL, ""))
+    if version is None or metadata.get("deletionTimestamp"):
+        return None
+    status = manifest.get("status") or {}
+    scheduled: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+    )
+    unschedulable = scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+    runtime: Mapping[str, Any] = next(
+        (c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER_NAME),
+        {},
+    )
+    waiting = (runtime.get("state") or {}).get("waiting") or {}
+    return PodState(
+        name=str(metadata.get("name", "")),
+        version=version,
+        phase=str(status.get("phase", "Pending")),
+        unschedulable_message=scheduled.get("message") if unschedulable else None,
+        waiting_reason=waiting.get("reason"),
+        waiting_message=waiting.get("message"),
+    )
+
+
+def pod_event(manifest: Mapping[str, Any]) -> PodEvent:
+    involved = manifest.get("involvedObject") or {}
+    return PodEvent(
+        pod=str(involved.get("name", "")),
+        reason=str(manifest.get("reason", "")),
+        message=str(manifest.get("message", "")),
+    )

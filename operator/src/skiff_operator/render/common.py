@@ -1,0 +1,26 @@
+"""Metadata shared by every rendered manifest: namespace, labels and the controller ownerReference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skiff_operator import names
+from skiff_operator.spec import API_VERSION, KIND, InferenceModel
+
+
+def render_metadata(model: InferenceModel, name: str, version: str | None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": model.ref.namespace,
+        "labels": names.object_labels(model.ref.name, version),
+        "ownerReferences": [
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": model.ref.name,
+                "uid": model.ref.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }

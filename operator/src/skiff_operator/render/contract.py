@@ -1,0 +1,33 @@
+"""The runtime container's contract as the operator sees it: command, ports, paths, user, env var names."""
+
+from __future__ import annotations
+
+COMMAND = ("skiff-runtime", "serve")
+CONTAINER_NAME = "runtime"
+
+GRPC_PORT = 8001  # Open Inference Protocol + health
+HEALTH_PORT = 8002  # plaintext grpc.health.v1 only; the kubelet probes it
+METRICS_PORT = 8003  # Prometheus
+
+RUNTIME_UID = 1000
+MODEL_ROOT = "/models"
+TMP_DIR = "/tmp"  # noqa: S108 - an emptyDir mounted in the pod, not the operator's /tmp
+TRT_CACHE_DIR = "/tmp/trt-cache"  # noqa: S108
+TERMINATION_SLACK_S = 10  # pod grace period = runtime drain time + this
+
+# spec field -> runtime env var, written once.
+ENV_MODEL_DIR = "SKIFF_MODEL_DIR"
+ENV_MODEL_NAME = "SKIFF_MODEL_NAME"
+ENV_MODEL_VERSION = "SKIFF_MODEL_VERSION"
+ENV_GRPC_PORT = "SKIFF_GRPC_PORT"
+ENV_HEALTH_PORT = "SKIFF_HEALTH_PORT"
+ENV_METRICS_PORT = "SKIFF_METRICS_PORT"
+ENV_DEVICE = "SKIFF_DEVICE"
+ENV_MAX_BATCH_SIZE = "SKIFF_MAX_BATCH_SIZE"
+ENV_CPU_THREADS = "SKIFF_CPU_THREADS"
+ENV_ENABLE_MKLDNN = "SKIFF_ENABLE_MKLDNN"
+ENV_GPU_MEMORY_POOL_MB = "SKIFF_GPU_MEMORY_POOL_MB"
+ENV_TENSORRT_PRECISION = "SKIFF_TENSORRT_PRECISION"
+ENV_TRT_CACHE_DIR = "SKIFF_TRT_CACHE_DIR"
+ENV_GRACE_PERIOD_S = "SKIFF_GRACE_PERIOD_S"
+ENV_LOG_LEVEL = "SKIFF_LOG_LEVEL"

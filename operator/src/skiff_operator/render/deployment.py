@@ -1,0 +1,205 @@
+"""Renders the Deployment that runs one model version in the Skiff runtime container."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from skiff_operator import names
+from skiff_operator.render import contract
+from skiff_operator.render.common import render_metadata
+from skiff_operator.spec import InferenceModel, ModelSpec, TensorRTPrecision, Toleration, Version
+
+CONFIG_HASH_ANNOTATION = "skiff.dev/config-hash"
+
+# GPU extended resource prefix -> the taint key GPU nodes carry (MIG slices share the plain GPU taint).
+_GPU_TAINT_KEYS = {"nvidia.com/": "nvidia.com/gpu"}
+
+
+def gpu_taint_key(gpu_resource: str) -> str:
+    """The NoSchedule taint key of nodes that offer `gpu_resource`: nvidia.com/gpu for any NVIDIA resource."""
+    for prefix, key in _GPU_TAINT_KEYS.items():
+        if gpu_resource.startswith(prefix):
+            return key
+    return gpu_resource
+
+
+def render_deployment(model: InferenceModel, version: Version) -> dict[str, Any]:
+    name = names.deployment_name(model.ref.name, version.name)
+    selector = names.selector_labels(model.ref.name, version.name)
+    pod_spec = _render_pod_spec(model, version)
+    pod_labels = names.object_labels(model.ref.name, version.name)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": render_metadata(model, name, version.name),
+        "spec": {
+            "replicas": version.replicas,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector},
+            # Never drop below the desired ready count; a surge pod that cannot get a GPU stays Pending
+            # (reported as InsufficientGPU) while the old pods keep serving.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash(pod_labels, pod_spec)},
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def config_hash(labels: dict[str, str], pod_spec: dict[str, Any]) -> str:
+    """A short digest of everything the pod runs with; any change to it rolls the pods."""
+    document = json.dumps({"labels": labels, "spec": pod_spec}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(document.encode()).hexdigest()[:16]
+
+
+def _render_pod_spec(model: InferenceModel, version: Version) -> dict[str, Any]:
+    spec = model.spec
+    pod: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": spec.runtime.grace_period_s + contract.TERMINATION_SLACK_S,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": contract.RUNTIME_UID,
+            "runAsGroup": contract.RUNTIME_UID,
+            "fsGroup": contract.RUNTIME_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_render_container(model, version)],
+        "volumes": [
+            {
+                "name": "model",
+                "persistentVolumeClaim": {"claimName": version.model_uri.claim, "readOnly": True},
+            },
+            {"name": "tmp", "emptyDir": {}},
+        ],
+    }
+    scheduling = spec.scheduling
+    if scheduling.node_selector:
+        pod["nodeSelector"] = dict(scheduling.node_selector)
+    tolerations = render_tolerations(scheduling.tolerations, version)
+    if tolerations:
+        pod["tolerations"] = tolerations
+    if scheduling.affinity is not None:
+        pod["affinity"] = scheduling.affinity.to_manifest()
+    if scheduling.runtime_class_name:
+        pod["runtimeClassName"] = scheduling.runtime_class_name
+    if scheduling.priority_class_name:
+        pod["priorityClassName"] = scheduling.priority_class_name
+    return pod
+
+
+def render_tolerations(user: tuple[Toleration, ...], version: Version) -> list[dict[str, Any]]:
+    """The user's tolerations, plus the GPU taint's NoSchedule toleration when the version requests GPUs."""
+    rendered = [_render_toleration(t) for t in user]
+    if version.resources.gpu > 0:
+        key = gpu_taint_key(version.resources.gpu_resource)
+        if not any(t.key == key for t in user):
+            rendered.append({"key": key, "operator": "Exists", "effect": "NoSchedule"})
+    return rendered
+
+
+def _render_toleration(toleration: Toleration) -> dict[str, Any]:
+    fields = {
+        "key": toleration.key,
+        "operator": toleration.operator,
+        "value": toleration.value,
+        "effect": toleration.effect,
+        "tolerationSeconds": toleration.toleration_seconds,
+    }
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]:
+    mount: dict[str, Any] = {"name": "model", "mountPath": model_dir(version), "readOnly": True}
+    if version.model_uri.path:
+        mount["subPath"] = version.model_uri.path
+    return {
+        "name": contract.CONTAINER_NAME,
+        "image": version.image,
+        "imagePullPolicy": model.spec.runtime.image_pull_policy,
+        "command": list(contract.COMMAND),
+        "env": render_env(model, version),
+        "ports": [
+            {"name": "grpc", "containerPort": contract.GRPC_PORT, "protocol": "TCP"},
+            {"name": "health", "containerPort": contract.HEALTH_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": contract.METRICS_PORT, "protocol": "TCP"},
+        ],
+        "resources": render_resources(version),
+        "volumeMounts": [mount, {"name": "tmp", "mountPath": contract.TMP_DIR}],
+        **render_probes(model.ref.name, model.spec),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+
+
+def model_dir(version: Version) -> str:
+    return f"{contract.MODEL_ROOT}/{version.name}"
+
+
+def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
+    runtime = model.spec.runtime
+    gpu = version.resources.gpu > 0
+    uses_tensorrt = runtime.tensorrt_precision is not TensorRTPrecision.OFF
+    values: list[tuple[str, object | None]] = [
+        (contract.ENV_MODEL_DIR, model_dir(version)),
+        (contract.ENV_MODEL_NAME, model.ref.name),
+        (contract.ENV_MODEL_VERSION, version.name),
+        (contract.ENV_GRPC_PORT, contract.GRPC_PORT),
+        (contract.ENV_HEALTH_PORT, contract.HEALTH_PORT),
+        (contract.ENV_METRICS_PORT, contract.METRICS_PORT),
+        # The device plugin exposes the pod's GPUs from index 0, whichever physical GPUs they are.
+        (contract.ENV_DEVICE, "gpu:0" if gpu else "cpu"),
+        (contract.ENV_MAX_BATCH_SIZE, runtime.max_batch_size),
+        (contract.ENV_CPU_THREADS, runtime.cpu_threads),
+        (contract.ENV_ENABLE_MKLDNN, runtime.enable_mkldnn),
+        (contract.ENV_GPU_MEMORY_POOL_MB, runtime.gpu_memory_pool_mb if gpu else None),
+        (contract.ENV_TENSORRT_PRECISION, runtime.tensorrt_precision.value if gpu else None),
+        (contract.ENV_TRT_CACHE_DIR, contract.TRT_CACHE_DIR if gpu and uses_tensorrt else None),
+        (contract.ENV_GRACE_PERIOD_S, runtime.grace_period_s),
+        (contract.ENV_LOG_LEVEL, runtime.log_level.value),
+    ]
+    return [{"name": name, "value": _env_value(value)} for name, value in values if value is not None]
+
+
+def _env_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def render_resources(version: Version) -> dict[str, Any]:
+    """cpu/memory requests, a memory limit, and the GPU resource in limits (requests default to limits)."""
+    resources = version.resources
+    limits: dict[str, Any] = {"memory": resources.memory}
+    if resources.gpu > 0:
+        limits[resources.gpu_resource] = resources.gpu
+    return {"requests": {"cpu": resources.cpu, "memory": resources.memory}, "limits": limits}
+
+
+def render_probes(model_name: str, spec: ModelSpec) -> dict[str, Any]:
+    """Native gRPC probes on the plaintext health port, asking for the model's health service."""
+    probes = spec.probes
+    grpc = {"port": contract.HEALTH_PORT, "service": model_name}
+    common = {"periodSeconds": probes.period_s, "timeoutSeconds": probes.timeout_s}
+    return {
+        "startupProbe": {
+            "grpc": dict(grpc),
+            **common,
+            "failureThreshold": max(1, math.ceil(probes.startup_timeout_s / probes.period_s)),
+        },
+        "readinessProbe": {"grpc": dict(grpc), **common, "failureThreshold": probes.failure_threshold},
+        "livenessProbe": {"grpc": dict(grpc), **common, "failureThreshold": probes.failure_threshold},
+    }

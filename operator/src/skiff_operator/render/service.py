@@ -1,0 +1,52 @@
+"""Renders the Services: one per version (<model>-<version>) and one for the model (<model>)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skiff_operator import names
+from skiff_operator.render import contract
+from skiff_operator.render.common import render_metadata
+from skiff_operator.spec import InferenceModel, Version
+
+_PORTS = [
+    # h2c tells meshes and Gateway implementations the port speaks plaintext HTTP/2 (gRPC).
+    {
+        "name": "grpc",
+        "port": contract.GRPC_PORT,
+        "targetPort": "grpc",
+        "protocol": "TCP",
+        "appProtocol": "kubernetes.io/h2c",
+    },
+    {"name": "metrics", "port": contract.METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+]
+
+
+def render_version_service(model: InferenceModel, version: Version) -> dict[str, Any]:
+    name = names.version_service_name(model.ref.name, version.name)
+    return _render_service(model, name, version.name, names.selector_labels(model.ref.name, version.name))
+
+
+def render_model_service(model: InferenceModel) -> dict[str, Any]:
+    """The model's stable address.
+
+    It selects the one version holding 100% of traffic; a split across several versions selects every pod
+    of the model (per-connection balancing until a GRPCRoute splits per request).
+    """
+    receiving = [share.version for share in model.spec.traffic if share.percent > 0]
+    only = receiving[0] if len(receiving) == 1 else None
+    selector = names.selector_labels(model.ref.name, only)
+    return _render_service(model, names.model_service_name(model.ref.name), None, selector)
+
+
+def _render_service(model: InferenceModel, name: str, version: str | None, selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": render_metadata(model, name, version),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [dict(port) for port in _PORTS],
+        },
+    }

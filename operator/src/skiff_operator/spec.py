@@ -1,0 +1,370 @@
+"""Parses an InferenceModel body into frozen domain values; raw CR dicts never travel past this module."""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+GROUP = "skiff.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "InferenceModel"
+PLURAL = "inferencemodels"
+
+# Defaults, written once; test_crd.py checks the CRD's `default:` values agree with these.
+DEFAULT_IMAGE = "ghcr.io/skiff-dev/skiff-runtime:0.1.0"
+DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"
+DEFAULT_MAX_BATCH_SIZE = 8
+DEFAULT_GRACE_PERIOD_S = 20
+DEFAULT_LOG_LEVEL = "info"
+DEFAULT_REPLICAS = 1
+DEFAULT_GPU = 0
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_CPU = "1"
+DEFAULT_MEMORY = "2Gi"
+DEFAULT_STARTUP_TIMEOUT_S = 600
+DEFAULT_PROBE_PERIOD_S = 10
+DEFAULT_PROBE_TIMEOUT_S = 5
+DEFAULT_PROBE_FAILURE_THRESHOLD = 3
+
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_PVC_URI = re.compile(r"^pvc://(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<path>(/[^/]+)*)$")
+_RESERVED_SCHEMES = ("s3://", "oci://")
+
+
+class SpecError(ValueError):
+    """A spec that cannot be rendered; `reason` becomes the Ready condition's reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class TensorRTPrecision(enum.StrEnum):
+    OFF = "off"
+    FP32 = "fp32"
+    FP16 = "fp16"
+    INT8 = "int8"
+
+
+class LogLevel(enum.StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class ModelUri:
+    """pvc://<claim>/<path>: a PersistentVolumeClaim and a sub-path inside it ("" for the whole volume)."""
+
+    claim: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Resources:
+    gpu: int
+    gpu_resource: str
+    cpu: str
+    memory: str
+
+
+@dataclass(frozen=True)
+class Version:
+    """One model version, with the model-wide image and resources already merged into it."""
+
+    name: str
+    model_uri: ModelUri
+    replicas: int
+    image: str
+    resources: Resources
+
+
+@dataclass(frozen=True)
+class TrafficShare:
+    version: str
+    percent: int
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    image_pull_policy: str
+    max_batch_size: int
+    cpu_threads: int | None
+    enable_mkldnn: bool | None
+    gpu_memory_pool_mb: int | None
+    tensorrt_precision: TensorRTPrecision
+    grace_period_s: int
+    log_level: LogLevel
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str | None
+    operator: str | None
+    value: str | None
+    effect: str | None
+    toleration_seconds: int | None
+
+
+@dataclass(frozen=True)
+class Affinity:
+    """A pod affinity document, opaque to Skiff; kept as canonical JSON so the value stays frozen."""
+
+    document: str
+
+    def to_manifest(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.document)
+        return loaded
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    node_selector: tuple[tuple[str, str], ...]
+    tolerations: tuple[Toleration, ...]
+    affinity: Affinity | None
+    runtime_class_name: str | None
+    priority_class_name: str | None
+
+
+@dataclass(frozen=True)
+class Probes:
+    startup_timeout_s: int
+    period_s: int
+    timeout_s: int
+    failure_threshold: int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    versions: tuple[Version, ...]
+    traffic: tuple[TrafficShare, ...]
+    runtime: RuntimeOptions
+    scheduling: Scheduling
+    probes: Probes
+
+    def version(self, name: str) -> Version:
+        for version in self.versions:
+            if version.name == name:
+                return version
+        raise KeyError(name)
+
+    def percent_for(self, name: str) -> int:
+        return sum(share.percent for share in self.traffic if share.version == name)
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """What children need to know about the InferenceModel object itself."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class InferenceModel:
+    ref: ObjectRef
+    spec: ModelSpec
+
+
+def parse_inference_model(body: Mapping[str, Any]) -> InferenceModel:
+    """Turns a CR body into an InferenceModel, applying the CRD's defaults; raises SpecError if it cannot."""
+    metadata = _mapping(body.get("metadata"), "metadata")
+    name = _string(metadata.get("name"), "metadata.name")
+    if not _DNS1035.match(name):
+        raise SpecError("InvalidSpec", f"metadata.name {name!r} is not a DNS-1035 label")
+    ref = ObjectRef(
+        name=name,
+        namespace=_string(metadata.get("namespace", "default"), "metadata.namespace"),
+        uid=str(metadata.get("uid", "")),
+        generation=_int(metadata.get("generation", 0), "metadata.generation"),
+    )
+    return InferenceModel(ref=ref, spec=parse_spec(_mapping(body.get("spec"), "spec")))
+
+
+def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
+    runtime = _mapping(spec.get("runtime", {}), "spec.runtime")
+    image = _string(runtime.get("image", DEFAULT_IMAGE), "spec.runtime.image")
+    base_resources = _parse_resources(_mapping(spec.get("resources", {}), "spec.resources"), None)
+    raw_versions = _sequence(spec.get("versions"), "spec.versions")
+    if not raw_versions:
+        raise SpecError("InvalidSpec", "spec.versions must list at least one version")
+    versions = tuple(_parse_version(_mapping(v, "spec.versions[]"), image, base_resources) for v in raw_versions)
+    names = [v.name for v in versions]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise SpecError("InvalidSpec", f"version names must be unique (repeated: {', '.join(duplicates)})")
+    return ModelSpec(
+        versions=versions,
+        traffic=_parse_traffic(spec.get("traffic"), versions),
+        runtime=_parse_runtime(runtime),
+        scheduling=_parse_scheduling(_mapping(spec.get("scheduling", {}), "spec.scheduling")),
+        probes=_parse_probes(_mapping(spec.get("probes", {}), "spec.probes")),
+    )
+
+
+def parse_model_uri(uri: str) -> ModelUri:
+    if uri.startswith(_RESERVED_SCHEMES):
+        raise SpecError("UnsupportedModelUri", f"{uri}: s3:// and oci:// model URIs are not supported yet")
+    match = _PVC_URI.match(uri)
+    if not match:
+        raise SpecError("InvalidModelUri", f"{uri}: modelUri must be pvc://<claim>/<path>")
+    path = match.group("path").lstrip("/")
+    if ".." in path.split("/"):
+        raise SpecError("InvalidModelUri", f"{uri}: modelUri must not contain '..' path segments")
+    return ModelUri(claim=match.group("claim"), path=path)
+
+
+def _parse_version(raw: Mapping[str, Any], image: str, base: Resources) -> Version:
+    name = _string(raw.get("name"), "spec.versions[].name")
+    if not _DNS1035.match(name):
+        raise SpecError("InvalidSpec", f"version name {name!r} is not a DNS-1035 label")
+    overrides = _mapping(raw.get("resources", {}), f"spec.versions[{name}].resources")
+    return Version(
+        name=name,
+        model_uri=parse_model_uri(_string(raw.get("modelUri"), f"spec.versions[{name}].modelUri")),
+        replicas=_int(raw.get("replicas", DEFAULT_REPLICAS), f"spec.versions[{name}].replicas", minimum=0),
+        image=_string(raw.get("image", image), f"spec.versions[{name}].image"),
+        resources=_parse_resources(overrides, base),
+    )
+
+
+def _parse_resources(raw: Mapping[str, Any], base: Resources | None) -> Resources:
+    return Resources(
+        gpu=_int(raw.get("gpu", base.gpu if base else DEFAULT_GPU), "resources.gpu", minimum=0),
+        gpu_resource=_string(
+            raw.get("gpuResourceName", base.gpu_resource if base else DEFAULT_GPU_RESOURCE),
+            "resources.gpuResourceName",
+        ),
+        cpu=_quantity(raw.get("cpu", base.cpu if base else DEFAULT_CPU), "resources.cpu"),
+        memory=_quantity(raw.get("memory", base.memory if base else DEFAULT_MEMORY), "resources.memory"),
+    )
+
+
+def _parse_traffic(raw: Any, versions: Sequence[Version]) -> tuple[TrafficShare, ...]:
+    if not raw:
+        if len(versions) > 1:
+            raise SpecError("InvalidSpec", "traffic is required when more than one version is listed")
+        return (TrafficShare(version=versions[0].name, percent=100),)
+    shares = tuple(
+        TrafficShare(
+            version=_string(item.get("version"), "spec.traffic[].version"),
+            percent=_int(item.get("percent"), "spec.traffic[].percent", minimum=0),
+        )
+        for item in (_mapping(i, "spec.traffic[]") for i in _sequence(raw, "spec.traffic"))
+    )
+    known = {v.name for v in versions}
+    unknown = sorted({s.version for s in shares} - known)
+    if unknown:
+        raise SpecError("InvalidSpec", f"traffic names unknown versions: {', '.join(unknown)}")
+    if sum(s.percent for s in shares) != 100:
+        raise SpecError("InvalidSpec", "traffic percentages must sum to 100")
+    return shares
+
+
+def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
+    def optional_int(key: str) -> int | None:
+        value = raw.get(key)
+        return None if value is None else _int(value, f"spec.runtime.{key}", minimum=1)
+
+    mkldnn = raw.get("enableMkldnn")
+    if mkldnn is not None and not isinstance(mkldnn, bool):
+        raise SpecError("InvalidSpec", "spec.runtime.enableMkldnn must be true or false")
+    try:
+        precision = TensorRTPrecision(raw.get("tensorrtPrecision", TensorRTPrecision.OFF.value))
+        log_level = LogLevel(raw.get("logLevel", DEFAULT_LOG_LEVEL))
+    except ValueError as error:
+        raise SpecError("InvalidSpec", f"spec.runtime: {error}") from error
+    return RuntimeOptions(
+        image_pull_policy=_string(raw.get("imagePullPolicy", DEFAULT_IMAGE_PULL_POLICY), "imagePullPolicy"),
+        max_batch_size=_int(raw.get("maxBatchSize", DEFAULT_MAX_BATCH_SIZE), "maxBatchSize", minimum=1),
+        cpu_threads=optional_int("cpuThreads"),
+        enable_mkldnn=mkldnn,
+        gpu_memory_pool_mb=optional_int("gpuMemoryPoolMb"),
+        tensorrt_precision=precision,
+        grace_period_s=_int(raw.get("gracePeriodSeconds", DEFAULT_GRACE_PERIOD_S), "gracePeriodSeconds", minimum=0),
+        log_level=log_level,
+    )
+
+
+def _parse_scheduling(raw: Mapping[str, Any]) -> Scheduling:
+    node_selector = _mapping(raw.get("nodeSelector", {}), "spec.scheduling.nodeSelector")
+    affinity = raw.get("affinity")
+    return Scheduling(
+        node_selector=tuple(sorted((str(k), str(v)) for k, v in node_selector.items())),
+        tolerations=tuple(
+            _parse_toleration(_mapping(t, "spec.scheduling.tolerations[]"))
+            for t in _sequence(raw.get("tolerations", []), "spec.scheduling.tolerations")
+        ),
+        affinity=Affinity(json.dumps(affinity, sort_keys=True)) if affinity else None,
+        runtime_class_name=_optional_string(raw.get("runtimeClassName")),
+        priority_class_name=_optional_string(raw.get("priorityClassName")),
+    )
+
+
+def _parse_toleration(raw: Mapping[str, Any]) -> Toleration:
+    seconds = raw.get("tolerationSeconds")
+    return Toleration(
+        key=_optional_string(raw.get("key")),
+        operator=_optional_string(raw.get("operator")),
+        value=_optional_string(raw.get("value")),
+        effect=_optional_string(raw.get("effect")),
+        toleration_seconds=None if seconds is None else _int(seconds, "tolerationSeconds"),
+    )
+
+
+def _parse_probes(raw: Mapping[str, Any]) -> Probes:
+    return Probes(
+        startup_timeout_s=_int(
+            raw.get("startupTimeoutSeconds", DEFAULT_STARTUP_TIMEOUT_S), "startupTimeoutSeconds", minimum=1
+        ),
+        period_s=_int(raw.get("periodSeconds", DEFAULT_PROBE_PERIOD_S), "periodSeconds", minimum=1),
+        timeout_s=_int(raw.get("timeoutSeconds", DEFAULT_PROBE_TIMEOUT_S), "timeoutSeconds", minimum=1),
+        failure_threshold=_int(
+            raw.get("failureThreshold", DEFAULT_PROBE_FAILURE_THRESHOLD), "failureThreshold", minimum=1
+        ),
+    )
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError("InvalidSpec", f"{where} must be an object")
+    return value
+
+
+def _sequence(value: Any, where: str) -> Sequence[Any]:
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise SpecError("InvalidSpec", f"{where} must be a list")
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise SpecError("InvalidSpec", f"{where} must be a non-empty string")
+    return value
+
+
+def _optional_string(value: Any) -> str | None:
+    return None if value in (None, "") else str(value)
+
+
+def _int(value: Any, where: str, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError("InvalidSpec", f"{where} must be an integer")
+    if minimum is not None and value < minimum:
+        raise SpecError("InvalidSpec", f"{where} must be at least {minimum}")
+    return value
+
+
+def _quantity(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "":
+        raise SpecError("InvalidSpec", f"{where} must be a quantity such as 2, 500m or 4Gi")
+    return str(value)

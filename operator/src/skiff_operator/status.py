@@ -1,0 +1,351 @@
+"""Summarizes the observed children of an InferenceModel into its status: conditions, versions and endpoint."""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from skiff_operator import names
+from skiff_operator.render import contract
+from skiff_operator.spec import InferenceModel, Version
+
+READY = "Ready"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+CONDITION_TYPES = (READY, PROGRESSING, DEGRADED)
+
+# Container waiting reasons that mean the pod will not start without a change from the user.
+_IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+_CRASH_REASONS = frozenset({"CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError"})
+
+
+class Reason(enum.StrEnum):
+    """Condition reasons, one closed set; docs/operator.md explains each."""
+
+    ALL_VERSIONS_READY = "AllVersionsReady"
+    ROLLING_OUT = "RollingOut"
+    ROLLOUT_COMPLETE = "RolloutComplete"
+    AS_EXPECTED = "AsExpected"
+    SCALED_TO_ZERO = "ScaledToZero"
+    REPLICAS_UNAVAILABLE = "ReplicasUnavailable"
+    PVC_NOT_FOUND = "PVCNotFound"
+    INSUFFICIENT_GPU = "InsufficientGPU"
+    UNSCHEDULABLE = "Unschedulable"
+    IMAGE_PULL_FAILED = "ImagePullFailed"
+    CRASH_LOOP = "CrashLoopBackOff"
+    ROLLOUT_STUCK = "RolloutStuck"
+    INVALID_SPEC = "InvalidSpec"
+    INVALID_MODEL_URI = "InvalidModelUri"
+    UNSUPPORTED_MODEL_URI = "UnsupportedModelUri"
+    APPLY_FAILED = "ApplyFailed"
+
+
+# Problems that stop a rollout until something changes (Progressing=False), rather than slow it down.
+_STALLING = frozenset({Reason.PVC_NOT_FOUND, Reason.ROLLOUT_STUCK})
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    """What status needs from one Deployment."""
+
+    generation: int
+    observed_generation: int
+    replicas: int  # all pods, old and new
+    updated_replicas: int
+    ready_replicas: int
+    available_replicas: int
+    progress_deadline_exceeded: bool = False  # Progressing=False, reason ProgressDeadlineExceeded
+    new_replica_set_available: bool = False  # Progressing reason NewReplicaSetAvailable: a rollout completed
+
+
+@dataclass(frozen=True)
+class PodState:
+    """What status needs from one pod of a version."""
+
+    name: str
+    version: str
+    phase: str
+    unschedulable_message: str | None = None  # PodScheduled=False, reason Unschedulable
+    waiting_reason: str | None = None  # the runtime container's state.waiting.reason
+    waiting_message: str | None = None
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    """A Kubernetes Event about a pod (e.g. FailedScheduling)."""
+
+    pod: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ChildStates:
+    """Everything observed about the model's children, keyed by version name."""
+
+    deployments: Mapping[str, DeploymentState] = field(default_factory=dict)
+    pods: tuple[PodState, ...] = ()
+    events: tuple[PodEvent, ...] = ()
+    missing_claims: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Problem:
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class VersionSummary:
+    name: str
+    desired: int
+    ready: int
+    updated: int
+    rolled_out: bool
+    traffic_percent: int
+    problem: Problem | None
+
+    @property
+    def serving(self) -> bool:
+        return self.rolled_out and self.desired >= 1 and self.ready >= self.desired
+
+
+@dataclass(frozen=True)
+class StatusEvent:
+    """A Kubernetes Event to post on the InferenceModel for a meaningful transition."""
+
+    type: str  # "Normal" | "Warning"
+    reason: str
+    message: str
+
+
+def summarize_versions(model: InferenceModel, children: ChildStates) -> tuple[VersionSummary, ...]:
+    return tuple(_summarize_version(model, version, children) for version in model.spec.versions)
+
+
+def summarize_conditions(versions: Sequence[VersionSummary]) -> tuple[Condition, ...]:
+    receiving = [v for v in versions if v.traffic_percent > 0 and v.desired > 0]
+    problems = [v for v in versions if v.problem is not None]
+    not_serving = [v for v in receiving if not v.serving]
+
+    if not receiving:
+        ready = Condition(READY, "False", Reason.SCALED_TO_ZERO, "no version has replicas to receive traffic")
+    elif not not_serving:
+        ready = Condition(READY, "True", Reason.ALL_VERSIONS_READY, _progress(receiving))
+    else:
+        first = next((v.problem for v in not_serving if v.problem is not None), None)
+        reason = first.reason if first else Reason.ROLLING_OUT
+        message = first.message if first else f"waiting for {_progress(not_serving)}"
+        ready = Condition(READY, "False", reason, message)
+
+    rolling = [v for v in versions if not v.rolled_out]
+    stalled = [v.problem for v in versions if v.problem is not None and v.problem.reason in _STALLING]
+    if stalled:
+        progressing = Condition(PROGRESSING, "False", stalled[0].reason, stalled[0].message)
+    elif rolling:
+        progressing = Condition(PROGRESSING, "True", Reason.ROLLING_OUT, f"rolling out {_progress(rolling)}")
+    else:
+        progressing = Condition(PROGRESSING, "False", Reason.ROLLOUT_COMPLETE, "every version is rolled out")
+
+    if problems:
+        first_problem = problems[0].problem
+        assert first_problem is not None
+        message = "; ".join(v.problem.message for v in problems if v.problem is not None)
+        degraded = Condition(DEGRADED, "True", first_problem.reason, message)
+    else:
+        degraded = Condition(DEGRADED, "False", Reason.AS_EXPECTED, "no problems observed")
+    return ready, progressing, degraded
+
+
+def summarize_status(
+    model: InferenceModel,
+    children: ChildStates,
+    *,
+    previous_conditions: Sequence[Mapping[str, Any]] = (),
+    now: datetime.datetime,
+) -> dict[str, Any]:
+    """The full `.status` of the model from the state of its children."""
+    versions = summarize_versions(model, children)
+    conditions = summarize_conditions(versions)
+    namespace = model.ref.namespace
+    return {
+        "observedGeneration": model.ref.generation,
+        "conditions": render_conditions(conditions, previous_conditions, model.ref.generation, now),
+        "versions": [
+            {
+                "name": v.name,
+                "replicas": v.desired,
+                "readyReplicas": v.ready,
+                "updatedReplicas": v.updated,
+                "ready": v.serving,
+                "trafficPercent": v.traffic_percent,
+                "endpoint": names.service_host(
+                    names.version_service_name(model.ref.name, v.name), namespace, contract.GRPC_PORT
+                ),
+            }
+            for v in versions
+        ],
+        "endpoint": names.service_host(names.model_service_name(model.ref.name), namespace, contract.GRPC_PORT),
+        "versionNames": ",".join(v.name for v in model.spec.versions),
+        "trafficSplit": ",".join(f"{share.version}={share.percent}" for share in model.spec.traffic),
+        "gpus": sum(v.replicas * v.resources.gpu for v in model.spec.versions),
+    }
+
+
+def summarize_blocked(
+    generation: int,
+    problem: Problem,
+    *,
+    previous_conditions: Sequence[Mapping[str, Any]] = (),
+    now: datetime.datetime,
+) -> dict[str, Any]:
+    """The status of a model whose spec cannot be rendered or applied: not ready, not progressing, degraded."""
+    conditions = (
+        Condition(READY, "False", problem.reason, problem.message),
+        Condition(PROGRESSING, "False", problem.reason, problem.message),
+        Condition(DEGRADED, "True", problem.reason, problem.message),
+    )
+    return {
+        "observedGeneration": generation,
+        "conditions": render_conditions(conditions, previous_conditions, generation, now),
+    }
+
+
+def render_conditions(
+    conditions: Sequence[Condition],
+    previous: Sequence[Mapping[str, Any]],
+    generation: int,
+    now: datetime.datetime,
+) -> list[dict[str, Any]]:
+    """Conditions as the API expects them; lastTransitionTime moves only when a condition's status changes."""
+    before = {c.get("type"): c for c in previous}
+    stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rendered = []
+    for condition in conditions:
+        old = before.get(condition.type)
+        unchanged = old is not None and old.get("status") == condition.status and old.get("lastTransitionTime")
+        rendered.append(
+            {
+                "type": condition.type,
+                "status": condition.status,
+                "reason": str(condition.reason),
+                "message": condition.message,
+                "lastTransitionTime": old["lastTransitionTime"] if unchanged and old else stamp,
+                "observedGeneration": generation,
+            }
+        )
+    return rendered
+
+
+def transition_events(previous: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> list[StatusEvent]:
+    """Events worth posting: Ready changed status or reason, or Degraded turned True or changed reason."""
+    before = {c.get("type"): c for c in previous}
+    after = {c.get("type"): c for c in current}
+    events: list[StatusEvent] = []
+    ready, old_ready = after.get(READY), before.get(READY)
+    degraded, old_degraded = after.get(DEGRADED), before.get(DEGRADED)
+    is_degraded = bool(degraded and degraded.get("status") == "True")
+    if ready and _changed(ready, old_ready):
+        # Not ready only because pods are starting is normal; not ready because something is wrong is a warning.
+        kind = "Warning" if ready.get("status") != "True" and is_degraded else "Normal"
+        events.append(StatusEvent(kind, str(ready.get("reason")), str(ready.get("message"))))
+    degraded_changed = degraded is not None and _changed(degraded, old_degraded)
+    already_told = bool(events) and degraded is not None and events[-1].reason == degraded.get("reason")
+    if is_degraded and degraded is not None and degraded_changed and not already_told:
+        events.append(StatusEvent("Warning", str(degraded.get("reason")), str(degraded.get("message"))))
+    return events
+
+
+def _changed(condition: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
+    return old is None or (old.get("status"), old.get("reason")) != (condition.get("status"), condition.get("reason"))
+
+
+def _summarize_version(model: InferenceModel, version: Version, children: ChildStates) -> VersionSummary:
+    deployment = children.deployments.get(version.name)
+    percent = model.spec.percent_for(version.name)
+    if deployment is None:
+        return VersionSummary(
+            name=version.name,
+            desired=version.replicas,
+            ready=0,
+            updated=0,
+            rolled_out=version.replicas == 0 and version.model_uri.claim not in children.missing_claims,
+            traffic_percent=percent,
+            problem=_version_problem(version, None, children),
+        )
+    rolled_out = (
+        deployment.observed_generation >= deployment.generation
+        and deployment.updated_replicas >= version.replicas
+        and deployment.replicas == deployment.updated_replicas  # no old pods left
+        # the new pods became available once; losing one later is degraded, not a rollout
+        and (deployment.available_replicas >= version.replicas or deployment.new_replica_set_available)
+    )
+    return VersionSummary(
+        name=version.name,
+        desired=version.replicas,
+        ready=deployment.ready_replicas,
+        updated=deployment.updated_replicas,
+        rolled_out=rolled_out,
+        traffic_percent=percent,
+        problem=_version_problem(version, deployment, children),
+    )
+
+
+def _version_problem(version: Version, deployment: DeploymentState | None, children: ChildStates) -> Problem | None:
+    """The most important thing wrong with one version, in the order a user should fix them."""
+    where = f"version {version.name}"
+    if version.model_uri.claim in children.missing_claims:
+        return Problem(
+            Reason.PVC_NOT_FOUND,
+            f"{where}: PersistentVolumeClaim {version.model_uri.claim!r} not found; create it or fix modelUri",
+        )
+    pods = [pod for pod in children.pods if pod.version == version.name]
+    pending = {pod.name for pod in pods if pod.phase == "Pending"}
+    scheduling = [p.unschedulable_message for p in pods if p.name in pending and p.unschedulable_message]
+    # Events outlive their cause: only those about pods still Pending count.
+    scheduling += [e.message for e in children.events if e.pod in pending and e.reason == "FailedScheduling"]
+    insufficient = f"Insufficient {version.resources.gpu_resource}"
+    if version.resources.gpu > 0 and any(insufficient in message for message in scheduling):
+        return Problem(
+            Reason.INSUFFICIENT_GPU,
+            f"{where}: {len(pending)} pod(s) Pending, no node has {version.resources.gpu} free "
+            f"{version.resources.gpu_resource}: {_first(scheduling, insufficient)}",
+        )
+    if scheduling:
+        return Problem(Reason.UNSCHEDULABLE, f"{where}: pods cannot be scheduled: {scheduling[0]}")
+    for reasons, problem in ((_IMAGE_PULL_REASONS, Reason.IMAGE_PULL_FAILED), (_CRASH_REASONS, Reason.CRASH_LOOP)):
+        failing = [p for p in pods if p.waiting_reason in reasons]
+        if failing:
+            pod = failing[0]
+            detail = f": {pod.waiting_message}" if pod.waiting_message else ""
+            return Problem(problem, f"{where}: pod {pod.name} is {pod.waiting_reason}{detail}")
+    if deployment is None:  # not created yet, or deleted and about to be restored: still rolling out
+        return None
+    if deployment.progress_deadline_exceeded:
+        return Problem(Reason.ROLLOUT_STUCK, f"{where}: rollout exceeded its progress deadline")
+    # A finished rollout that lost ready pods is degraded; pods still starting in a rollout are not.
+    if deployment.new_replica_set_available and deployment.ready_replicas < version.replicas:
+        return Problem(
+            Reason.REPLICAS_UNAVAILABLE,
+            f"{where}: {deployment.ready_replicas}/{version.replicas} replicas ready",
+        )
+    return None
+
+
+def _first(messages: Sequence[str], needle: str) -> str:
+    return next(m for m in messages if needle in m)
+
+
+def _progress(versions: Sequence[VersionSummary]) -> str:
+    return ", ".join(f"{v.name} {v.ready}/{v.desired} ready" for v in versions)

@@ -1,0 +1,1 @@
+"""Tests of skiff_operator.render."""

@@ -1,0 +1,288 @@
+"""render.deployment: GPU/MIG resources, tolerations, gRPC probes, the runtime env, security and volumes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from skiff_operator.render.deployment import CONFIG_HASH_ANNOTATION, gpu_taint_key, render_deployment
+from skiff_operator.spec import parse_inference_model
+
+Body = Callable[..., dict[str, Any]]
+
+
+def deployment(body: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    model = parse_inference_model(body)
+    return render_deployment(model, model.spec.versions[index])
+
+
+def pod_spec(body: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = deployment(body)["spec"]["template"]["spec"]
+    return spec
+
+
+def container(body: dict[str, Any]) -> dict[str, Any]:
+    main: dict[str, Any] = pod_spec(body)["containers"][0]
+    return main
+
+
+def env(body: dict[str, Any]) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in container(body)["env"]}
+
+
+@pytest.mark.parametrize(
+    ("resources", "limits", "device"),
+    [
+        ({}, {"memory": "2Gi"}, "cpu"),
+        ({"gpu": 1}, {"memory": "2Gi", "nvidia.com/gpu": 1}, "gpu:0"),
+        ({"gpu": 4, "memory": "32Gi"}, {"memory": "32Gi", "nvidia.com/gpu": 4}, "gpu:0"),
+        (
+            {"gpu": 1, "gpuResourceName": "nvidia.com/mig-1g.10gb"},
+            {"memory": "2Gi", "nvidia.com/mig-1g.10gb": 1},
+            "gpu:0",
+        ),
+        ({"gpu": 2, "gpuResourceName": "amd.com/gpu"}, {"memory": "2Gi", "amd.com/gpu": 2}, "gpu:0"),
+    ],
+)
+def test_gpu_limit_and_device_set_from_spec(
+    make_body: Body, resources: dict[str, Any], limits: dict[str, Any], device: str
+) -> None:
+    body = make_body(resources=resources)
+    assert container(body)["resources"]["limits"] == limits
+    assert "nvidia.com/gpu" not in container(body)["resources"]["requests"]
+    assert env(body)["SKIFF_DEVICE"] == device
+
+
+def test_gpu_count_is_an_integer_in_limits(make_body: Body) -> None:
+    limits = container(make_body(resources={"gpu": 2}))["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == 2
+    assert isinstance(limits["nvidia.com/gpu"], int)
+
+
+@pytest.mark.parametrize(
+    ("resource", "taint_key"),
+    [
+        ("nvidia.com/gpu", "nvidia.com/gpu"),
+        ("nvidia.com/mig-1g.10gb", "nvidia.com/gpu"),
+        ("nvidia.com/mig-3g.40gb", "nvidia.com/gpu"),
+        ("amd.com/gpu", "amd.com/gpu"),
+    ],
+)
+def test_gpu_taint_key_for_resource(resource: str, taint_key: str) -> None:
+    assert gpu_taint_key(resource) == taint_key
+
+
+@pytest.mark.parametrize(
+    ("resources", "user", "expected"),
+    [
+        ({}, [], None),
+        ({"gpu": 1}, [], [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        (
+            {"gpu": 1, "gpuResourceName": "nvidia.com/mig-2g.20gb"},
+            [],
+            [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        ),
+        (
+            {"gpu": 1},
+            [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}],
+            [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}],
+        ),
+        (
+            {"gpu": 1},
+            [{"key": "team", "operator": "Exists"}],
+            [
+                {"key": "team", "operator": "Exists"},
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            ],
+        ),
+        ({}, [{"key": "team", "operator": "Exists"}], [{"key": "team", "operator": "Exists"}]),
+    ],
+)
+def test_toleration_defaults(
+    make_body: Body, resources: dict[str, Any], user: list[dict[str, Any]], expected: list[Any] | None
+) -> None:
+    body = make_body(resources=resources, scheduling={"tolerations": user})
+    assert pod_spec(body).get("tolerations") == expected
+
+
+@pytest.mark.parametrize("probe", ["startupProbe", "readinessProbe", "livenessProbe"])
+def test_probes_are_native_grpc_on_the_health_port(make_body: Body, probe: str) -> None:
+    spec = container(make_body(name="bert"))[probe]
+    assert spec["grpc"] == {"port": 8002, "service": "bert"}
+    assert isinstance(spec["grpc"]["port"], int)
+    assert "httpGet" not in spec
+    assert "exec" not in spec
+
+
+@pytest.mark.parametrize(
+    ("probes", "startup_failures", "period"),
+    [
+        ({}, 60, 10),
+        ({"startupTimeoutSeconds": 900}, 90, 10),
+        ({"startupTimeoutSeconds": 95, "periodSeconds": 10}, 10, 10),  # rounds up: never less than asked
+        ({"startupTimeoutSeconds": 30, "periodSeconds": 30}, 1, 30),
+    ],
+)
+def test_startup_budget_from_spec(make_body: Body, probes: dict[str, Any], startup_failures: int, period: int) -> None:
+    startup = container(make_body(probes=probes))["startupProbe"]
+    assert startup["failureThreshold"] == startup_failures
+    assert startup["periodSeconds"] == period
+    assert startup["failureThreshold"] * startup["periodSeconds"] >= probes.get("startupTimeoutSeconds", 600)
+
+
+def test_readiness_and_liveness_use_the_failure_threshold(make_body: Body) -> None:
+    main = container(make_body(probes={"failureThreshold": 5, "timeoutSeconds": 2}))
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert main[probe]["failureThreshold"] == 5
+        assert main[probe]["timeoutSeconds"] == 2
+
+
+def test_runtime_contract_env(make_body: Body) -> None:
+    values = env(make_body(name="bert"))
+    assert values["SKIFF_MODEL_DIR"] == "/models/v1"
+    assert values["SKIFF_MODEL_NAME"] == "bert"
+    assert values["SKIFF_MODEL_VERSION"] == "v1"
+    assert (values["SKIFF_GRPC_PORT"], values["SKIFF_HEALTH_PORT"], values["SKIFF_METRICS_PORT"]) == (
+        "8001",
+        "8002",
+        "8003",
+    )
+    assert values["SKIFF_MAX_BATCH_SIZE"] == "8"
+    assert values["SKIFF_GRACE_PERIOD_S"] == "20"
+    assert values["SKIFF_LOG_LEVEL"] == "info"
+    assert container(make_body())["command"] == ["skiff-runtime", "serve"]
+
+
+def test_unset_runtime_options_are_left_to_the_runtime(make_body: Body) -> None:
+    values = env(make_body())
+    for name in ("SKIFF_CPU_THREADS", "SKIFF_ENABLE_MKLDNN", "SKIFF_GPU_MEMORY_POOL_MB", "SKIFF_TRT_CACHE_DIR"):
+        assert name not in values
+    assert "SKIFF_TENSORRT_PRECISION" not in values  # CPU pods get no GPU options
+
+
+@pytest.mark.parametrize(("mkldnn", "value"), [(True, "true"), (False, "false")])
+def test_booleans_are_passed_as_true_false(make_body: Body, mkldnn: bool, value: str) -> None:
+    assert env(make_body(runtime={"enableMkldnn": mkldnn}))["SKIFF_ENABLE_MKLDNN"] == value
+
+
+def test_gpu_options_are_passed_on_gpu(make_body: Body) -> None:
+    values = env(make_body(resources={"gpu": 1}, runtime={"tensorrtPrecision": "fp16", "gpuMemoryPoolMb": 1024}))
+    assert values["SKIFF_TENSORRT_PRECISION"] == "fp16"
+    assert values["SKIFF_GPU_MEMORY_POOL_MB"] == "1024"
+    assert values["SKIFF_TRT_CACHE_DIR"] == "/tmp/trt-cache"
+
+
+def test_pod_meets_pod_security_restricted(make_body: Body) -> None:
+    pod = pod_spec(make_body(resources={"gpu": 1}))
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for item in pod["containers"]:
+        context = item["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert context["runAsNonRoot"] is True
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert all("hostPath" not in volume for volume in pod["volumes"])
+    assert not pod.get("hostNetwork")
+    assert not pod.get("hostPID")
+    assert pod["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize(
+    ("uri", "claim", "sub_path"),
+    [("pvc://models/resnet/v1", "models", "resnet/v1"), ("pvc://whole-volume", "whole-volume", None)],
+)
+def test_model_is_mounted_read_only_from_the_pvc(make_body: Body, uri: str, claim: str, sub_path: str | None) -> None:
+    body = make_body(versions=[{"name": "v7", "modelUri": uri}])
+    volumes = {volume["name"]: volume for volume in pod_spec(body)["volumes"]}
+    assert volumes["model"]["persistentVolumeClaim"] == {"claimName": claim, "readOnly": True}
+    assert volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
+    mounts = {mount["name"]: mount for mount in container(body)["volumeMounts"]}
+    assert mounts["model"]["mountPath"] == "/models/v7"
+    assert mounts["model"]["readOnly"] is True
+    assert mounts["model"].get("subPath") == sub_path
+    assert mounts["tmp"]["mountPath"] == "/tmp"
+    assert env(body)["SKIFF_MODEL_DIR"] == "/models/v7"
+
+
+def test_scheduling_fields_reach_the_pod(make_body: Body) -> None:
+    pod = pod_spec(
+        make_body(
+            scheduling={
+                "nodeSelector": {"pool": "gpu"},
+                "runtimeClassName": "nvidia",
+                "priorityClassName": "inference",
+                "affinity": {"podAntiAffinity": {}},
+            }
+        )
+    )
+    assert pod["nodeSelector"] == {"pool": "gpu"}
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["priorityClassName"] == "inference"
+    assert pod["affinity"] == {"podAntiAffinity": {}}
+
+
+def test_termination_grace_covers_the_runtime_drain(make_body: Body) -> None:
+    pod = pod_spec(make_body(runtime={"gracePeriodSeconds": 45}))
+    assert pod["terminationGracePeriodSeconds"] == 55
+    assert env(make_body(runtime={"gracePeriodSeconds": 45}))["SKIFF_GRACE_PERIOD_S"] == "45"
+
+
+def config_hash(body: dict[str, Any]) -> str:
+    annotation: str = deployment(body)["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
+    return annotation
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"runtime": {"maxBatchSize": 16}},
+        {"runtime": {"image": "ghcr.io/skiff-dev/skiff-runtime:0.2.0"}},
+        {"resources": {"gpu": 1}},
+        {"probes": {"startupTimeoutSeconds": 1200}},
+        {"versions": [{"name": "v1", "modelUri": "pvc://models/demo/v2"}]},
+    ],
+)
+def test_config_change_changes_the_pod_hash(make_body: Body, change: dict[str, Any]) -> None:
+    assert config_hash(make_body()) == config_hash(make_body())
+    assert config_hash(make_body(**change)) != config_hash(make_body())
+
+
+def test_replica_count_does_not_roll_pods(make_body: Body) -> None:
+    one = make_body(versions=[{"name": "v1", "modelUri": "pvc://m/x", "replicas": 1}])
+    five = make_body(versions=[{"name": "v1", "modelUri": "pvc://m/x", "replicas": 5}])
+    assert config_hash(one) == config_hash(five)
+    assert deployment(five)["spec"]["replicas"] == 5
+
+
+def test_deployment_is_owned_by_the_model(make_body: Body) -> None:
+    meta = deployment(make_body(name="bert", namespace="nlp"))["metadata"]
+    assert meta["name"] == "bert-v1"
+    assert meta["namespace"] == "nlp"
+    (owner,) = meta["ownerReferences"]
+    assert owner["kind"] == "InferenceModel"
+    assert owner["apiVersion"] == "skiff.dev/v1alpha1"
+    assert owner["controller"] is True
+    assert owner["uid"]
+
+
+def test_selector_matches_the_pod_labels(make_body: Body) -> None:
+    rendered = deployment(make_body())
+    selector = rendered["spec"]["selector"]["matchLabels"]
+    labels = rendered["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= labels.items()
+    assert selector == {"skiff.dev/model": "demo", "skiff.dev/version": "v1"}
+
+
+def test_version_image_overrides_the_runtime_image(make_body: Body) -> None:
+    body = make_body(
+        versions=[{"name": "a", "modelUri": "pvc://m/a"}, {"name": "b", "modelUri": "pvc://m/b", "image": "x:1"}],
+        traffic=[{"version": "a", "percent": 50}, {"version": "b", "percent": 50}],
+        runtime={"image": "base:1"},
+    )
+    assert deployment(body, 0)["spec"]["template"]["spec"]["containers"][0]["image"] == "base:1"
+    assert deployment(body, 1)["spec"]["template"]["spec"]["containers"][0]["image"] == "x:1"

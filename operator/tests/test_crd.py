@@ -1,0 +1,263 @@
+"""The CRD: structure, descriptions, CEL rules (evaluated with cel-python), examples valid, bad ones rejected."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import celpy
+import jsonschema
+import pytest
+import yaml
+from celpy import celtypes
+
+from skiff_operator import spec as spec_module
+from skiff_operator.spec import parse_inference_model
+from tests.conftest import apply_defaults, crd_schema, example_paths, load_crd
+
+INVALID = yaml.safe_load((Path(__file__).parent / "invalid_examples.yaml").read_text())
+
+
+# --- helpers: the parts of the API server's validation that Python can reproduce --------------------------
+
+
+def walk(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every sub-schema with its path (items as [], map values as {})."""
+    yield path, schema
+    for key, sub in schema.get("properties", {}).items():
+        yield from walk(sub, f"{path}.{key}" if path else key)
+    if "items" in schema:
+        yield from walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from walk(schema["additionalProperties"], f"{path}{{}}")
+
+
+def strict_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The structural schema as JSON Schema, rejecting unknown fields like kubectl's strict field validation."""
+    result = copy.deepcopy(schema)
+    for _, sub in walk(result):
+        if "properties" in sub and not sub.get("x-kubernetes-preserve-unknown-fields"):
+            sub.setdefault("additionalProperties", False)
+    return result
+
+
+def schema_errors(body: dict[str, Any]) -> list[jsonschema.ValidationError]:
+    validator = jsonschema.Draft202012Validator(strict_json_schema(crd_schema()))
+    return list(validator.iter_errors(body))
+
+
+def cel_sum(values: celtypes.ListType) -> celtypes.IntType:
+    """Kubernetes' CEL list library `sum()`, which cel-python lacks."""
+    return celtypes.IntType(sum(int(value) for value in values))
+
+
+@cache
+def cel_program(rule: str) -> Any:
+    environment = celpy.Environment()
+    return environment.program(environment.compile(rule), functions={"sum": cel_sum})
+
+
+def cel_failures(schema: dict[str, Any], value: Any) -> list[str]:
+    """Messages of every x-kubernetes-validations rule that `value` (already defaulted) breaks."""
+    failures = [
+        rule["message"]
+        for rule in schema.get("x-kubernetes-validations", [])
+        if not bool(cel_program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)}))
+    ]
+    if isinstance(value, dict):
+        for key, sub in schema.get("properties", {}).items():
+            if key in value:
+                failures += cel_failures(sub, value[key])
+    if isinstance(value, list) and "items" in schema:
+        for item in value:
+            failures += cel_failures(schema["items"], item)
+    return failures
+
+
+def defaulted(body: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = apply_defaults(crd_schema(), copy.deepcopy(body))
+    return result
+
+
+def all_rules() -> list[dict[str, str]]:
+    return [rule for _, sub in walk(crd_schema()) for rule in sub.get("x-kubernetes-validations", [])]
+
+
+def error_field(error: jsonschema.ValidationError) -> str:
+    path = ""
+    for part in error.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    if error.validator == "required":
+        missing = re.search(r"'([^']+)' is a required property", error.message)
+        assert missing
+        path += f".{missing.group(1)}"
+    return path
+
+
+# --- the CRD's shape ----------------------------------------------------------------------------------------
+
+
+def test_crd_identity() -> None:
+    crd = load_crd()
+    assert crd["metadata"]["name"] == "inferencemodels.skiff.dev"
+    assert crd["spec"]["group"] == spec_module.GROUP
+    assert crd["spec"]["scope"] == "Namespaced"
+    names = crd["spec"]["names"]
+    assert (names["kind"], names["plural"], names["shortNames"]) == (spec_module.KIND, spec_module.PLURAL, ["im"])
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == spec_module.VERSION
+    assert version["served"] is True
+    assert version["storage"] is True
+    assert version["subresources"] == {"status": {}}
+
+
+def test_every_field_has_a_description() -> None:
+    missing = [path for path, sub in walk(crd_schema()) if path and not sub.get("description")]
+    assert missing == ["metadata"]  # kubectl explain takes it from ObjectMeta
+
+
+def test_root_metadata_schema_is_only_type_object() -> None:
+    # The API server rejects a CRD whose root metadata schema says anything else (even a description).
+    assert crd_schema()["properties"]["metadata"] == {"type": "object"}
+
+
+def test_printer_columns_read_existing_status_fields() -> None:
+    columns = load_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert [c["name"] for c in columns if c.get("priority", 0) == 0] == ["Ready", "Versions", "Traffic", "GPUs", "Age"]
+    status_fields = set(crd_schema()["properties"]["status"]["properties"])
+    for column in columns:
+        field = column["jsonPath"].split(".")[2].split("[")[0] if column["jsonPath"].startswith(".status") else None
+        assert field is None or field in status_fields, column
+
+
+def test_schema_is_structural() -> None:
+    """The API server's structural rules that Python can check: a type everywhere, int-or-string done right."""
+    for path, sub in walk(crd_schema()):
+        if sub.get("x-kubernetes-int-or-string"):
+            assert "type" not in sub, path
+            assert sub["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+        else:
+            assert sub.get("type") in {"object", "array", "string", "integer", "boolean", "number"}, path
+        assert not ("properties" in sub and "additionalProperties" in sub), path
+        if sub.get("type") == "array":
+            assert "items" in sub, path
+
+
+def test_defaults_are_valid_for_their_schema() -> None:
+    defaults = [(path, sub) for path, sub in walk(crd_schema()) if "default" in sub]
+    assert len(defaults) >= 10
+    for _, sub in defaults:
+        jsonschema.validate(sub["default"], strict_json_schema(sub))
+
+
+def test_arrays_and_strings_are_bounded_for_cel_cost() -> None:
+    spec_schema = crd_schema()["properties"]["spec"]
+    for path, sub in walk(spec_schema, "spec"):
+        if sub.get("type") == "array":
+            assert "maxItems" in sub, path
+        if sub.get("type") == "string":
+            assert "maxLength" in sub or "enum" in sub, path
+        if sub.get("type") == "object" and "additionalProperties" in sub:
+            assert "maxProperties" in sub, path
+
+
+def test_every_cel_rule_compiles_and_has_a_message() -> None:
+    rules = all_rules()
+    assert len(rules) >= 10
+    for rule in rules:
+        cel_program(rule["rule"])
+        assert rule["message"]
+        assert not rule["message"].endswith(".")
+
+
+def test_crd_defaults_match_the_parser_defaults() -> None:
+    raw = {
+        "metadata": {"name": "demo", "namespace": "ml"},
+        "spec": {"versions": [{"name": "v1", "modelUri": "pvc://m"}]},
+    }
+    assert parse_inference_model(raw) == parse_inference_model(defaulted(raw))
+    properties = crd_schema()["properties"]["spec"]["properties"]
+    assert properties["runtime"]["properties"]["image"]["default"] == spec_module.DEFAULT_IMAGE
+    assert properties["resources"]["properties"]["gpuResourceName"]["default"] == spec_module.DEFAULT_GPU_RESOURCE
+
+
+# --- examples -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("example", example_paths(), ids=lambda p: p.stem)
+def test_example_is_valid(example: Path) -> None:
+    body = defaulted(yaml.safe_load(example.read_text()))
+    assert [e.message for e in schema_errors(body)] == []
+    assert cel_failures(crd_schema(), body) == []
+    parse_inference_model(body)
+
+
+def test_there_are_at_least_ten_invalid_examples() -> None:
+    assert len(INVALID) >= 10
+    assert len({case["id"] for case in INVALID}) == len(INVALID)
+    assert {case["check"] for case in INVALID} == {"cel", "schema"}
+
+
+@pytest.mark.parametrize("case", [c for c in INVALID if c["check"] == "cel"], ids=lambda c: c["id"])
+def test_invalid_example_fails_its_cel_rule(case: dict[str, Any]) -> None:
+    assert case["message"] in {rule["message"] for rule in all_rules()}
+    body = defaulted(case["object"])
+    assert [e.message for e in schema_errors(body)] == [], "should pass the schema and fail only CEL"
+    assert case["message"] in cel_failures(crd_schema(), body)
+
+
+@pytest.mark.parametrize("case", [c for c in INVALID if c["check"] == "schema"], ids=lambda c: c["id"])
+def test_invalid_example_fails_its_schema_check(case: dict[str, Any]) -> None:
+    errors = schema_errors(defaulted(case["object"]))
+    assert (case["field"], case["validator"]) in {(error_field(e), e.validator) for e in errors}
+
+
+@pytest.mark.parametrize(
+    ("uri", "valid"),
+    [
+        ("pvc://models/resnet/v1", True),
+        ("pvc://models", True),
+        ("pvc://my.claim/a/b/c", True),
+        ("pvc://models/a..b", True),
+        ("pvc://models/../x", False),
+        ("pvc://Models/x", False),
+        ("pvc://models//x", False),
+        ("pvc://models/x/", False),
+        ("s3://b/k", False),
+        ("file:///models", False),
+    ],
+)
+def test_model_uri_rules_agree_with_the_parser(uri: str, valid: bool) -> None:
+    schema = crd_schema()["properties"]["spec"]["properties"]["versions"]["items"]["properties"]["modelUri"]
+    assert (cel_failures(schema, uri) == []) is valid
+    if valid:
+        spec_module.parse_model_uri(uri)
+    else:
+        with pytest.raises(spec_module.SpecError):
+            spec_module.parse_model_uri(uri)
+
+
+@pytest.mark.parametrize(
+    ("resource", "valid"),
+    [("nvidia.com/gpu", True), ("nvidia.com/mig-1g.10gb", True), ("amd.com/gpu", True), ("gpu", False), ("", False)],
+)
+def test_gpu_resource_name_rule(resource: str, valid: bool) -> None:
+    schema = crd_schema()["properties"]["spec"]["properties"]["resources"]["properties"]["gpuResourceName"]
+    assert (cel_failures(schema, resource) == []) is valid
+
+
+def test_name_limits_keep_derived_names_within_63() -> None:
+    body = defaulted(
+        {
+            "metadata": {"name": "a" * 42},
+            "spec": {"versions": [{"name": "b" * 20, "modelUri": "pvc://m"}]},
+        }
+    )
+    assert cel_failures(crd_schema(), body) == []
+    assert schema_errors(body) == []
+    body["metadata"]["name"] = "a" * 43
+    assert cel_failures(crd_schema(), body) != []

@@ -1,0 +1,76 @@
+"""handlers: kopf settings, the handlers registered, and how a child finds its model."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+import pytest
+
+from skiff_operator.handlers import OperatorOptions, _Shared, build_registry, child_owner, configure_settings
+from tests.test_reconcile import FakeCluster
+
+
+def test_settings_are_tuned() -> None:
+    settings = kopf.OperatorSettings()
+    configure_settings(settings, OperatorOptions(watch_server_timeout_s=120, handler_backoff_s=7))
+    assert settings.watching.server_timeout == 120
+    assert settings.watching.client_timeout is not None
+    assert settings.watching.client_timeout > settings.watching.server_timeout
+    assert settings.execution.default_backoff == 7
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert settings.posting.level >= 30  # only warnings and errors become Events
+
+
+def test_registry_holds_reconcile_resync_and_child_watches() -> None:
+    registry = build_registry(OperatorOptions())
+    changing = [(str(h.id), h.reason, h.initial) for h in registry._changing.get_all_handlers()]
+    # create, update, and resume (kopf marks resume as `initial`, with no reason): one reconcile for all three
+    assert sorted(changing, key=str) == sorted(
+        [("reconcile", "create", None), ("reconcile", "update", None), ("reconcile", None, True)], key=str
+    )
+    spawning = {str(h.id) for h in registry._spawning.get_all_handlers()}
+    assert spawning == {"resync"}
+    watching = {str(h.id) for h in registry._watching.get_all_handlers()}
+    assert watching == {"child-deployments", "child-services", "child-pods"}
+
+
+def test_a_fresh_registry_each_time() -> None:
+    assert build_registry(OperatorOptions()) is not build_registry(OperatorOptions())
+
+
+def test_child_owner_from_model_label() -> None:
+    body = {"metadata": {"namespace": "ml", "labels": {"skiff.dev/model": "bert", "skiff.dev/version": "v1"}}}
+    assert child_owner(body) == ("ml", "bert")
+    assert child_owner({"metadata": {"namespace": "ml", "labels": {}}}) is None
+
+
+async def test_reconcile_handler_writes_status_to_the_patch_and_posts_events(
+    make_body: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    posted: list[tuple[str, str]] = []
+    monkeypatch.setattr(kopf, "event", lambda body, *, type, reason, message: posted.append((type, reason)))
+    registry = build_registry(OperatorOptions())
+    (create,) = [h for h in registry._changing.get_all_handlers() if h.reason == "create"]
+    cluster = FakeCluster()
+    memo = kopf.Memo(skiff=_Shared(kube=cluster, exit_stack=contextlib.AsyncExitStack()))  # type: ignore[arg-type]
+    patch = kopf.Patch()
+    body = kopf.Body(make_body(name="bert"))
+    await create.fn(body=body, patch=patch, memo=memo, logger=logging.getLogger("test"))
+    assert patch["status"]["conditions"][0]["reason"] == "RollingOut"
+    assert patch["status"]["endpoint"] == "bert.ml.svc:8001"
+    assert ("Deployment", "bert-v1") in cluster.objects
+    assert posted == [("Normal", "RollingOut")]
+
+
+async def test_unreachable_cluster_becomes_a_temporary_error(make_body: Callable[..., dict[str, Any]]) -> None:
+    registry = build_registry(OperatorOptions())
+    (create,) = [h for h in registry._changing.get_all_handlers() if h.reason == "create"]
+    cluster = FakeCluster()
+    cluster.down = True
+    memo = kopf.Memo(skiff=_Shared(kube=cluster, exit_stack=contextlib.AsyncExitStack()))  # type: ignore[arg-type]
+    with pytest.raises(kopf.TemporaryError):
+        await create.fn(body=kopf.Body(make_body()), patch=kopf.Patch(), memo=memo, logger=logging.getLogger("t"))

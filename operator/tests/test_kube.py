@@ -1,0 +1,108 @@
+"""kube: API objects -> child states, and client errors -> domain errors (no API server needed)."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from skiff_operator.errors import ApplyRejected, ClusterUnavailable
+from skiff_operator.kube import deployment_state, owned_by, pod_event, pod_state, translate_error
+
+
+def test_deployment_state_reads_status_and_progressing_reason() -> None:
+    state = deployment_state(
+        {
+            "metadata": {"generation": 3},
+            "status": {
+                "observedGeneration": 3,
+                "replicas": 3,
+                "updatedReplicas": 2,
+                "readyReplicas": 1,
+                "availableReplicas": 1,
+                "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}],
+            },
+        }
+    )
+    assert (state.generation, state.observed_generation, state.replicas) == (3, 3, 3)
+    assert (state.updated_replicas, state.ready_replicas, state.available_replicas) == (2, 1, 1)
+    assert state.progress_deadline_exceeded is True
+    assert state.new_replica_set_available is False
+
+
+def test_new_deployment_without_status_reads_as_zero() -> None:
+    state = deployment_state({"metadata": {"generation": 1}})
+    assert (state.observed_generation, state.ready_replicas) == (0, 0)
+
+
+def test_pod_state_reads_unschedulable_and_waiting() -> None:
+    pod = {
+        "metadata": {"name": "bert-v1-abc", "labels": {"skiff.dev/version": "v1"}},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+                }
+            ],
+            "containerStatuses": [
+                {"name": "runtime", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}
+            ],
+        },
+    }
+    state = pod_state(pod, {"v1": "v1"})
+    assert state is not None
+    assert state.version == "v1"
+    assert state.unschedulable_message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    assert (state.waiting_reason, state.waiting_message) == ("ImagePullBackOff", "not found")
+
+
+def test_pods_of_removed_versions_and_terminating_pods_are_skipped() -> None:
+    old = {"metadata": {"name": "p", "labels": {"skiff.dev/version": "v0"}}, "status": {"phase": "Running"}}
+    leaving = {
+        "metadata": {"name": "q", "labels": {"skiff.dev/version": "v1"}, "deletionTimestamp": "2026-01-01T00:00:00Z"}
+    }
+    assert pod_state(old, {"v1": "v1"}) is None
+    assert pod_state(leaving, {"v1": "v1"}) is None
+
+
+def test_pod_event_reads_involved_object() -> None:
+    event = pod_event({"involvedObject": {"name": "p"}, "reason": "FailedScheduling", "message": "m"})
+    assert (event.pod, event.reason, event.message) == ("p", "FailedScheduling", "m")
+
+
+def test_owned_by_needs_a_controller_reference_with_the_uid() -> None:
+    child = {"metadata": {"ownerReferences": [{"uid": "u1", "controller": True}]}}
+    assert owned_by(child, "u1")
+    assert not owned_by(child, "u2")
+    assert not owned_by({"metadata": {"ownerReferences": [{"uid": "u1"}]}}, "u1")
+
+
+def api_error(status: int, message: str = "", headers: dict[str, str] | None = None) -> ApiException:
+    error = ApiException(status=status, reason="Reason")
+    error.body = json.dumps({"message": message}).encode()
+    error.headers = headers
+    return error
+
+
+def test_invalid_manifest_is_rejected_with_the_server_message() -> None:
+    error = translate_error(api_error(422, 'Deployment.apps "x" is invalid: spec.template'), "Deployment", "x")
+    assert isinstance(error, ApplyRejected)
+    assert "HTTP 422" in str(error)
+    assert "is invalid: spec.template" in str(error)
+
+
+def test_throttling_and_server_errors_are_retryable() -> None:
+    throttled = translate_error(api_error(429, headers={"Retry-After": "7"}), "Service", "s")
+    assert isinstance(throttled, ClusterUnavailable)
+    assert throttled.retry_after_s == 7.0
+    for status in (409, 500, 503):
+        assert isinstance(translate_error(api_error(status), "Service", "s"), ClusterUnavailable)
+
+
+def test_connection_errors_are_retryable() -> None:
+    assert isinstance(translate_error(aiohttp.ClientConnectionError("refused"), "Service", "s"), ClusterUnavailable)

@@ -1,0 +1,42 @@
+"""__main__: the command line of `skiff-operator run`."""
+
+from __future__ import annotations
+
+import pytest
+
+from skiff_operator.__main__ import parse_run_config
+
+
+def test_namespaces_are_repeatable() -> None:
+    config = parse_run_config(["run", "--namespace", "a", "-n", "b", "--liveness", "http://0.0.0.0:8080/healthz"])
+    assert config.namespaces == ("a", "b")
+    assert config.clusterwide is False
+    assert config.liveness_endpoint == "http://0.0.0.0:8080/healthz"
+
+
+def test_all_namespaces() -> None:
+    config = parse_run_config(["run", "--all-namespaces", "--standalone", "--resync-seconds", "15"])
+    assert config.clusterwide is True
+    assert config.standalone is True
+    assert config.options.resync_interval_s == 15
+
+
+def test_run_is_the_default_command() -> None:
+    assert parse_run_config(["-A"]).clusterwide is True
+
+
+def test_namespaces_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKIFF_OPERATOR_NAMESPACES", "ml, nlp")
+    assert parse_run_config(["run"]).namespaces == ("ml", "nlp")
+
+
+def test_scope_is_required(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("SKIFF_OPERATOR_NAMESPACES", raising=False)
+    with pytest.raises(SystemExit):
+        parse_run_config(["run"])
+    assert "--all-namespaces" in capsys.readouterr().err
+
+
+def test_namespace_and_all_namespaces_exclude_each_other() -> None:
+    with pytest.raises(SystemExit):
+        parse_run_config(["run", "-n", "a", "-A"])

@@ -1,0 +1,152 @@
+"""reconcile: level-based apply of every child, restoring drift, and spec problems reported in status."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import pytest
+
+from skiff_operator.errors import ApplyRejected, ClusterUnavailable
+from skiff_operator.reconcile import reconcile
+from skiff_operator.spec import InferenceModel
+from skiff_operator.status import ChildStates, DeploymentState
+
+NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
+Body = Callable[..., dict[str, Any]]
+
+
+class FakeCluster:
+    """Server-side apply semantics in miniature: the last applied manifest per (kind, name) is what exists."""
+
+    def __init__(self, claims: Collection[str] = ("models",)) -> None:
+        self.claims = set(claims)
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.apply_count = 0
+        self.deployment_states: dict[str, DeploymentState] = {}
+        self.reject: str | None = None
+        self.down = False
+
+    async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]:
+        if self.down:
+            raise ClusterUnavailable("apiserver: HTTP 503")
+        return frozenset(claims) - self.claims
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None:
+        if self.reject == manifest["kind"]:
+            raise ApplyRejected(manifest["kind"], manifest["metadata"]["name"], "HTTP 422: spec.template: Invalid")
+        self.apply_count += 1
+        self.objects[(manifest["kind"], manifest["metadata"]["name"])] = copy.deepcopy(dict(manifest))
+
+    async def read_children(self, model: InferenceModel) -> ChildStates:
+        return ChildStates(deployments=dict(self.deployment_states))
+
+
+def ready(replicas: int) -> DeploymentState:
+    return DeploymentState(1, 1, replicas, replicas, replicas, replicas, new_replica_set_available=True)
+
+
+def condition(status: dict[str, Any], kind: str) -> tuple[str, str]:
+    found = next(c for c in status["conditions"] if c["type"] == kind)
+    return found["status"], found["reason"]
+
+
+async def test_reconcile_applies_every_child(make_body: Body) -> None:
+    cluster = FakeCluster()
+    outcome = await reconcile(make_body(name="bert"), cluster, NOW)
+    assert set(cluster.objects) == {("Deployment", "bert-v1"), ("Service", "bert-v1"), ("Service", "bert")}
+    assert outcome.applied == ("Deployment/bert-v1", "Service/bert-v1", "Service/bert")
+    assert condition(outcome.status, "Ready") == ("False", "RollingOut")
+
+
+async def test_reconcile_is_the_same_every_time(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    first = copy.deepcopy(cluster.objects)
+    await reconcile(make_body(), cluster, NOW)
+    assert cluster.objects == first
+    assert cluster.apply_count == 6  # full desired state each time; the server makes unchanged applies no-ops
+
+
+async def test_deleted_child_is_restored(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    expected = copy.deepcopy(cluster.objects)
+    del cluster.objects[("Deployment", "demo-v1")]
+    await reconcile(make_body(), cluster, NOW)
+    assert cluster.objects == expected
+
+
+async def test_edited_child_is_restored(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    cluster.objects[("Deployment", "demo-v1")]["spec"]["replicas"] = 9
+    await reconcile(make_body(), cluster, NOW)
+    assert cluster.objects[("Deployment", "demo-v1")]["spec"]["replicas"] == 1
+
+
+async def test_missing_pvc_is_reported_not_raised(make_body: Body) -> None:
+    cluster = FakeCluster(claims=())
+    outcome = await reconcile(make_body(), cluster, NOW)
+    assert ("Deployment", "demo-v1") not in cluster.objects
+    assert condition(outcome.status, "Ready") == ("False", "PVCNotFound")
+    assert condition(outcome.status, "Progressing") == ("False", "PVCNotFound")
+    assert "'models' not found" in next(c["message"] for c in outcome.status["conditions"])
+    assert [e.reason for e in outcome.events] == ["PVCNotFound"]
+
+
+async def test_only_the_version_with_a_missing_pvc_is_held_back(make_body: Body) -> None:
+    body = make_body(
+        versions=[{"name": "v1", "modelUri": "pvc://models/a"}, {"name": "v2", "modelUri": "pvc://new-claim/b"}],
+        traffic=[{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}],
+    )
+    cluster = FakeCluster()
+    outcome = await reconcile(body, cluster, NOW)
+    assert ("Deployment", "demo-v1") in cluster.objects
+    assert ("Deployment", "demo-v2") not in cluster.objects
+    assert condition(outcome.status, "Degraded") == ("True", "PVCNotFound")
+
+
+@pytest.mark.parametrize(
+    ("uri", "reason"), [("s3://bucket/model", "UnsupportedModelUri"), ("ftp://x", "InvalidModelUri")]
+)
+async def test_unrenderable_spec_becomes_a_condition(make_body: Body, uri: str, reason: str) -> None:
+    body = make_body()
+    body["spec"]["versions"][0]["modelUri"] = uri  # as if the CRD's rules were older than this operator
+    cluster = FakeCluster()
+    outcome = await reconcile(body, cluster, NOW)
+    assert cluster.objects == {}
+    assert condition(outcome.status, "Ready") == ("False", reason)
+    assert outcome.status["observedGeneration"] == 1
+
+
+async def test_rejected_apply_becomes_a_condition(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.reject = "Deployment"
+    outcome = await reconcile(make_body(), cluster, NOW)
+    assert condition(outcome.status, "Ready") == ("False", "ApplyFailed")
+    assert "HTTP 422" in next(c["message"] for c in outcome.status["conditions"])
+
+
+async def test_unreachable_cluster_is_raised_for_retry(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.down = True
+    with pytest.raises(ClusterUnavailable):
+        await reconcile(make_body(), cluster, NOW)
+
+
+async def test_events_follow_transitions_only(make_body: Body) -> None:
+    cluster = FakeCluster()
+    body = make_body()
+    first = await reconcile(body, cluster, NOW)
+    assert [(e.type, e.reason) for e in first.events] == [("Normal", "RollingOut")]
+    body["status"] = first.status
+    cluster.deployment_states["v1"] = ready(1)
+    second = await reconcile(body, cluster, NOW)
+    assert [(e.type, e.reason) for e in second.events] == [("Normal", "AllVersionsReady")]
+    body["status"] = second.status
+    third = await reconcile(body, cluster, NOW)
+    assert third.events == ()
+    assert condition(third.status, "Ready") == ("True", "AllVersionsReady")
