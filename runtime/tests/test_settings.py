@@ -98,6 +98,9 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "max_message_mb": ("8", 8),
         "grace_period_s": ("2.5", 2.5),
         "log_level": ("debug", "DEBUG"),
+        "tls_cert_file": ("/certs/tls.crt", Path("/certs/tls.crt")),
+        "tls_key_file": ("/certs/tls.key", Path("/certs/tls.key")),
+        "tls_client_ca_file": ("/certs/ca.crt", Path("/certs/ca.crt")),
     }
     assert set(values) == set(FIELDS)
     argv = [arg for option in OPTIONS for arg in (option.flag, values[option.name][0])]
@@ -211,3 +214,16 @@ def test_parse_shape_ranges_rejects(text: str, fragment: str) -> None:
     with pytest.raises(ValueError, match="shape range") as info:
         parse_shape_ranges(text)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tls-cert-file", "/c"], "--tls-cert-file and --tls-key-file"),
+        (["--tls-key-file", "/k"], "--tls-cert-file and --tls-key-file"),
+        (["--tls-client-ca-file", "/ca"], "needs --tls-cert-file and --tls-key-file"),
+    ],
+)
+def test_tls_files_must_come_together(argv: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        parse_settings(["--model-dir", "/m", "--model-name", "m", *argv], env={})

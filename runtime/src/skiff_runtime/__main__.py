@@ -52,7 +52,8 @@ def _infer(args: argparse.Namespace) -> int:
     from skiff_runtime.client import SkiffClient
     from skiff_runtime.tensors import NUMPY_DTYPES
 
-    with SkiffClient(args.target, timeout_s=args.timeout) as client:
+    tls = {"ca_file": args.ca_file, "cert_file": args.cert_file, "key_file": args.key_file}
+    with SkiffClient(args.target, timeout_s=args.timeout, server_name=args.server_name, **tls) as client:
         try:
             if args.input:
                 inputs = dict(_parse_input(item) for item in args.input)
@@ -140,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--input", action="append", help="NAME=FILE.npy (default: random inputs from metadata)")
     infer.add_argument("--output", action="append", help="output to return (default: all)")
     infer.add_argument("--timeout", type=float, default=30.0, help="deadline in seconds")
+    infer.add_argument("--ca-file", help="PEM CA that signed the server certificate (turns TLS on)")
+    infer.add_argument("--cert-file", help="PEM client certificate (mutual TLS)")
+    infer.add_argument("--key-file", help="PEM client private key (mutual TLS)")
+    infer.add_argument("--server-name", help="name to verify in the server certificate (default: target host)")
     infer.set_defaults(run=_infer)
     demo = commands.add_parser("demo", help="export a sample model, serve it and run one inference")
     demo.add_argument("--port", type=int, default=18001, help="inference port; health uses port+1")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 
 import grpc
@@ -44,15 +45,36 @@ class SkiffClient:
         *,
         timeout_s: float = 30.0,
         max_message_mb: int = 64,
+        ca_file: str | Path | None = None,
+        cert_file: str | Path | None = None,
+        key_file: str | Path | None = None,
+        server_name: str | None = None,
         channel: grpc.Channel | None = None,
     ) -> None:
-        options = [
+        """TLS is on when ca_file is given (the CA that signed the server's certificate); cert_file and
+        key_file add a client certificate for mutual TLS; server_name overrides the name checked against the
+        certificate (e.g. the Service DNS name when connecting through a port-forward)."""
+        options: list[tuple[str, str | int]] = [
             ("grpc.max_receive_message_length", max_message_mb << 20),
             ("grpc.max_send_message_length", max_message_mb << 20),
             ("grpc.enable_retries", 1),
             ("grpc.service_config", json.dumps(RETRY_SERVICE_CONFIG)),
         ]
-        self.channel = channel or grpc.insecure_channel(target, options=options)
+        if server_name:
+            options.append(("grpc.ssl_target_name_override", server_name))
+        if (cert_file is None) != (key_file is None):
+            raise ValueError("cert_file and key_file go together (client certificate for mutual TLS)")
+        if channel is None:
+            if ca_file is None and cert_file is None:
+                channel = grpc.insecure_channel(target, options=options)
+            else:
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates=Path(ca_file).read_bytes() if ca_file else None,
+                    private_key=Path(key_file).read_bytes() if key_file else None,
+                    certificate_chain=Path(cert_file).read_bytes() if cert_file else None,
+                )
+                channel = grpc.secure_channel(target, credentials, options=options)
+        self.channel = channel
         self.timeout_s = timeout_s
         self._stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)

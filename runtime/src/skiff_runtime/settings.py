@@ -137,8 +137,15 @@ class RuntimeSettings:
     max_batch_size: int = 32
     max_queue_size: int = 256
     max_message_mb: int = 64
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
     grace_period_s: float = 20.0
     log_level: str = "INFO"
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
 
     @property
     def max_message_bytes(self) -> int:
@@ -183,6 +190,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_batch_size", _positive, "largest batch dimension a request may carry (default 32)"),
     Option("max_queue_size", _positive, "requests waiting for the engine before RESOURCE_EXHAUSTED (default 256)"),
     Option("max_message_mb", _positive, "largest gRPC message in MiB, both directions (default 64)"),
+    Option("tls_cert_file", Path, "PEM certificate chain: serve TLS on the inference port (reloaded on change)"),
+    Option("tls_key_file", Path, "PEM private key for --tls-cert-file"),
+    Option("tls_client_ca_file", Path, "PEM CA bundle: require client certificates signed by it (mutual TLS)"),
     Option("grace_period_s", _seconds, "seconds to finish in-flight requests after SIGTERM (default 20)"),
     Option("log_level", _log_level, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
 )
@@ -213,7 +223,12 @@ def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, 
             kwargs[option.name] = option.parse(raw)
         except ValueError as exc:
             raise SettingsError(f"{source}={raw!r}: {exc}") from None
-    return RuntimeSettings(**kwargs)
+    settings = RuntimeSettings(**kwargs)
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        raise SettingsError("--tls-cert-file and --tls-key-file (SKIFF_TLS_CERT_FILE/SKIFF_TLS_KEY_FILE) go together")
+    if settings.tls_client_ca_file is not None and settings.tls_cert_file is None:
+        raise SettingsError("--tls-client-ca-file (mutual TLS) needs --tls-cert-file and --tls-key-file")
+    return settings
 
 
 def parse_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> RuntimeSettings:

@@ -19,6 +19,7 @@ from skiff_runtime.server.drain import RpcTracker
 from skiff_runtime.server.health import ModelHealth
 from skiff_runtime.server.servicer import InferenceServicer
 from skiff_runtime.server.status_codes import ErrorInterceptor
+from skiff_runtime.server.tls import ReloadingCredentials, TlsFiles
 from skiff_runtime.service import Engine, ModelService, ServiceLimits
 from skiff_runtime.settings import RuntimeSettings
 
@@ -53,6 +54,11 @@ class RuntimeServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.grpc_server)
         self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.health_server)
+        self.tls = (
+            ReloadingCredentials(TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file))
+            if settings.tls_cert_file is not None and settings.tls_key_file is not None
+            else None
+        )
         self.grpc_port = 0
         self.health_port = 0
         self._stopping = asyncio.Event()
@@ -61,7 +67,11 @@ class RuntimeServer:
     async def start(self) -> None:
         await self.health.set_serving(False)
         host = self.settings.host
-        self.grpc_port = self.grpc_server.add_insecure_port(f"{host}:{self.settings.grpc_port}")
+        address = f"{host}:{self.settings.grpc_port}"
+        if self.tls is not None:
+            self.grpc_port = self.grpc_server.add_secure_port(address, self.tls.server_credentials())
+        else:
+            self.grpc_port = self.grpc_server.add_insecure_port(address)
         self.health_port = self.health_server.add_insecure_port(f"{host}:{self.settings.health_port}")
         await self.health_server.start()
         await self.grpc_server.start()
@@ -71,6 +81,7 @@ class RuntimeServer:
                 "grpc_port": self.grpc_port,
                 "health_port": self.health_port,
                 "model": self.settings.model_name,
+                "tls": "mutual" if self.settings.tls_client_ca_file else ("on" if self.tls else "off"),
             },
         )
 

@@ -1,0 +1,178 @@
+"""TLS and mutual TLS on the inference port over real sockets; the health port stays plaintext for kubelet."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from skiff_runtime.client import SkiffClient
+
+pytestmark = [pytest.mark.paddle, pytest.mark.server]
+
+SERVICE_NAME = "conv.models.svc"
+
+
+@dataclass(frozen=True)
+class Issued:
+    cert: bytes
+    key: bytes
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+class Authority:
+    """A throwaway CA that issues server and client certificates."""
+
+    def __init__(self, name: str) -> None:
+        self.key = _key()
+        now = datetime.datetime.now(datetime.UTC)
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        self.cert = (
+            x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(self.key, hashes.SHA256())
+        )  # fmt: skip
+        self.pem = self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def issue(self, common_name: str, *, server: bool) -> Issued:
+        key = _key()
+        now = datetime.datetime.now(datetime.UTC)
+        builder = (
+            x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(self.cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(hours=1))
+        )  # fmt: skip
+        if server:
+            sans = [
+                x509.DNSName(SERVICE_NAME),
+                x509.DNSName("localhost"),
+                x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            ]
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = builder.sign(self.key, hashes.SHA256())
+        return Issued(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+
+
+def _write(directory: Path, name: str, data: bytes) -> Path:
+    """Atomic replace, as a Kubernetes Secret volume update is."""
+    path = directory / name
+    tmp = directory / f".{name}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def other_ca() -> Authority:
+    return Authority("someone-else")
+
+
+@pytest.fixture
+def pki(tmp_path: Path, other_ca: Authority) -> dict[str, Path]:
+    ca = Authority("skiff-test-ca")
+    server = ca.issue("conv", server=True)
+    client = ca.issue("client", server=False)
+    rogue_client = other_ca.issue("rogue", server=False)
+    files = {
+        "ca": _write(tmp_path, "ca.crt", ca.pem),
+        "other_ca": _write(tmp_path, "other-ca.crt", other_ca.pem),
+        "client_cert": _write(tmp_path, "client.crt", client.cert),
+        "client_key": _write(tmp_path, "client.key", client.key),
+        "rogue_cert": _write(tmp_path, "rogue.crt", rogue_client.cert),
+        "rogue_key": _write(tmp_path, "rogue.key", rogue_client.key),
+    }
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    files["tls_crt"] = _write(certs, "tls.crt", server.cert)
+    files["tls_key"] = _write(certs, "tls.key", server.key)
+    return files
+
+
+def _image() -> dict[str, np.ndarray]:
+    return {"image": np.ones((1, 3, 32, 32), np.float32)}
+
+
+def _fails(target: str, **tls: object) -> grpc.StatusCode:
+    with SkiffClient(target, timeout_s=5, **tls) as client, pytest.raises(grpc.RpcError) as caught:  # type: ignore[arg-type]
+        client.infer("conv", _image())
+    return caught.value.code()
+
+
+def test_tls_serves_trusted_clients_only_and_reloads_certificates(runtime_factory, model_dirs, pki, other_ca) -> None:
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--tls-cert-file", str(pki["tls_crt"]),
+                              "--tls-key-file", str(pki["tls_key"]))  # fmt: skip
+    runtime.wait_serving()  # over the plaintext health port: kubelet probes keep working
+    with SkiffClient(runtime.target, ca_file=pki["ca"]) as client:
+        assert client.infer("conv", _image())["fetch_name_0"].shape == (1, 10)
+        assert client.health("conv") == "SERVING"
+    with SkiffClient(runtime.target, ca_file=pki["ca"], server_name=SERVICE_NAME) as client:
+        assert client.is_model_ready("conv")
+
+    assert _fails(runtime.target) == grpc.StatusCode.UNAVAILABLE  # plaintext against TLS
+    assert _fails(runtime.target, ca_file=pki["other_ca"]) == grpc.StatusCode.UNAVAILABLE  # wrong CA
+    assert _fails(runtime.target, ca_file=pki["ca"], server_name="evil.example") == grpc.StatusCode.UNAVAILABLE
+
+    # Rotate to a certificate from another CA: new connections get it, no restart.
+    rotated = other_ca.issue("conv", server=True)
+    _write(pki["tls_key"].parent, "tls.key", rotated.key)
+    _write(pki["tls_crt"].parent, "tls.crt", rotated.cert)
+    time.sleep(0.05)
+    with SkiffClient(runtime.target, ca_file=pki["other_ca"]) as client:
+        assert client.infer("conv", _image())["fetch_name_0"].shape == (1, 10)
+    assert _fails(runtime.target, ca_file=pki["ca"]) == grpc.StatusCode.UNAVAILABLE
+    assert runtime.proc.poll() is None
+    assert any(e.get("msg") == "TLS certificate reloaded" for e in runtime.logs())
+    assert runtime.terminate() == 0
+    log_text = runtime.log_path.read_text()
+    assert "PRIVATE KEY" not in log_text
+    assert rotated.key.decode().splitlines()[1] not in log_text
+
+
+def test_mutual_tls_requires_a_client_certificate_from_the_client_ca(runtime_factory, model_dirs, pki) -> None:
+    tls = ["--tls-cert-file", str(pki["tls_crt"]), "--tls-key-file", str(pki["tls_key"])]
+    runtime = runtime_factory(model_dirs["conv"], "conv", *tls, "--tls-client-ca-file", str(pki["ca"]))
+    runtime.wait_serving()
+    listening = next(e for e in runtime.logs() if e.get("msg") == "listening")
+    assert listening["tls"] == "mutual"
+    good = {"ca_file": pki["ca"], "cert_file": pki["client_cert"], "key_file": pki["client_key"]}
+    with SkiffClient(runtime.target, **good) as client:  # type: ignore[arg-type]
+        assert client.infer("conv", _image())["fetch_name_0"].shape == (1, 10)
+    assert _fails(runtime.target, ca_file=pki["ca"]) == grpc.StatusCode.UNAVAILABLE  # no client certificate
+    rogue = {"ca_file": pki["ca"], "cert_file": pki["rogue_cert"], "key_file": pki["rogue_key"]}
+    assert _fails(runtime.target, **rogue) == grpc.StatusCode.UNAVAILABLE  # client cert from another CA
+    assert runtime.terminate() == 0
+
+
+def test_tls_flags_must_come_in_pairs(runtime_factory, model_dirs, pki) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "skiff_runtime", "serve", "--model-dir", str(model_dirs["conv"]), "--model-name", "c",
+         "--tls-cert-file", str(pki["tls_crt"])],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--tls-cert-file and --tls-key-file" in result.stderr
