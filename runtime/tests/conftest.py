@@ -56,6 +56,7 @@ class RuntimeProcess:
     proc: subprocess.Popen[bytes] | None = None
     grpc_port: int = 0
     health_port: int = 0
+    metrics_port: int = 0
 
     @property
     def target(self) -> str:
@@ -75,7 +76,7 @@ class RuntimeProcess:
     def start(self) -> RuntimeProcess:
         cmd = [sys.executable, "-m", "skiff_runtime", "serve", "--model-dir", str(self.model_dir),
                "--model-name", self.model_name, "--host", "127.0.0.1", "--grpc-port", "0",
-               "--health-port", "0", *self.extra_args]  # fmt: skip
+               "--health-port", "0", "--metrics-port", "0", *self.extra_args]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stderr=self.log_path.open("wb"), stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -83,6 +84,7 @@ class RuntimeProcess:
             if listening:
                 self.grpc_port = int(listening[0]["grpc_port"])  # type: ignore[call-overload]
                 self.health_port = int(listening[0]["health_port"])  # type: ignore[call-overload]
+                self.metrics_port = int(listening[0]["metrics_port"])  # type: ignore[call-overload]
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"runtime exited with {self.proc.returncode}:\n{self.log_path.read_text()}")

@@ -22,6 +22,7 @@ from skiff_runtime.errors import (
 )
 from skiff_runtime.service import ModelService, ModelState, ServiceLimits
 from skiff_runtime.tensors import Array, Datatype, ModelSignature, Tensor, TensorSpec
+from skiff_runtime.workers.thread import ThreadWorker
 
 SIGNATURE = ModelSignature(
     inputs=(TensorSpec("x", Datatype.FP32, (-1, 4)),),
@@ -32,7 +33,7 @@ SIGNATURE = ModelSignature(
     ),
 )
 LIMITS = ServiceLimits(max_batch_size=4, max_queue_size=2)
-WARMUP_CALLS = 2
+WARMUP_CALLS = 4  # every batch size the batcher can emit: 1..max_batch_size
 
 
 class FakeEngine:
@@ -92,25 +93,25 @@ async def engine() -> AsyncIterator[FakeEngine]:
 
 @pytest.fixture
 async def service(engine: FakeEngine) -> AsyncIterator[ModelService]:
-    svc = ModelService("m", "1", lambda: engine, LIMITS)
+    svc = ModelService("m", "1", ThreadWorker(lambda: engine), LIMITS)
     await svc.load()
     yield svc
     engine.release()
-    svc.close()
+    await svc.close()
 
 
 async def wait_entered(engine: FakeEngine) -> None:
     assert await asyncio.to_thread(engine.entered.wait, 2), "engine was never called"
 
 
-async def test_load_warms_at_batch_one_and_max_batch(engine: FakeEngine) -> None:
-    svc = ModelService("m", "1", lambda: engine, LIMITS)
+async def test_load_warms_every_batch_size_the_batcher_can_emit(engine: FakeEngine) -> None:
+    svc = ModelService("m", "1", ThreadWorker(lambda: engine), LIMITS)
     assert svc.state is ModelState.LOADING
     await svc.load()
     assert svc.ready
-    assert [call["x"].shape for call in engine.calls] == [(1, 4), (4, 4)]
+    assert [call["x"].shape for call in engine.calls] == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert all(call["x"].dtype == np.float32 and not call["x"].any() for call in engine.calls)
-    svc.close()
+    await svc.close()
 
 
 async def test_warmup_fills_variable_dims_and_warms_once_when_max_batch_is_one() -> None:
@@ -125,12 +126,12 @@ async def test_warmup_fills_variable_dims_and_warms_once_when_max_batch_is_one()
             return {"y": np.zeros(1, dtype=np.float32)}
 
     fake = Recorder(signature)
-    svc = ModelService("m", "1", lambda: fake, ServiceLimits(max_batch_size=1))
+    svc = ModelService("m", "1", ThreadWorker(lambda: fake), ServiceLimits(max_batch_size=1))
     await svc.load()
     (call,) = fake.calls
     assert (call["ids"].shape, call["ids"].dtype) == ((1, 16), np.int64)
     assert (call["fixed"].shape, call["fixed"].dtype) == ((3, 16), np.float16)
-    svc.close()
+    await svc.close()
 
 
 async def test_engine_is_built_and_run_on_one_inference_thread(engine: FakeEngine) -> None:
@@ -138,21 +139,21 @@ async def test_engine_is_built_and_run_on_one_inference_thread(engine: FakeEngin
         engine.threads.add(threading.current_thread().name)
         return engine
 
-    svc = ModelService("m", "1", build, LIMITS)
+    svc = ModelService("m", "1", ThreadWorker(build), LIMITS)
     await svc.load()
     await svc.infer(x_request())
     assert len(engine.calls) == WARMUP_CALLS + 1
     (thread,) = engine.threads
-    assert thread.startswith("infer-m")
+    assert thread.startswith("infer")
     assert thread != threading.current_thread().name
-    svc.close()
+    await svc.close()
 
 
 async def test_failed_load_is_reported_and_not_ready() -> None:
     def broken() -> FakeEngine:
         raise OSError("no such file: inference.pdiparams")
 
-    svc = ModelService("m", "1", broken, LIMITS)
+    svc = ModelService("m", "1", ThreadWorker(broken), LIMITS)
     with pytest.raises(OSError, match=r"inference\.pdiparams"):
         await svc.load()
     assert svc.state is ModelState.FAILED
@@ -161,18 +162,18 @@ async def test_failed_load_is_reported_and_not_ready() -> None:
         await svc.infer(x_request())
     svc.stop()
     assert svc.state is ModelState.FAILED
-    svc.close()
+    await svc.close()
 
 
 async def test_infer_before_load_is_model_not_ready(engine: FakeEngine) -> None:
-    svc = ModelService("m", "1", lambda: engine, LIMITS)
+    svc = ModelService("m", "1", ThreadWorker(lambda: engine), LIMITS)
     with pytest.raises(ModelNotReady, match="'m' is loading"):
         await svc.infer(x_request())
     with pytest.raises(ModelNotReady):
         _ = svc.signature
     assert svc.platform == "unknown"
     assert engine.calls == []
-    svc.close()
+    await svc.close()
 
 
 async def test_ready_service_reports_its_engine(service: ModelService) -> None:
@@ -239,7 +240,7 @@ async def test_deadline_expiring_while_queued_is_not_run(engine: FakeEngine, ser
     assert not second.done()
     gate.set()
     assert [t.name for t in (await first).outputs] == ["out", "total", "rows"]
-    with pytest.raises(DeadlineExceeded, match="passed while it waited; it was not run"):
+    with pytest.raises(DeadlineExceeded, match="in the queue; not run"):
         await second
     assert [call["x"].shape for call in engine.calls[WARMUP_CALLS:]] == [(1, 4)]
 
@@ -253,15 +254,17 @@ async def test_full_queue_is_rejected_immediately(engine: FakeEngine, service: M
     gate = engine.block()
     running = asyncio.create_task(service.infer(x_request(batch=1)))
     await wait_entered(engine)
-    queued = asyncio.create_task(service.infer(x_request(batch=2)))
+    queued = [asyncio.create_task(service.infer(x_request(batch=b))) for b in (2, 1)]
     await asyncio.sleep(0)
+    assert service.queue_depth == 2
     started = time.monotonic()
-    with pytest.raises(QueueFull, match="2 requests are waiting"):
+    with pytest.raises(QueueFull, match=r"queue full \(2 requests waiting"):
         await service.infer(x_request(batch=3))
     assert time.monotonic() - started < 0.5
     gate.set()
-    await asyncio.gather(running, queued)
-    assert [call["x"].shape[0] for call in engine.calls[WARMUP_CALLS:]] == [1, 2]
+    await asyncio.gather(running, *queued)
+    # The two queued requests ran as one merged batch of 3 rows once the engine was free.
+    assert [call["x"].shape[0] for call in engine.calls[WARMUP_CALLS:]] == [1, 3]
     await service.infer(x_request(batch=3))
 
 

@@ -10,13 +10,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from skiff_runtime.service import Engine
-from skiff_runtime.settings import SettingsError, add_options, settings_from_namespace
+from skiff_runtime.settings import RuntimeSettings, SettingsError, add_options, settings_from_namespace
+from skiff_runtime.workers.base import Workers
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -30,13 +30,24 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level)
     from skiff_runtime.server.app import run_server
 
-    def load_engine() -> Engine:
-        # Imported on the inference thread: the ports answer health checks while Paddle (~2 s) loads.
-        from skiff_runtime.predictor.paddle import PaddleEngine
+    return asyncio.run(run_server(settings, lambda on_exit: build_workers(settings, on_exit)))
 
-        return PaddleEngine(settings)
 
-    return asyncio.run(run_server(settings, load_engine))
+def build_workers(settings: RuntimeSettings, on_worker_exit: Callable[[int, int | None], None]) -> Workers:
+    """One worker: an inference thread in this process. Several: worker processes fed via shared memory."""
+    from skiff_runtime.predictor.loader import load_engine
+
+    count = settings.worker_count
+    if count == 1:
+        from skiff_runtime.workers.thread import ThreadWorker
+
+        return ThreadWorker(lambda: load_engine(settings))
+    from skiff_runtime.workers.process import ProcessPool
+
+    # A merged batch may exceed one message: size each worker's buffers for the largest batch of the largest
+    # requests the server accepts (memfd pages cost memory only once touched).
+    buffer_bytes = settings.max_message_bytes * 2
+    return ProcessPool(count, load_engine, settings, buffer_bytes, on_worker_exit)
 
 
 def _parse_input(text: str) -> tuple[str, np.ndarray]:
@@ -106,7 +117,8 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"[2/4] starting skiff-runtime serve on 127.0.0.1:{port} (health on :{health_port})", flush=True)
         cmd = [sys.executable, "-m", "skiff_runtime", "serve", "--model-dir", str(model_dir),
                "--model-name", "demo", "--host", "127.0.0.1", "--grpc-port", str(port),
-               "--health-port", str(health_port), "--max-batch-size", "8", "--log-level", "WARNING"]  # fmt: skip
+               "--health-port", str(health_port), "--metrics-port", str(port + 2), "--max-batch-size", "8",
+               "--log-level", "WARNING"]  # fmt: skip
         proc = subprocess.Popen(cmd)
         try:
             waited = _wait_serving(f"127.0.0.1:{health_port}", "demo", proc, 120)
@@ -147,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--server-name", help="name to verify in the server certificate (default: target host)")
     infer.set_defaults(run=_infer)
     demo = commands.add_parser("demo", help="export a sample model, serve it and run one inference")
-    demo.add_argument("--port", type=int, default=18001, help="inference port; health uses port+1")
+    demo.add_argument("--port", type=int, default=18001, help="inference port; health uses port+1, metrics port+2")
     demo.set_defaults(run=_demo)
     return parser
 

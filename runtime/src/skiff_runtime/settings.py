@@ -107,6 +107,13 @@ def _log_level(text: str) -> str:
     return level
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"expected 0 or a positive integer, got {text!r}")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -125,6 +132,7 @@ class RuntimeSettings:
     host: str = "0.0.0.0"
     grpc_port: int = 8001
     health_port: int = 8002
+    metrics_port: int = 8003
     device: Device = field(default_factory=lambda: Device("cpu"))
     cpu_threads: int = 1
     enable_mkldnn: bool = True
@@ -134,7 +142,10 @@ class RuntimeSettings:
     trt_workspace_mb: int = 1024
     trt_shape_ranges: Mapping[str, ShapeRange] = field(default_factory=dict)
     trt_cache_dir: Path | None = None
+    workers: int = 0
     max_batch_size: int = 32
+    dynamic_batching: bool = True
+    max_queue_delay_us: int = 0
     max_queue_size: int = 256
     max_message_mb: int = 64
     tls_cert_file: Path | None = None
@@ -142,6 +153,15 @@ class RuntimeSettings:
     tls_client_ca_file: Path | None = None
     grace_period_s: float = 20.0
     log_level: str = "INFO"
+
+    @property
+    def worker_count(self) -> int:
+        """Explicit --workers, else one per GPU device, else one per CPU this process may use."""
+        if self.workers:
+            return self.workers
+        if self.device.kind == "gpu":
+            return 1
+        return available_cpus()
 
     @property
     def tls(self) -> bool:
@@ -177,6 +197,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("model_prefix", str, "file prefix when the directory holds several models (default: inference)"),
     Option("host", str, "address to bind (default 0.0.0.0; tests use 127.0.0.1)"),
     Option("grpc_port", _port, "inference port: Open Inference Protocol + grpc.health.v1 (default 8001)"),
+    Option("metrics_port", _port, "Prometheus /metrics port (default 8003; 0 picks a free port)"),
     Option("health_port", _port, "plaintext port serving only grpc.health.v1, for kubelet probes (default 8002)"),
     Option("device", Device.parse, "cpu or gpu:N (default cpu)"),
     Option("cpu_threads", _positive, "math library threads per predictor on CPU (default 1)"),
@@ -187,7 +208,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("trt_workspace_mb", _positive, "TensorRT workspace in MB (default 1024)"),
     Option("trt_shape_ranges", parse_shape_ranges, "TensorRT dynamic shapes: name=MIN:OPT:MAX;... (1x3x224x224)"),
     Option("trt_cache_dir", Path, "directory where TensorRT engines are cached across restarts"),
-    Option("max_batch_size", _positive, "largest batch dimension a request may carry (default 32)"),
+    Option(
+        "workers", _non_negative, "inference worker processes, one engine each (default 0 = auto: CPU cores, 1 on GPU)"
+    ),
+    Option("max_batch_size", _positive, "largest batch a request may carry and the batcher may form (default 32)"),
+    Option("dynamic_batching", _bool, "merge concurrent requests into batches (default true)"),
+    Option("max_queue_delay_us", _non_negative, "how long a batch may wait to fill, in microseconds (default 0)"),
     Option("max_queue_size", _positive, "requests waiting for the engine before RESOURCE_EXHAUSTED (default 256)"),
     Option("max_message_mb", _positive, "largest gRPC message in MiB, both directions (default 64)"),
     Option("tls_cert_file", Path, "PEM certificate chain: serve TLS on the inference port (reloaded on change)"),
@@ -201,6 +227,18 @@ OPTIONS: tuple[Option, ...] = (
 def add_options(parser: argparse.ArgumentParser) -> None:
     for option in OPTIONS:
         parser.add_argument(option.flag, dest=option.name, default=None, help=f"{option.help} [{option.env}]")
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota (a container's CPU limit)."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cpus = min(cpus, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus)
 
 
 class SettingsError(ValueError):

@@ -1,7 +1,10 @@
-"""The runtime process: inference + health on the gRPC port, health alone on the plaintext health port.
+"""The runtime process: inference + health on the gRPC port, health alone on the plaintext health port,
+Prometheus metrics on the metrics port.
 
-Lifecycle: ports open at once with health NOT_SERVING; the model loads and warms; health turns SERVING.
-SIGTERM/SIGINT: health NOT_SERVING, new RPCs refused, in-flight RPCs finish within the grace period, exit 0.
+Lifecycle: ports open at once with health NOT_SERVING; the workers load and warm the model; health turns
+SERVING. SIGTERM/SIGINT: health NOT_SERVING, new RPCs refused with UNAVAILABLE, accepted ones answered within
+the grace period, exit 0. A model that cannot load, or a worker process that dies, exits 1 (Kubernetes
+restarts the pod and the last log line says why).
 """
 
 from __future__ import annotations
@@ -14,16 +17,21 @@ from collections.abc import Callable
 import grpc
 from grpc_health.v1 import health_pb2_grpc
 
+from skiff_runtime.metrics import RuntimeMetrics
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
-from skiff_runtime.server.drain import RpcTracker
 from skiff_runtime.server.health import ModelHealth
+from skiff_runtime.server.rpcs import RpcObserver
 from skiff_runtime.server.servicer import InferenceServicer
 from skiff_runtime.server.status_codes import ErrorInterceptor
 from skiff_runtime.server.tls import ReloadingCredentials, TlsFiles
-from skiff_runtime.service import Engine, ModelService, ServiceLimits
+from skiff_runtime.service import ModelService, ServiceLimits
 from skiff_runtime.settings import RuntimeSettings
+from skiff_runtime.workers.base import Workers
 
 log = logging.getLogger(__name__)
+
+# Builds the workers; the callback reports a worker process that exited (index, exit code).
+WorkersFactory = Callable[[Callable[[int, int | None], None]], Workers]
 
 
 def _channel_options(settings: RuntimeSettings) -> list[tuple[str, int]]:
@@ -35,18 +43,27 @@ def _channel_options(settings: RuntimeSettings) -> list[tuple[str, int]]:
 
 
 class RuntimeServer:
-    """Owns the two gRPC servers, the model service and the health state."""
+    """Owns the gRPC servers, the model service, health and metrics."""
 
-    def __init__(self, settings: RuntimeSettings, engine_factory: Callable[[], Engine]) -> None:
+    def __init__(self, settings: RuntimeSettings, workers_factory: WorkersFactory) -> None:
         self.settings = settings
-        self.service = ModelService(
-            settings.model_name,
-            settings.model_version,
-            engine_factory,
-            ServiceLimits(settings.max_batch_size, settings.max_queue_size),
+        self.metrics = RuntimeMetrics(settings.model_name, settings.model_version)
+        limits = ServiceLimits(
+            max_batch_size=settings.max_batch_size,
+            max_queue_size=settings.max_queue_size,
+            dynamic_batching=settings.dynamic_batching,
+            max_queue_delay_s=settings.max_queue_delay_us / 1e6,
         )
+        workers = workers_factory(self._worker_exited)
+        self.service = ModelService(
+            settings.model_name, settings.model_version, workers, limits, self.metrics.observe_batch
+        )
+        self.metrics.track_queue_depth(lambda: self.service.queue_depth)
+        self.metrics.workers.set(workers.count)
+        if settings.device.kind == "gpu":
+            self.metrics.watch_gpu(settings.device.index)
         self.health = ModelHealth(settings.model_name)
-        self.rpcs = RpcTracker()
+        self.rpcs = RpcObserver(self.metrics.observe_rpc)
         self.grpc_server = grpc.aio.server(
             interceptors=[self.rpcs, ErrorInterceptor()], options=_channel_options(settings)
         )
@@ -61,6 +78,7 @@ class RuntimeServer:
         )
         self.grpc_port = 0
         self.health_port = 0
+        self.metrics_port = 0
         self._stopping = asyncio.Event()
         self.exit_code = 0
 
@@ -75,11 +93,13 @@ class RuntimeServer:
         self.health_port = self.health_server.add_insecure_port(f"{host}:{self.settings.health_port}")
         await self.health_server.start()
         await self.grpc_server.start()
+        self.metrics_port = self.metrics.serve(host, self.settings.metrics_port)
         log.info(
             "listening",
             extra={
                 "grpc_port": self.grpc_port,
                 "health_port": self.health_port,
+                "metrics_port": self.metrics_port,
                 "model": self.settings.model_name,
                 "tls": "mutual" if self.settings.tls_client_ca_file else ("on" if self.tls else "off"),
             },
@@ -90,33 +110,37 @@ class RuntimeServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
 
+    def _fail(self, reason: str, **details: object) -> None:
+        log.error(reason, extra={"model": self.service.name, **details})
+        self.exit_code = 1
+        self.request_stop()
+
+    def _worker_exited(self, index: int, exitcode: int | None) -> None:
+        self._fail("worker process exited; stopping so the pod restarts", worker=index, exitcode=exitcode)
+
     async def load_model(self) -> None:
         try:
             await self.service.load()
         except Exception as exc:
-            # Exit non-zero: the pod restarts (CrashLoopBackOff) and the reason is the last log line.
-            log.error("model failed to load; exiting", extra={"model": self.service.name, "error": str(exc)})
-            self.exit_code = 1
-            self.request_stop()
+            self._fail("model failed to load; exiting", error=str(exc))
             return
         finally:
             # Paddle installs its own SIGTERM handler when it is first imported (on the inference thread):
             # take SIGTERM back so shutdown stays graceful.
             self.install_signal_handlers()
         await self.health.set_serving(True)
+        self.metrics.set_ready(True)
 
     def request_stop(self) -> None:
         self._stopping.set()
 
     async def stop(self) -> None:
         """Health NOT_SERVING, refuse new RPCs, let in-flight ones finish within the grace period."""
-        log.info(
-            "shutting down",
-            extra={"grace_period_s": self.settings.grace_period_s, "in_flight": self.service.in_flight},
-        )
+        log.info("shutting down", extra={"grace_period_s": self.settings.grace_period_s})
         await self.health.shut_down()
+        self.metrics.set_ready(False)
         # Refuse new requests with UNAVAILABLE, answer every accepted one, and stop gRPC only once arrivals
-        # have ceased (see server/drain.py): gRPC cancels calls still queued when it stops.
+        # have ceased (see server/rpcs.py): gRPC cancels calls still queued when it stops.
         self.service.stop()
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -125,7 +149,7 @@ class RuntimeServer:
         log.info("drained", extra={"seconds": round(loop.time() - started, 3)})
         await self.grpc_server.stop(max(0.5, self.settings.grace_period_s - (loop.time() - started)))
         await self.health_server.stop(0)
-        await asyncio.get_running_loop().run_in_executor(None, self.service.close)
+        await self.service.close()
         log.info("stopped")
 
     async def serve(self) -> int:
@@ -139,6 +163,6 @@ class RuntimeServer:
         return self.exit_code
 
 
-async def run_server(settings: RuntimeSettings, engine_factory: Callable[[], Engine]) -> int:
+async def run_server(settings: RuntimeSettings, workers_factory: WorkersFactory) -> int:
     """Build the server inside the running loop (grpc.aio binds to it) and serve until a stop signal."""
-    return await RuntimeServer(settings, engine_factory).serve()
+    return await RuntimeServer(settings, workers_factory).serve()

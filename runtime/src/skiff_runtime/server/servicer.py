@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import asyncio
 
 import grpc
 
@@ -36,8 +36,9 @@ CONFIG_DATATYPES = {
 
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:
+    """The caller's deadline on the event loop's clock (the batcher's clock)."""
     remaining = context.time_remaining()
-    return None if remaining is None else time.monotonic() + remaining
+    return None if remaining is None else asyncio.get_running_loop().time() + remaining
 
 
 def _config_dims(spec: TensorSpec, batched: bool) -> list[int]:

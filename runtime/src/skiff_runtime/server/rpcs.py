@@ -1,4 +1,4 @@
-"""Tracks unary RPCs so shutdown can wait until accepted requests are answered and arrivals have stopped.
+"""Observes every unary RPC: its status code and time (metrics), and what is in flight (graceful drain).
 
 gRPC cancels calls it has received but not yet handed to a handler when the server stops; so on SIGTERM the
 runtime first refuses new work with UNAVAILABLE, then waits until nothing is in flight and no RPC has arrived
@@ -15,13 +15,16 @@ import grpc
 
 QUIET_PERIOD_S = 0.25
 
+ObserveRpc = Callable[[str, str, float], None]
 
-class RpcTracker(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Counts unary RPCs in flight and remembers when the last one arrived (on the event loop's clock)."""
 
-    def __init__(self) -> None:
+class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Counts unary RPCs in flight, remembers the last arrival, and reports (method, code, seconds)."""
+
+    def __init__(self, observe: ObserveRpc | None = None) -> None:
         self.in_flight = 0
         self.last_arrival = 0.0
+        self._observe = observe
 
     async def intercept_service(
         self,
@@ -32,17 +35,25 @@ class RpcTracker(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None or handler.unary_unary is None:
             return handler
         inner = handler.unary_unary
+        method = handler_call_details.method
 
-        async def tracked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def observed(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            loop = asyncio.get_running_loop()
+            started = self.last_arrival = loop.time()
             self.in_flight += 1
-            self.last_arrival = asyncio.get_running_loop().time()
+            code = "OK"
             try:
                 return await inner(request, context)
+            except BaseException:
+                code = _code_name(context)
+                raise
             finally:
                 self.in_flight -= 1
+                if self._observe is not None:
+                    self._observe(method, code, loop.time() - started)
 
         return grpc.unary_unary_rpc_method_handler(
-            tracked,
+            observed,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
@@ -56,3 +67,10 @@ class RpcTracker(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 return True
             await asyncio.sleep(0.02)
         return False
+
+
+def _code_name(context: grpc.aio.ServicerContext) -> str:
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return str(code.name)
+    return "UNKNOWN"

@@ -1,0 +1,202 @@
+"""The dynamic batching stage: a bounded queue that merges compatible requests into batches.
+
+With `merge` off every request runs alone (batching off). Otherwise a batch closes when it holds
+`max_batch_size` rows, or `max_queue_delay_s` after its oldest request arrived, or at once when the delay is 0
+(then it takes whatever is already waiting). Requests whose inputs differ in
+dtype or non-batch shape go to different batches. A full queue refuses at once (QueueFull); a request whose
+deadline passes while queued is answered DeadlineExceeded and never runs. Up to `concurrency` batches run at
+the same time (one per inference worker). All timing is on `loop.time()`, so tests can drive a fake clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from skiff_runtime.batching.merge import BatchKey, batch_key, batch_size, split_outputs
+from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, QueueFull, SkiffError
+from skiff_runtime.tensors import Array
+
+# Runs the concatenation of the requests' inputs as one batch (the runner concatenates: it knows where the
+# batch must end up, e.g. straight into a worker's shared memory).
+RunBatch = Callable[[Sequence[Mapping[str, Array]]], Awaitable[dict[str, Array]]]
+
+
+@dataclass(frozen=True)
+class BatchingPolicy:
+    max_batch_size: int = 32
+    merge: bool = True
+    max_queue_delay_s: float = 0.0
+    max_queue_size: int = 256
+    concurrency: int = 1
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """Reported for each batch that ran: rows, requests and how long the oldest one waited."""
+
+    rows: int
+    requests: int
+    queue_seconds: float
+    run_seconds: float
+
+
+@dataclass(eq=False)
+class _Pending:
+    inputs: Mapping[str, Array]
+    rows: int
+    key: BatchKey
+    deadline: float | None
+    enqueued: float
+    future: asyncio.Future[dict[str, Array]] = field(repr=False)
+
+
+class Batcher:
+    """Owns the queue and the task that forms and dispatches batches."""
+
+    def __init__(
+        self,
+        run_batch: RunBatch,
+        policy: BatchingPolicy,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self._run_batch = run_batch
+        self._on_batch = on_batch
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(policy.concurrency)
+        self._task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting for a batch."""
+        return len(self._queue)
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name="batcher")
+
+    async def close(self) -> None:
+        """Stop forming batches; running batches finish; requests still queued are refused."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+        while self._queue:
+            pending = self._queue.popleft()
+            if not pending.future.done():
+                pending.future.set_exception(QueueFull("the server is shutting down; retry on another replica"))
+
+    async def submit(self, inputs: Mapping[str, Array], deadline: float | None = None) -> dict[str, Array]:
+        """Queue one validated request; returns its own slice of the batch outputs."""
+        if len(self._queue) >= self.policy.max_queue_size:
+            raise QueueFull(
+                f"queue full ({self.policy.max_queue_size} requests waiting, max_queue_size); retry with backoff"
+            )
+        loop = asyncio.get_running_loop()
+        pending = _Pending(inputs, batch_size(inputs), batch_key(inputs), deadline, loop.time(), loop.create_future())
+        self._queue.append(pending)
+        self._wakeup.set()
+        return await pending.future
+
+    def _expire(self, now: float) -> None:
+        for pending in [p for p in self._queue if p.deadline is not None and p.deadline <= now]:
+            self._queue.remove(pending)
+            if not pending.future.done():
+                pending.future.set_exception(
+                    DeadlineExceeded(f"deadline passed after {now - pending.enqueued:.3f}s in the queue; not run")
+                )
+
+    def _take_batch(self) -> list[_Pending]:
+        """The oldest request plus the compatible ones behind it, up to max_batch_size rows."""
+        first = self._queue[0]
+        if not self.policy.merge:
+            return [self._queue.popleft()]
+        batch, rows = [], 0
+        for pending in list(self._queue):
+            if pending.key == first.key and rows + pending.rows <= self.policy.max_batch_size:
+                batch.append(pending)
+                rows += pending.rows
+        for pending in batch:
+            self._queue.remove(pending)
+        return batch
+
+    def _ready_rows(self, key: BatchKey) -> int:
+        return sum(p.rows for p in self._queue if p.key == key)
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await self._slots.acquire()
+            try:
+                # Wait for the batch to fill, until the oldest request has waited max_queue_delay_s.
+                while self._queue:
+                    now = loop.time()
+                    self._expire(now)
+                    if not self._queue:
+                        break
+                    first = self._queue[0]
+                    close_at = first.enqueued + self.policy.max_queue_delay_s
+                    full = not self.policy.merge or self._ready_rows(first.key) >= self.policy.max_batch_size
+                    if full or now >= close_at:
+                        break
+                    self._wakeup.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), timeout=close_at - now)
+                if not self._queue:
+                    self._slots.release()
+                    continue
+                batch = self._take_batch()
+            except BaseException:
+                self._slots.release()
+                raise
+            task = loop.create_task(self._dispatch(batch, loop.time()))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _dispatch(self, batch: list[_Pending], started: float) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            live = [p for p in batch if not p.future.done()]  # a cancelled caller has gone away
+            if not live:
+                return
+            sizes = [p.rows for p in live]
+            try:
+                outputs = await self._run_batch([p.inputs for p in live])
+                parts = split_outputs(outputs, sizes)
+            except SkiffError as exc:
+                error: BaseException = exc
+            except Exception as exc:
+                error = InferenceFailed(f"batch of {len(live)} request(s) failed: {type(exc).__name__}: {exc}")
+            else:
+                for pending, part in zip(live, parts, strict=True):
+                    if not pending.future.done():
+                        pending.future.set_result(part)
+                if self._on_batch is not None:
+                    self._on_batch(
+                        BatchStats(
+                            sum(sizes), len(live), started - min(p.enqueued for p in live), loop.time() - started
+                        )
+                    )
+                return
+            for pending in live:
+                if not pending.future.done():
+                    pending.future.set_exception(error)
+        finally:
+            self._slots.release()
+            self._wakeup.set()

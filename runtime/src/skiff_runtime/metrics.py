@@ -1,0 +1,122 @@
+"""Prometheus metrics of one runtime, in a registry of its own, served on the metrics port.
+
+Names follow the conventions users already scrape: go-grpc-prometheus's `grpc_server_*`, Paddle Serving's
+`paddle_inference_time_ms`, and NVML-backed `gpu_utilization` / `gpu_memory_used_bytes` when a GPU exists.
+Workers are processes, but batches are timed here in the front process, so no multiprocess mode is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from skiff_runtime.batching.batcher import BatchStats
+
+log = logging.getLogger(__name__)
+
+SECONDS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+MS_BUCKETS = tuple(b * 1000 for b in SECONDS_BUCKETS)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class GpuCollector(Collector):
+    """GPU utilization and memory through NVML; yields nothing where no NVIDIA driver is present."""
+
+    def __init__(self, device_index: int) -> None:
+        self.device_index = device_index
+        self._handle: object | None = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+            self._nvml = pynvml
+        except Exception as exc:  # no driver, no device: metrics simply absent
+            log.info("NVML unavailable; no GPU metrics", extra={"reason": str(exc)})
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self._handle is None:
+            return
+        nvml = self._nvml
+        utilization = nvml.nvmlDeviceGetUtilizationRates(self._handle)
+        memory = nvml.nvmlDeviceGetMemoryInfo(self._handle)
+        gpu = str(self.device_index)
+        util = GaugeMetricFamily("gpu_utilization", "GPU busy percentage (NVML)", labels=["gpu"])
+        util.add_metric([gpu], float(utilization.gpu))
+        used = GaugeMetricFamily("gpu_memory_used_bytes", "GPU memory in use (NVML)", labels=["gpu"])
+        used.add_metric([gpu], float(memory.used))
+        total = GaugeMetricFamily("gpu_memory_total_bytes", "GPU memory size (NVML)", labels=["gpu"])
+        total.add_metric([gpu], float(memory.total))
+        yield from (util, used, total)
+
+
+class RuntimeMetrics:
+    """Every metric the runtime exports."""
+
+    def __init__(self, model: str, version: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"model": model, "version": version}
+        r = self.registry
+        self.handled = Counter(
+            "grpc_server_handled_total",
+            "RPCs completed, by method and status code",
+            ["grpc_service", "grpc_method", "grpc_code"],
+            registry=r,
+        )
+        self.handling = Histogram(
+            "grpc_server_handling_seconds",
+            "RPC handling time",
+            ["grpc_service", "grpc_method"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.inference = Histogram(
+            "skiff_inference_seconds", "Engine time per batch", buckets=SECONDS_BUCKETS, registry=r
+        )
+        self.inference_ms = Histogram(
+            "paddle_inference_time_ms", "Engine time per batch in ms", buckets=MS_BUCKETS, registry=r
+        )
+        self.queue = Histogram(
+            "skiff_queue_seconds", "Time the oldest request of a batch waited", buckets=SECONDS_BUCKETS, registry=r
+        )
+        self.batch_size = Histogram("skiff_batch_size", "Rows per batch", buckets=BATCH_BUCKETS, registry=r)
+        self.batch_requests = Histogram(
+            "skiff_batch_requests", "Requests merged per batch", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.queue_depth = Gauge("skiff_queue_depth", "Requests waiting for a batch", registry=r)
+        self.ready = Gauge(
+            "skiff_model_ready", "1 when the model is loaded, warmed and serving", list(labels), registry=r
+        )
+        self.workers = Gauge("skiff_workers", "Inference worker processes", registry=r)
+        self._ready = self.ready.labels(**labels)
+        self._ready.set(0)
+
+    def set_ready(self, ready: bool) -> None:
+        self._ready.set(1 if ready else 0)
+
+    def track_queue_depth(self, depth: Callable[[], int]) -> None:
+        self.queue_depth.set_function(lambda: float(depth()))
+
+    def observe_batch(self, stats: BatchStats) -> None:
+        self.inference.observe(stats.run_seconds)
+        self.inference_ms.observe(stats.run_seconds * 1000)
+        self.queue.observe(stats.queue_seconds)
+        self.batch_size.observe(stats.rows)
+        self.batch_requests.observe(stats.requests)
+
+    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
+        service, _, name = method.lstrip("/").rpartition("/")
+        self.handled.labels(service, name, code).inc()
+        self.handling.labels(service, name).observe(seconds)
+
+    def watch_gpu(self, device_index: int) -> None:
+        self.registry.register(GpuCollector(device_index))
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the /metrics HTTP server in a thread; returns the bound port."""
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return int(server.server_port)

@@ -1,0 +1,1 @@
+"""Inference workers: where engines run. One engine per worker, one batch per worker at a time."""

@@ -1,0 +1,71 @@
+"""Places named arrays in a flat shared buffer and describes them in small picklable tuples (no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from skiff_runtime.errors import InferenceFailed
+from skiff_runtime.tensors import Array
+
+ALIGN = 64
+
+# (name, numpy dtype string, shape, byte offset)
+Descriptor = tuple[str, str, tuple[int, ...], int]
+
+
+def _aligned(offset: int) -> int:
+    return (offset + ALIGN - 1) // ALIGN * ALIGN
+
+
+def plan(shapes: Mapping[str, tuple[np.dtype[np.generic], tuple[int, ...]]], capacity: int) -> list[Descriptor]:
+    """Consecutive, aligned slots for each array; InferenceFailed when they do not fit the buffer."""
+    descriptors: list[Descriptor] = []
+    offset = 0
+    for name, (dtype, shape) in shapes.items():
+        if dtype.hasobject:
+            raise InferenceFailed(f"tensor {name!r} holds Python objects; it cannot cross to a worker process")
+        offset = _aligned(offset)
+        descriptors.append((name, dtype.str, shape, offset))
+        offset += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if offset > capacity:
+        raise InferenceFailed(
+            f"batch needs {offset} bytes of worker shared memory, which holds {capacity}; "
+            "lower --max-batch-size or raise --max-message-mb"
+        )
+    return descriptors
+
+
+def views(buffer: memoryview, descriptors: Sequence[Descriptor]) -> dict[str, Array]:
+    """Arrays over the buffer (no copies) for each descriptor."""
+    out: dict[str, Array] = {}
+    for name, dtype_str, shape, offset in descriptors:
+        dtype = np.dtype(dtype_str)
+        count = int(np.prod(shape, dtype=np.int64))
+        out[name] = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset).reshape(shape)
+    return out
+
+
+def write_concatenated(buffer: memoryview, parts: Sequence[Mapping[str, Array]], capacity: int) -> list[Descriptor]:
+    """Concatenate each input of `parts` along axis 0 straight into the buffer: one copy per byte."""
+    first = parts[0]
+    shapes = {
+        name: (array.dtype, (sum(int(p[name].shape[0]) for p in parts), *array.shape[1:]))
+        for name, array in first.items()
+    }
+    descriptors = plan(shapes, capacity)
+    targets = views(buffer, descriptors)
+    for name, target in targets.items():
+        if len(parts) == 1:
+            np.copyto(target, first[name])
+        else:
+            np.concatenate([p[name] for p in parts], axis=0, out=target)
+    return descriptors
+
+
+def write_arrays(buffer: memoryview, arrays: Mapping[str, Array], capacity: int) -> list[Descriptor]:
+    descriptors = plan({name: (a.dtype, tuple(a.shape)) for name, a in arrays.items()}, capacity)
+    for name, target in views(buffer, descriptors).items():
+        np.copyto(target, arrays[name])
+    return descriptors

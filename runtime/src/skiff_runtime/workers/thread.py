@@ -1,0 +1,60 @@
+"""One engine on one dedicated thread of this process: the engine is created, warmed and run there only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from skiff_runtime.batching.merge import merge_inputs
+from skiff_runtime.errors import InferenceFailed, ModelNotReady, SkiffError
+from skiff_runtime.tensors import Array, ModelSignature
+from skiff_runtime.workers.base import Engine, warm_up
+
+
+class ThreadWorker:
+    """`Workers` with count 1, in-process. Inference never runs on the event loop."""
+
+    count = 1
+
+    def __init__(self, engine_factory: Callable[[], Engine]) -> None:
+        self._engine_factory = engine_factory
+        self._engine: Engine | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer")
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise ModelNotReady("the model is not loaded yet")
+        return self._engine
+
+    @property
+    def platform(self) -> str:
+        return self.engine.platform
+
+    @property
+    def signature(self) -> ModelSignature:
+        return self.engine.signature
+
+    def _load(self, batch_sizes: Sequence[int]) -> Engine:
+        engine = self._engine_factory()
+        warm_up(engine, batch_sizes)
+        return engine
+
+    async def start(self, warmup_batch_sizes: Sequence[int]) -> None:
+        loop = asyncio.get_running_loop()
+        self._engine = await loop.run_in_executor(self._executor, self._load, list(warmup_batch_sizes))
+
+    def _run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        try:
+            return self.engine.run(merge_inputs(parts))
+        except SkiffError:
+            raise
+        except Exception as exc:
+            raise InferenceFailed(f"inference engine failed: {type(exc).__name__}: {exc}") from exc
+
+    async def run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._run, parts)
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, lambda: self._executor.shutdown(cancel_futures=True))
