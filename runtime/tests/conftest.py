@@ -129,7 +129,7 @@ def runtime_factory(tmp_path: Path) -> Iterator[type[RuntimeProcess]]:
 
 def _serve_session(tmp_path_factory: pytest.TempPathFactory, model_dir: Path, name: str) -> Iterator[RuntimeProcess]:
     runtime = RuntimeProcess(
-        model_dir, name, tmp_path_factory.mktemp("logs") / f"{name}.log", ["--max-batch-size", "8"]
+        model_dir, name, tmp_path_factory.mktemp("logs") / f"{name}.log", ["--max-batch-size", "8", "--workers", "2"]
     )
     runtime.start().wait_serving()
     yield runtime

@@ -1,0 +1,203 @@
+"""The batching stage on a fake event-loop clock (looptime): when batches close, what they hold, the queue
+bound, deadlines and failures. No real time passes; loop.time() jumps as the loop idles."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pytest
+
+from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
+from skiff_runtime.batching.merge import merge_inputs
+from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, QueueFull
+from skiff_runtime.tensors import Array
+
+pytestmark = pytest.mark.looptime
+
+
+class Engine:
+    """A fake batch runner: records (start time, rows per part) and doubles x; may be held or made to fail."""
+
+    def __init__(self, run_seconds: float = 0.0) -> None:
+        self.batches: list[tuple[float, list[int]]] = []
+        self.run_seconds = run_seconds
+        self.hold: asyncio.Event | None = None
+        self.fail: Exception | None = None
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        loop = asyncio.get_running_loop()
+        self.batches.append((loop.time(), [int(p["x"].shape[0]) for p in parts]))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+            await asyncio.sleep(self.run_seconds)
+            if self.fail is not None:
+                raise self.fail
+            return {"y": merge_inputs(parts)["x"] * 2}
+        finally:
+            self.in_flight -= 1
+
+
+def rows(n: int, value: float = 1.0, width: int = 2, dtype: type = np.float32) -> dict[str, Array]:
+    return {"x": np.full((n, width), value, dtype=dtype)}
+
+
+async def start(engine: Engine, **policy: object) -> tuple[Batcher, list[BatchStats]]:
+    stats: list[BatchStats] = []
+    batcher = Batcher(engine.run, BatchingPolicy(**policy), stats.append)  # type: ignore[arg-type]
+    batcher.start()
+    return batcher, stats
+
+
+async def after(delay: float, coro):  # type: ignore[no-untyped-def]
+    await asyncio.sleep(delay)
+    return await coro
+
+
+async def test_a_lone_request_runs_at_once_when_the_delay_is_zero() -> None:
+    engine = Engine()
+    batcher, _ = await start(engine)
+    out = await batcher.submit(rows(2, 3.0))
+    assert out["y"].tolist() == [[6.0, 6.0], [6.0, 6.0]]
+    assert engine.batches == [(0.0, [2])]
+    await batcher.close()
+
+
+async def test_requests_arriving_within_the_delay_share_a_batch_closed_at_the_delay() -> None:
+    engine = Engine()
+    batcher, stats = await start(engine, max_queue_delay_s=0.010)
+    results = await asyncio.gather(
+        batcher.submit(rows(1, 1.0)), after(0.003, batcher.submit(rows(2, 2.0))), after(0.020, batcher.submit(rows(1)))
+    )
+    assert engine.batches == [(pytest.approx(0.010), [1, 2]), (pytest.approx(0.030), [1])]
+    assert results[0]["y"].tolist() == [[2.0, 2.0]]
+    assert results[1]["y"].tolist() == [[4.0, 4.0], [4.0, 4.0]]
+    assert [(s.rows, s.requests) for s in stats] == [(3, 2), (1, 1)]
+    assert stats[0].queue_seconds == pytest.approx(0.010)
+    await batcher.close()
+
+
+async def test_a_full_batch_closes_before_the_delay() -> None:
+    engine = Engine()
+    batcher, _ = await start(engine, max_queue_delay_s=1.0, max_batch_size=4)
+    await asyncio.gather(batcher.submit(rows(2)), after(0.001, batcher.submit(rows(2))))
+    assert engine.batches == [(pytest.approx(0.001), [2, 2])]
+    await batcher.close()
+
+
+async def test_batches_never_exceed_max_batch_size_rows() -> None:
+    engine = Engine()
+    batcher, _ = await start(engine, max_queue_delay_s=0.005, max_batch_size=4)
+    await asyncio.gather(*(batcher.submit(rows(n)) for n in (2, 1, 2, 3)))
+    assert [parts for _, parts in engine.batches] == [[2, 1], [2], [3]]
+    await batcher.close()
+
+
+@pytest.mark.parametrize(
+    "other",
+    [rows(1, width=3), rows(1, dtype=np.float64)],
+    ids=["different non-batch shape", "different dtype"],
+)
+async def test_incompatible_requests_go_to_separate_batches(other: dict[str, Array]) -> None:
+    engine = Engine()
+    batcher, _ = await start(engine, max_queue_delay_s=0.005)
+    outs = await asyncio.gather(batcher.submit(rows(1)), batcher.submit(other), batcher.submit(rows(2)))
+    assert [parts for _, parts in engine.batches] == [[1, 2], [1]]
+    assert outs[1]["y"].shape == other["x"].shape
+    await batcher.close()
+
+
+async def test_without_merging_each_request_runs_alone() -> None:
+    engine = Engine()
+    batcher, _ = await start(engine, merge=False, max_queue_delay_s=0.005)
+    await asyncio.gather(*(batcher.submit(rows(1)) for _ in range(3)))
+    assert [parts for _, parts in engine.batches] == [[1], [1], [1]]
+    await batcher.close()
+
+
+async def test_a_full_queue_refuses_at_once() -> None:
+    engine = Engine()
+    engine.hold = asyncio.Event()
+    batcher, _ = await start(engine, max_queue_size=2)
+    running = asyncio.ensure_future(batcher.submit(rows(1)))
+    await asyncio.sleep(0.001)
+    waiting = [asyncio.ensure_future(batcher.submit(rows(1))) for _ in range(2)]
+    await asyncio.sleep(0.001)
+    assert batcher.depth == 2
+    loop = asyncio.get_running_loop()
+    before = loop.time()
+    with pytest.raises(QueueFull, match="queue full"):
+        await batcher.submit(rows(1))
+    assert loop.time() == before
+    engine.hold.set()
+    await asyncio.gather(running, *waiting)
+    await batcher.close()
+
+
+async def test_a_deadline_passing_in_the_queue_is_answered_and_never_run() -> None:
+    engine = Engine(run_seconds=0.100)
+    batcher, _ = await start(engine)
+    loop = asyncio.get_running_loop()
+    first = asyncio.ensure_future(batcher.submit(rows(1)))
+    await asyncio.sleep(0.001)
+    doomed = asyncio.ensure_future(batcher.submit(rows(3), deadline=loop.time() + 0.050))
+    await first
+    with pytest.raises(DeadlineExceeded, match="in the queue; not run"):
+        await doomed
+    assert [parts for _, parts in engine.batches] == [[1]]
+    await batcher.submit(rows(3), deadline=loop.time() + 1)
+    assert [parts for _, parts in engine.batches] == [[1], [3]]
+    await batcher.close()
+
+
+async def test_a_failing_batch_fails_its_requests_only() -> None:
+    engine = Engine()
+    batcher, _ = await start(engine, max_queue_delay_s=0.005)
+    engine.fail = RuntimeError("CUDA error: an illegal memory access")
+    results = await asyncio.gather(batcher.submit(rows(1)), batcher.submit(rows(1)), return_exceptions=True)
+    assert all(isinstance(r, InferenceFailed) for r in results)
+    assert "batch of 2 request(s) failed: RuntimeError: CUDA error" in str(results[0])
+    engine.fail = None
+    assert (await batcher.submit(rows(1)))["y"].shape == (1, 2)
+    await batcher.close()
+
+
+async def test_concurrency_bounds_the_batches_in_flight() -> None:
+    engine = Engine(run_seconds=0.010)
+    batcher, _ = await start(engine, concurrency=2, merge=False)
+    await asyncio.gather(*(batcher.submit(rows(1)) for _ in range(6)))
+    assert engine.max_in_flight == 2
+    assert [round(t, 3) for t, _ in engine.batches] == [0.0, 0.0, 0.01, 0.01, 0.02, 0.02]
+    await batcher.close()
+
+
+async def test_busy_workers_let_the_queue_build_into_bigger_batches() -> None:
+    """With delay 0, batching is opportunistic: while the worker is busy, arrivals accumulate and merge."""
+    engine = Engine(run_seconds=0.010)
+    batcher, _ = await start(engine, max_batch_size=8)
+    await asyncio.gather(*(after(i * 0.001, batcher.submit(rows(1))) for i in range(9)))
+    assert [parts for _, parts in engine.batches] == [[1], [1] * 8]
+    await batcher.close()
+
+
+async def test_close_refuses_what_is_still_queued() -> None:
+    engine = Engine()
+    engine.hold = asyncio.Event()
+    batcher, _ = await start(engine)
+    running = asyncio.ensure_future(batcher.submit(rows(1)))
+    await asyncio.sleep(0.001)
+    queued = asyncio.ensure_future(batcher.submit(rows(1)))
+    await asyncio.sleep(0.001)
+    closing = asyncio.ensure_future(batcher.close())
+    await asyncio.sleep(0.001)
+    engine.hold.set()
+    await closing
+    assert (await running)["y"].shape == (1, 2)
+    with pytest.raises(QueueFull, match="shutting down"):
+        await queued

@@ -1,0 +1,144 @@
+"""Worker processes behind one endpoint: results match in-process inference, batching merges concurrent
+requests, metrics are exported, and a dead worker stops the server instead of leaving it half-broken."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from skiff_runtime.client import SkiffClient
+from skiff_runtime.settings import RuntimeSettings
+
+pytestmark = [pytest.mark.paddle, pytest.mark.server]
+
+
+def _images(seed: int, batch: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((batch, 3, 32, 32), dtype=np.float32)
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+def _sample(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_workers_answer_like_the_in_process_predictor(runtime_factory, model_dirs, workers) -> None:
+    from skiff_runtime.predictor.paddle import PaddleEngine
+
+    engine = PaddleEngine(RuntimeSettings(model_dir=model_dirs["conv"], model_name="conv"))
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", workers, "--max-batch-size", "8")
+    runtime.wait_serving()
+    spawned = [cmd for _, cmd in _children(runtime.proc.pid) if "spawn_main" in cmd]
+    assert len(spawned) == (0 if workers == "1" else 2)
+    failures: list[int] = []
+
+    def client(offset: int) -> None:
+        with SkiffClient(runtime.target) as c:
+            for i in range(25):
+                seed = offset * 100 + i
+                batch = 1 + seed % 3
+                got = c.infer("conv", {"image": _images(seed, batch)})["fetch_name_0"]
+                want = engine.run({"image": _images(seed, batch)})["fetch_name_0"]
+                if not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+                    failures.append(seed)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, f"{len(failures)} of 200 answers differ from in-process inference: {failures[:5]}"
+
+    text = _metrics(runtime.metrics_port)
+    ok = 'grpc_code="OK",grpc_method="ModelInfer",grpc_service="inference.GRPCInferenceService"'
+    assert f"grpc_server_handled_total{{{ok}}} 200.0" in text
+    assert _sample(text, "paddle_inference_time_ms_count") >= 1
+    assert _sample(text, "skiff_batch_requests_sum") == 200
+    assert _sample(text, "skiff_batch_size_sum") == sum(1 + (n * 100 + i) % 3 for n in range(8) for i in range(25))
+    assert 'skiff_model_ready{model="conv",version="1"} 1.0' in text
+    assert f"skiff_workers {float(workers)}" in text
+    assert runtime.terminate() == 0
+
+
+def test_concurrent_requests_are_merged_into_batches(runtime_factory, model_dirs) -> None:
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", "1", "--max-batch-size", "16",
+                              "--max-queue-delay-us", "20000")  # fmt: skip
+    runtime.wait_serving()
+    barrier = threading.Barrier(12)
+
+    def client(seed: int) -> None:
+        with SkiffClient(runtime.target) as c:
+            barrier.wait()
+            c.infer("conv", {"image": _images(seed)})
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    text = _metrics(runtime.metrics_port)
+    batches = _sample(text, "skiff_batch_requests_count")
+    assert _sample(text, "skiff_batch_requests_sum") == 12
+    assert batches < 12, f"12 concurrent requests ran as {batches} batches; expected merging"
+    assert runtime.terminate() == 0
+
+
+def test_rejected_requests_are_counted_by_code(conv_server) -> None:
+    with SkiffClient(conv_server.target) as c, pytest.raises(grpc.RpcError):
+        c.infer("conv", {"image": np.zeros((1, 3, 8, 8), np.float32)})
+    text = _metrics(conv_server.metrics_port)
+    assert 'grpc_code="INVALID_ARGUMENT",grpc_method="ModelInfer"' in text
+
+
+def test_a_dead_worker_fails_its_batch_and_stops_the_server(runtime_factory, model_dirs) -> None:
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", "2", "--grace-period-s", "5")
+    runtime.wait_serving()
+    workers = [pid for pid, cmd in _children(runtime.proc.pid) if "spawn_main" in cmd]
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)
+    outcomes = set()
+    with SkiffClient(runtime.target, channel=grpc.insecure_channel(runtime.target)) as c:
+        deadline = time.monotonic() + 30
+        while runtime.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                c.infer("conv", {"image": _images(0)}, timeout_s=5)
+                outcomes.add("OK")
+            except grpc.RpcError as exc:
+                outcomes.add(exc.code().name)
+    assert runtime.proc.wait(timeout=30) == 1
+    assert outcomes <= {"OK", "UNAVAILABLE", "INTERNAL"}
+    exited = [e for e in runtime.logs() if e.get("msg") == "worker process exited; stopping so the pod restarts"]
+    assert exited
+    assert exited[0]["exitcode"] == -signal.SIGKILL
+    assert not [pid for pid, _ in _children(runtime.proc.pid)], "no worker outlives the server"
