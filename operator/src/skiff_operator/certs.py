@@ -1,0 +1,254 @@
+"""Certificates for a model's TLS: the SAN set, issuing a CA and server certificates, reading certificates
+back, and deciding when to renew. Pure computation (the `cryptography` package); no API I/O.
+
+Private keys only ever leave this module as PEM bytes destined for a Secret's data; nothing here logs or
+formats them into messages.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_LIFETIME = datetime.timedelta(days=3650)
+SERVER_LIFETIME = datetime.timedelta(days=90)
+RENEW_AT_FRACTION = 2 / 3  # renew once two thirds of the lifetime have passed
+CLOCK_SKEW = datetime.timedelta(minutes=5)
+
+TLS_CERT_KEY = "tls.crt"
+TLS_KEY_KEY = "tls.key"
+CA_CERT_KEY = "ca.crt"
+CLUSTER_DOMAIN = "cluster.local"
+
+
+def service_dns_names(services: Iterable[str], namespace: str, cluster_domain: str = CLUSTER_DOMAIN) -> list[str]:
+    """Every name a client may use for each Service: short, namespaced, .svc and fully qualified."""
+    found: list[str] = []
+    for service in services:
+        for name in (service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
+                     f"{service}.{namespace}.svc.{cluster_domain}"):  # fmt: skip
+            if name not in found:
+                found.append(name)
+    return found
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A certificate and its private key, as PEM."""
+
+    cert_pem: bytes
+    key_pem: bytes
+
+
+@dataclass(frozen=True)
+class CertificateInfo:
+    """What the operator needs to know about a certificate (never the key)."""
+
+    subject: str
+    dns_names: tuple[str, ...]
+    not_before: datetime.datetime
+    not_after: datetime.datetime
+    issuer_fingerprint: str  # sha256 of the issuer name + authority key id, enough to notice a new CA
+    is_ca: bool
+
+    @property
+    def lifetime(self) -> datetime.timedelta:
+        return self.not_after - self.not_before
+
+    @property
+    def renew_at(self) -> datetime.datetime:
+        return self.not_before + self.lifetime * RENEW_AT_FRACTION
+
+
+class RenewReason(enum.StrEnum):
+    MISSING = "Missing"
+    UNREADABLE = "Unreadable"
+    EXPIRED = "Expired"
+    NEAR_EXPIRY = "NearExpiry"
+    SANS_CHANGED = "SANsChanged"
+    CA_CHANGED = "CAChanged"
+
+
+@dataclass(frozen=True)
+class RenewDecision:
+    renew: bool
+    reason: RenewReason | None = None
+    message: str = ""
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name(
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "skiff"), x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    )
+
+
+def issue_ca(common_name: str, now: datetime.datetime, lifetime: datetime.timedelta = CA_LIFETIME) -> KeyPair:
+    key = _new_key()
+    subject = _name(common_name)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now + lifetime)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def issue_server_certificate(
+    ca: KeyPair, dns_names: list[str], now: datetime.datetime, lifetime: datetime.timedelta = SERVER_LIFETIME
+) -> KeyPair:
+    """A server certificate for `dns_names`, signed by `ca`."""
+    if not dns_names:
+        raise ValueError("a server certificate needs at least one DNS name")
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError("the CA key is not an EC key")
+    key = _new_key()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(dns_names[0]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now + lifetime)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def _fingerprint_issuer(cert: x509.Certificate) -> str:
+    try:
+        aki = cert.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value.key_identifier or b""
+    except x509.ExtensionNotFound:
+        aki = b""
+    return hashlib.sha256(cert.issuer.public_bytes() + aki).hexdigest()[:16]
+
+
+def read_certificate(cert_pem: bytes) -> CertificateInfo:
+    """Facts about the first certificate in a PEM chain; ValueError if it is not one."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        dns_names = tuple(sans.get_values_for_type(x509.DNSName))
+    except x509.ExtensionNotFound:
+        dns_names = ()
+    try:
+        is_ca = bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        is_ca = False
+    return CertificateInfo(
+        subject=cert.subject.rfc4514_string(),
+        dns_names=dns_names,
+        not_before=cert.not_valid_before_utc,
+        not_after=cert.not_valid_after_utc,
+        issuer_fingerprint=_fingerprint_issuer(cert),
+        is_ca=is_ca,
+    )
+
+
+def ca_fingerprint(ca_cert_pem: bytes) -> str:
+    """The issuer fingerprint that certificates signed by this CA carry."""
+    cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ski = cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value.digest
+    return hashlib.sha256(cert.subject.public_bytes() + ski).hexdigest()[:16]
+
+
+def decide_renewal(
+    current: bytes | None, wanted_dns_names: Iterable[str], now: datetime.datetime, issuer: str | None = None
+) -> RenewDecision:
+    """Renew when the certificate is missing or unreadable, expired or past 2/3 of its life, when its SAN set
+    differs from the wanted one, or when it was not signed by the current CA (`issuer` fingerprint)."""
+    if not current:
+        return RenewDecision(True, RenewReason.MISSING, "no certificate yet")
+    try:
+        info = read_certificate(current)
+    except ValueError:
+        return RenewDecision(True, RenewReason.UNREADABLE, "the stored certificate is not valid PEM")
+    if now >= info.not_after:
+        return RenewDecision(True, RenewReason.EXPIRED, f"expired at {info.not_after.isoformat()}")
+    if now >= info.renew_at:
+        return RenewDecision(True, RenewReason.NEAR_EXPIRY, f"expires at {info.not_after.isoformat()}")
+    wanted = sorted(set(wanted_dns_names))
+    if sorted(set(info.dns_names)) != wanted:
+        added = sorted(set(wanted) - set(info.dns_names))
+        removed = sorted(set(info.dns_names) - set(wanted))
+        return RenewDecision(True, RenewReason.SANS_CHANGED, f"DNS names added {added}, removed {removed}")
+    if issuer is not None and info.issuer_fingerprint != issuer:
+        return RenewDecision(True, RenewReason.CA_CHANGED, "signed by a CA other than the current one")
+    return RenewDecision(False, None, f"valid until {info.not_after.isoformat()}")
+
+
+def check_tls_secret(data: Mapping[str, bytes], now: datetime.datetime) -> list[str]:
+    """Problems with a user-provided kubernetes.io/tls Secret, as messages a user can act on (never key bytes)."""
+    problems = [f"missing key {k!r}" for k in (TLS_CERT_KEY, TLS_KEY_KEY) if not data.get(k)]
+    if problems:
+        return problems
+    try:
+        cert = x509.load_pem_x509_certificate(data[TLS_CERT_KEY])
+    except ValueError:
+        return [f"{TLS_CERT_KEY!r} is not a PEM certificate"]
+    try:
+        key = serialization.load_pem_private_key(data[TLS_KEY_KEY], password=None)
+    except (ValueError, TypeError):
+        return [f"{TLS_KEY_KEY!r} is not an unencrypted PEM private key"]
+    if cert.not_valid_after_utc <= now:
+        problems.append(f"certificate expired at {cert.not_valid_after_utc.isoformat()}")
+    if cert.not_valid_before_utc > now + CLOCK_SKEW:
+        problems.append(f"certificate is not valid before {cert.not_valid_before_utc.isoformat()}")
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(serialization.Encoding.PEM, public) != cert.public_key().public_bytes(
+        serialization.Encoding.PEM, public
+    ):
+        problems.append(f"{TLS_KEY_KEY!r} does not belong to the certificate in {TLS_CERT_KEY!r}")
+    if data.get(CA_CERT_KEY):
+        try:
+            ca = x509.load_pem_x509_certificate(data[CA_CERT_KEY])
+            cert.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            problems.append(f"the certificate was not issued by the CA in {CA_CERT_KEY!r}")
+    return problems

@@ -1,0 +1,121 @@
+"""Certificates without a cluster: SAN sets, issuing, the renewal decision table, user Secret checks."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from cryptography import x509
+
+from skiff_operator import certs
+
+NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
+DAY = datetime.timedelta(days=1)
+
+
+@pytest.fixture(scope="module")
+def ca() -> certs.KeyPair:
+    return certs.issue_ca("skiff-ca fraud", NOW)
+
+
+@pytest.fixture(scope="module")
+def other_ca() -> certs.KeyPair:
+    return certs.issue_ca("another", NOW)
+
+
+SANS = certs.service_dns_names(["fraud", "fraud-v1", "fraud-v2"], "models")
+
+
+def test_san_set_covers_short_namespaced_svc_and_fqdn_for_every_service() -> None:
+    assert certs.service_dns_names(["fraud", "fraud-v1"], "models") == [
+        "fraud",
+        "fraud.models",
+        "fraud.models.svc",
+        "fraud.models.svc.cluster.local",
+        "fraud-v1",
+        "fraud-v1.models",
+        "fraud-v1.models.svc",
+        "fraud-v1.models.svc.cluster.local",
+    ]
+    assert certs.service_dns_names(["a", "a"], "ns", "corp.example")[-1] == "a.ns.svc.corp.example"
+    assert len(certs.service_dns_names(["a", "a"], "ns")) == 4
+
+
+def test_server_certificate_is_signed_by_the_ca_with_the_sans(ca: certs.KeyPair) -> None:
+    pair = certs.issue_server_certificate(ca, SANS, NOW)
+    info = certs.read_certificate(pair.cert_pem)
+    assert list(info.dns_names) == SANS
+    assert not info.is_ca
+    assert info.not_after - NOW == certs.SERVER_LIFETIME
+    assert info.issuer_fingerprint == certs.ca_fingerprint(ca.cert_pem)
+    x509.load_pem_x509_certificate(pair.cert_pem).verify_directly_issued_by(x509.load_pem_x509_certificate(ca.cert_pem))
+    assert b"PRIVATE KEY" in pair.key_pem
+    assert certs.read_certificate(ca.cert_pem).is_ca
+
+
+def test_server_certificate_needs_a_name(ca: certs.KeyPair) -> None:
+    with pytest.raises(ValueError, match="at least one DNS name"):
+        certs.issue_server_certificate(ca, [], NOW)
+
+
+def _cert(ca: certs.KeyPair, sans: list[str] = SANS, issued: datetime.datetime = NOW) -> bytes:
+    return certs.issue_server_certificate(ca, sans, issued).cert_pem
+
+
+@pytest.mark.parametrize(
+    ("case", "now_offset", "wanted", "renew", "reason"),
+    [
+        ("fresh", 0 * DAY, SANS, False, None),
+        ("half way", 45 * DAY, SANS, False, None),
+        ("just before two thirds", 59 * DAY, SANS, False, None),
+        ("past two thirds", 61 * DAY, SANS, True, certs.RenewReason.NEAR_EXPIRY),
+        ("expired", 91 * DAY, SANS, True, certs.RenewReason.EXPIRED),
+        ("service added", 0 * DAY, [*SANS, "fraud-v3"], True, certs.RenewReason.SANS_CHANGED),
+        ("service removed", 0 * DAY, SANS[:4], True, certs.RenewReason.SANS_CHANGED),
+        ("same names, other order", 0 * DAY, list(reversed(SANS)), False, None),
+    ],
+)
+def test_renewal_decision_table(ca, case, now_offset, wanted, renew, reason) -> None:
+    decision = certs.decide_renewal(_cert(ca), wanted, NOW + now_offset, certs.ca_fingerprint(ca.cert_pem))
+    assert (decision.renew, decision.reason) == (renew, reason), case
+
+
+def test_missing_unreadable_and_foreign_certificates_are_renewed(ca, other_ca) -> None:
+    issuer = certs.ca_fingerprint(ca.cert_pem)
+    assert certs.decide_renewal(None, SANS, NOW, issuer).reason is certs.RenewReason.MISSING
+    assert certs.decide_renewal(b"", SANS, NOW, issuer).reason is certs.RenewReason.MISSING
+    assert certs.decide_renewal(b"garbage", SANS, NOW, issuer).reason is certs.RenewReason.UNREADABLE
+    assert certs.decide_renewal(_cert(other_ca), SANS, NOW, issuer).reason is certs.RenewReason.CA_CHANGED
+
+
+def test_san_change_message_names_what_changed(ca) -> None:
+    decision = certs.decide_renewal(_cert(ca), [*SANS, "fraud-v3"], NOW)
+    assert "added ['fraud-v3']" in decision.message
+
+
+def _secret(pair: certs.KeyPair, ca: certs.KeyPair | None = None) -> dict[str, bytes]:
+    data = {"tls.crt": pair.cert_pem, "tls.key": pair.key_pem}
+    if ca is not None:
+        data["ca.crt"] = ca.cert_pem
+    return data
+
+
+def test_a_good_user_secret_has_no_problems(ca) -> None:
+    assert certs.check_tls_secret(_secret(certs.issue_server_certificate(ca, SANS, NOW), ca), NOW) == []
+
+
+def test_user_secret_problems_are_readable_and_never_show_the_key(ca, other_ca) -> None:
+    good = certs.issue_server_certificate(ca, SANS, NOW)
+    other = certs.issue_server_certificate(ca, SANS, NOW)
+    cases = {
+        "missing": ({"tls.crt": good.cert_pem}, "missing key 'tls.key'"),
+        "not pem": ({"tls.crt": b"hello", "tls.key": good.key_pem}, "'tls.crt' is not a PEM certificate"),
+        "bad key": ({"tls.crt": good.cert_pem, "tls.key": b"nope"}, "'tls.key' is not an unencrypted PEM"),
+        "mismatch": ({"tls.crt": good.cert_pem, "tls.key": other.key_pem}, "does not belong to the certificate"),
+        "expired": (_secret(certs.issue_server_certificate(ca, SANS, NOW - 100 * DAY)), "certificate expired at"),
+        "wrong ca": (_secret(good, other_ca), "was not issued by the CA in 'ca.crt'"),
+    }
+    for case, (data, message) in cases.items():
+        problems = certs.check_tls_secret(data, NOW)
+        assert any(message in p for p in problems), (case, problems)
+        assert not any("PRIVATE KEY" in p or "MII" in p for p in problems), case
