@@ -138,3 +138,9 @@ def test_unloadable_model_exits_with_a_clear_error(runtime_factory, tmp_path: Pa
     assert errors
     assert "no Paddle model" in str(errors[0]["error"])
     assert "weights.bin" in str(errors[0]["error"])
+
+
+def test_launcher_sets_allocator_tuning_for_large_messages(conv_server) -> None:
+    environ = Path(f"/proc/{conv_server.proc.pid}/environ").read_bytes().split(b"\0")
+    assert b"MALLOC_MMAP_THRESHOLD_=16777216" in environ
+    assert b"MALLOC_TRIM_THRESHOLD_=67108864" in environ
