@@ -151,7 +151,7 @@ ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "16777216", "MALLOC_TRIM_THRESHOLD_":
 def _exec_with_allocator_tuning(argv: Sequence[str]) -> None:
     missing = {k: v for k, v in ALLOCATOR_ENV.items() if k not in os.environ}
     if missing:
-        os.execve(sys.executable, [sys.executable, "-m", "skiff_runtime", *argv], {**os.environ, **missing})
+        os.execve(sys.executable, [sys.executable, "-m", "skiff_runtime", *argv], {**os.environ, **missing})  # noqa: S606
 
 
 def build_parser() -> argparse.ArgumentParser:
