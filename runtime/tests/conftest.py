@@ -42,6 +42,7 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "conv": export_sample("conv", root / "conv"),
         "two_io": export_sample("two_io", root / "two_io"),
         "legacy": export_sample("conv", root / "legacy", legacy=True),
+        "conv_dynamic": export_sample("conv_dynamic", root / "conv_dynamic"),
     }
 
 

@@ -64,7 +64,8 @@ def _infer(args: argparse.Namespace) -> int:
     from skiff_runtime.tensors import NUMPY_DTYPES
 
     tls = {"ca_file": args.ca_file, "cert_file": args.cert_file, "key_file": args.key_file}
-    with SkiffClient(args.target, timeout_s=args.timeout, server_name=args.server_name, **tls) as client:
+    token = os.environ.get("SKIFF_TOKEN") or None
+    with SkiffClient(args.target, timeout_s=args.timeout, server_name=args.server_name, token=token, **tls) as client:
         try:
             if args.input:
                 inputs = dict(_parse_input(item) for item in args.input)
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--ca-file", help="PEM CA that signed the server certificate (turns TLS on)")
     infer.add_argument("--cert-file", help="PEM client certificate (mutual TLS)")
     infer.add_argument("--key-file", help="PEM client private key (mutual TLS)")
+    infer.epilog = "A bearer token for servers started with --auth-token-file is read from $SKIFF_TOKEN."
     infer.add_argument("--server-name", help="name to verify in the server certificate (default: target host)")
     infer.set_defaults(run=_infer)
     demo = commands.add_parser("demo", help="export a sample model, serve it and run one inference")

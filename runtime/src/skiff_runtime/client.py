@@ -49,11 +49,14 @@ class SkiffClient:
         cert_file: str | Path | None = None,
         key_file: str | Path | None = None,
         server_name: str | None = None,
+        token: str | None = None,
         channel: grpc.Channel | None = None,
     ) -> None:
         """TLS is on when ca_file is given (the CA that signed the server's certificate); cert_file and
         key_file add a client certificate for mutual TLS; server_name overrides the name checked against the
-        certificate (e.g. the Service DNS name when connecting through a port-forward)."""
+        certificate (e.g. the Service DNS name when connecting through a port-forward); token is sent as
+        `authorization: Bearer <token>` on inference RPCs."""
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         options: list[tuple[str, str | int]] = [
             ("grpc.max_receive_message_length", max_message_mb << 20),
             ("grpc.max_send_message_length", max_message_mb << 20),
@@ -91,13 +94,17 @@ class SkiffClient:
         self.channel.close()
 
     def is_live(self) -> bool:
-        return bool(self._stub.ServerLive(pb.ServerLiveRequest(), timeout=self.timeout_s).live)
+        return bool(self._stub.ServerLive(pb.ServerLiveRequest(), timeout=self.timeout_s, metadata=self._metadata).live)
 
     def is_ready(self) -> bool:
-        return bool(self._stub.ServerReady(pb.ServerReadyRequest(), timeout=self.timeout_s).ready)
+        return bool(
+            self._stub.ServerReady(pb.ServerReadyRequest(), timeout=self.timeout_s, metadata=self._metadata).ready
+        )
 
     def is_model_ready(self, model: str, version: str = "") -> bool:
-        reply = self._stub.ModelReady(pb.ModelReadyRequest(name=model, version=version), timeout=self.timeout_s)
+        reply = self._stub.ModelReady(
+            pb.ModelReadyRequest(name=model, version=version), timeout=self.timeout_s, metadata=self._metadata
+        )
         return bool(reply.ready)
 
     def health(self, service: str = "") -> str:
@@ -107,7 +114,9 @@ class SkiffClient:
 
     def metadata(self, model: str, version: str = "") -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
         """(inputs, outputs) of the model."""
-        reply = self._stub.ModelMetadata(pb.ModelMetadataRequest(name=model, version=version), timeout=self.timeout_s)
+        reply = self._stub.ModelMetadata(
+            pb.ModelMetadataRequest(name=model, version=version), timeout=self.timeout_s, metadata=self._metadata
+        )
 
         def specs(tensors: Sequence[pb.ModelMetadataResponse.TensorMetadata]) -> tuple[TensorSpec, ...]:
             return tuple(TensorSpec(t.name, Datatype(t.datatype), tuple(t.shape)) for t in tensors)
@@ -130,5 +139,5 @@ class SkiffClient:
             for name, array in inputs.items()
         ]
         request = encode_request(model, tensors, model_version=version, requested_outputs=outputs)
-        reply = self._stub.ModelInfer(request, timeout=timeout_s or self.timeout_s)
+        reply = self._stub.ModelInfer(request, timeout=timeout_s or self.timeout_s, metadata=self._metadata)
         return decode_response(reply)

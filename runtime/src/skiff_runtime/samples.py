@@ -56,6 +56,17 @@ def export_conv(directory: Path, image_size: int = 32) -> Path:
     return directory
 
 
+def export_conv_dynamic(directory: Path) -> Path:
+    """A conv net with variable height and width: inputs smaller than its 3x3 kernel make Paddle itself fail."""
+    paddle.seed(5)
+    layer = paddle.nn.Sequential(paddle.nn.Conv2D(3, 4, 3), paddle.nn.AdaptiveAvgPool2D(1), paddle.nn.Flatten())
+    layer.eval()
+    paddle.jit.save(
+        layer, str(directory / "inference"), input_spec=[paddle.static.InputSpec([-1, 3, -1, -1], "float32", "image")]
+    )
+    return directory
+
+
 def export_two_io(directory: Path) -> Path:
     paddle.seed(11)
     layer = TwoInTwoOut()
@@ -68,7 +79,11 @@ def export_two_io(directory: Path) -> Path:
     return directory
 
 
-EXPORTERS: dict[str, Callable[[Path], Path]] = {"conv": export_conv, "two_io": export_two_io}
+EXPORTERS: dict[str, Callable[[Path], Path]] = {
+    "conv": export_conv,
+    "conv_dynamic": export_conv_dynamic,
+    "two_io": export_two_io,
+}
 
 
 def main() -> None:

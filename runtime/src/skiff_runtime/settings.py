@@ -151,6 +151,7 @@ class RuntimeSettings:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
+    auth_token_file: Path | None = None
     grace_period_s: float = 20.0
     log_level: str = "INFO"
 
@@ -219,6 +220,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls_cert_file", Path, "PEM certificate chain: serve TLS on the inference port (reloaded on change)"),
     Option("tls_key_file", Path, "PEM private key for --tls-cert-file"),
     Option("tls_client_ca_file", Path, "PEM CA bundle: require client certificates signed by it (mutual TLS)"),
+    Option("auth_token_file", Path, "file holding a bearer token that inference RPCs must present (health stays open)"),
     Option("grace_period_s", _seconds, "seconds to finish in-flight requests after SIGTERM (default 20)"),
     Option("log_level", _log_level, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
 )

@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2_grpc
 
 from skiff_runtime.metrics import RuntimeMetrics
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
+from skiff_runtime.server.auth import BearerTokenAuth, TokenFile
 from skiff_runtime.server.health import ModelHealth
 from skiff_runtime.server.rpcs import RpcObserver
 from skiff_runtime.server.servicer import InferenceServicer
@@ -64,9 +65,11 @@ class RuntimeServer:
             self.metrics.watch_gpu(settings.device.index)
         self.health = ModelHealth(settings.model_name)
         self.rpcs = RpcObserver(self.metrics.observe_rpc)
-        self.grpc_server = grpc.aio.server(
-            interceptors=[self.rpcs, ErrorInterceptor()], options=_channel_options(settings)
-        )
+        interceptors: list[grpc.aio.ServerInterceptor] = [self.rpcs]
+        if settings.auth_token_file is not None:
+            interceptors.append(BearerTokenAuth(TokenFile(settings.auth_token_file)))
+        interceptors.append(ErrorInterceptor())
+        self.grpc_server = grpc.aio.server(interceptors=interceptors, options=_channel_options(settings))
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.service), self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.grpc_server)
         self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
@@ -102,6 +105,7 @@ class RuntimeServer:
                 "metrics_port": self.metrics_port,
                 "model": self.settings.model_name,
                 "tls": "mutual" if self.settings.tls_client_ca_file else ("on" if self.tls else "off"),
+                "auth": "bearer" if self.settings.auth_token_file else "off",
             },
         )
 

@@ -1,0 +1,187 @@
+"""Hostile input and faults against a live runtime: fuzzed requests, an engine that raises, bearer tokens."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as triton
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tritonclient.utils import InferenceServerException
+
+from skiff_runtime.client import SkiffClient
+from skiff_runtime.proto import inference_pb2 as pb
+from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
+
+pytestmark = [pytest.mark.paddle, pytest.mark.server]
+
+DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32",
+             "FP64", "BF16", "BYTES", "", "FLOAT", "fp32"]  # fmt: skip
+CONTENT_FIELDS = ["bool_contents", "int_contents", "int64_contents", "uint_contents", "uint64_contents",
+                  "fp32_contents", "fp64_contents", "bytes_contents"]  # fmt: skip
+BAD_INPUT_CODES = {"INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}
+FUZZ_EXAMPLES = 10_000
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _family_rss_kib(pid: int) -> int:
+    total = _rss_kib(pid)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    total += _rss_kib(int(entry.name))
+            except (OSError, AssertionError):
+                pass
+    return total
+
+
+dims = st.one_of(st.integers(0, 4), st.sampled_from([-1, -7, 2**31, 10**12, 2**62]), st.integers(-(2**63), 2**63 - 1))
+
+
+@st.composite
+def infer_requests(draw: st.DrawFn) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(
+        model_name=draw(st.sampled_from(["two_io"] * 18 + ["", "nope", "two_io\0"])),
+        model_version=draw(st.sampled_from(["", "1"] * 9 + ["2", "x" * 300])),
+        id=draw(st.text(max_size=8)),
+    )
+    for key in draw(st.lists(st.sampled_from(["priority", "timeout", "x", ""]), max_size=2)):
+        value = draw(st.one_of(st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=5), st.floats()))
+        parameter = request.parameters[key]
+        if isinstance(value, bool):
+            parameter.bool_param = value
+        elif isinstance(value, int):
+            parameter.int64_param = value
+        elif isinstance(value, str):
+            parameter.string_param = value
+        else:
+            parameter.double_param = value
+    use_raw = draw(st.booleans())
+    names = st.sampled_from(["features", "ids", "features", "ids", "", "other", "ü" * 3])
+    for _ in range(draw(st.integers(0, 3))):
+        shape = draw(st.lists(dims, max_size=4))
+        tensor = request.inputs.add(name=draw(names), datatype=draw(st.sampled_from(DATATYPES)), shape=shape)
+        if use_raw:
+            size = draw(st.sampled_from([0, 1, 3, 8, 16, 32, 48, 4096]))
+            request.raw_input_contents.append(draw(st.binary(min_size=size, max_size=size)))
+        elif draw(st.booleans()):
+            field = draw(st.sampled_from(CONTENT_FIELDS))
+            count = draw(st.integers(0, 9))
+            if field == "bytes_contents":
+                getattr(tensor.contents, field).extend([b"ab"] * count)
+            elif field == "bool_contents":
+                getattr(tensor.contents, field).extend([True] * count)
+            elif field in ("fp32_contents", "fp64_contents"):
+                getattr(tensor.contents, field).extend([1.5] * count)
+            else:
+                getattr(tensor.contents, field).extend([draw(st.integers(0, 2**31 - 1))] * count)
+    if use_raw and draw(st.booleans()):
+        request.raw_input_contents.append(b"\0" * draw(st.integers(0, 64)))
+    for _ in range(draw(st.integers(0, 2))):
+        request.outputs.add(name=draw(st.sampled_from(["fetch_name_0", "fetch_name_1", "nope", ""])))
+    return request
+
+
+def test_fuzzed_requests_get_a_status_never_internal_and_the_server_survives(two_io_server) -> None:
+    pid = two_io_server.proc.pid
+    codes: dict[str, int] = {}
+    unexpected: list[str] = []
+    with grpc.insecure_channel(two_io_server.target) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        warm = stub.ModelInfer(_good(), timeout=10)
+        rss_before = _family_rss_kib(pid)
+
+        @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @given(infer_requests())
+        def send(request: pb.ModelInferRequest) -> None:
+            try:
+                stub.ModelInfer(request, timeout=10)
+                code = "OK"
+            except grpc.RpcError as exc:
+                code = exc.code().name
+                if code not in BAD_INPUT_CODES:
+                    unexpected.append(f"{code}: {exc.details()} for {request}")
+            codes[code] = codes.get(code, 0) + 1
+
+        send()
+        print(f"fuzz: {FUZZ_EXAMPLES} requests -> {dict(sorted(codes.items()))}")
+        assert not unexpected, unexpected[:3]
+        assert sum(codes.values()) == FUZZ_EXAMPLES
+        assert codes.get("INVALID_ARGUMENT", 0) > FUZZ_EXAMPLES // 2
+        assert two_io_server.proc.poll() is None
+        growth_mib = (_family_rss_kib(pid) - rss_before) / 1024
+        print(f"fuzz: server RSS {rss_before / 1024:.0f} MiB before, grew {growth_mib:.1f} MiB")
+        assert growth_mib < 150, f"memory grew by {growth_mib:.0f} MiB over {FUZZ_EXAMPLES} requests"
+        again = stub.ModelInfer(_good(), timeout=10)
+    assert again.raw_output_contents == warm.raw_output_contents
+
+
+def _good() -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="two_io")
+    request.inputs.add(name="features", datatype="FP32", shape=[1, 4])
+    request.inputs.add(name="ids", datatype="INT64", shape=[1, 2])
+    request.raw_input_contents.extend([np.ones((1, 4), np.float32).tobytes(), np.ones((1, 2), np.int64).tobytes()])
+    return request
+
+
+def test_an_exception_inside_paddle_fails_only_that_request(runtime_factory, model_dirs) -> None:
+    runtime = runtime_factory(model_dirs["conv_dynamic"], "dyn", "--workers", "2")
+    runtime.wait_serving()
+    with SkiffClient(runtime.target) as client:
+        ok = client.infer("dyn", {"image": np.ones((2, 3, 8, 8), np.float32)})["fetch_name_0"]
+        assert ok.shape == (2, 4)
+        with pytest.raises(grpc.RpcError) as caught:
+            client.infer("dyn", {"image": np.ones((1, 3, 1, 1), np.float32)})  # smaller than the 3x3 kernel
+        assert caught.value.code() == grpc.StatusCode.INTERNAL
+        assert "inference engine failed" in caught.value.details()
+        for _ in range(4):  # both workers still answer
+            again = client.infer("dyn", {"image": np.ones((2, 3, 8, 8), np.float32)})["fetch_name_0"]
+            np.testing.assert_array_equal(again, ok)
+        assert client.health("dyn") == "SERVING"
+    assert runtime.proc.poll() is None
+    assert runtime.terminate() == 0
+
+
+def test_bearer_token_guards_inference_but_not_health(runtime_factory, model_dirs, tmp_path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-" + string.ascii_letters + "\n")
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--auth-token-file", str(token_file), "--workers", "1")
+    runtime.wait_serving()
+    image = {"image": np.ones((1, 3, 32, 32), np.float32)}
+    token = "s3cret-" + string.ascii_letters
+    for bad in (None, "wrong", token + "x", token[:-1]):
+        with SkiffClient(runtime.target, token=bad) as client, pytest.raises(grpc.RpcError) as caught:
+            client.infer("conv", image)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "bearer token" in caught.value.details()
+    with SkiffClient(runtime.target, token=token) as client:
+        assert client.infer("conv", image)["fetch_name_0"].shape == (1, 10)
+        assert client.health("conv") == "SERVING"  # health needs no token, on the inference port too
+    triton_client = triton.InferenceServerClient(runtime.target)
+    with pytest.raises(InferenceServerException, match="bearer token"):
+        triton_client.is_server_live()
+    assert triton_client.is_server_live(headers={"authorization": f"Bearer {token}"})
+    with grpc.insecure_channel(runtime.health_target) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="conv"), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    token_file.write_text("rotated-token-value")  # a rotated Secret: the new token works at once
+    with SkiffClient(runtime.target, token="rotated-token-value") as client:
+        assert client.infer("conv", image)["fetch_name_0"].shape == (1, 10)
+    with SkiffClient(runtime.target, token=token) as client, pytest.raises(grpc.RpcError):
+        client.infer("conv", image)
+    assert token not in runtime.log_path.read_text()
+    assert runtime.terminate() == 0
