@@ -1,0 +1,68 @@
+"""Renders the GRPCRoute (Gateway API v1) that splits a model's RPCs across its versions by weight.
+
+gRPC multiplexes many RPCs over one long-lived HTTP/2 connection, so only a per-request (L7) split is exact;
+a GRPCRoute's weighted backendRefs give that. Every version in the split is listed, weight 0 included, so
+moving weight is an in-place update of one object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from skiff_operator import names
+from skiff_operator.render import contract
+from skiff_operator.render.common import render_metadata
+from skiff_operator.spec import InferenceModel
+
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+GRPC_ROUTE_API_VERSION = f"{GATEWAY_GROUP}/v1"
+
+
+@dataclass(frozen=True)
+class ParentGateway:
+    """A Gateway (and optionally one of its listeners) the route attaches to."""
+
+    name: str
+    namespace: str | None = None
+    section_name: str | None = None
+
+    def to_manifest(self) -> dict[str, Any]:
+        ref: dict[str, Any] = {"group": GATEWAY_GROUP, "kind": "Gateway", "name": self.name}
+        if self.namespace:
+            ref["namespace"] = self.namespace
+        if self.section_name:
+            ref["sectionName"] = self.section_name
+        return ref
+
+
+def render_grpc_route(
+    model: InferenceModel,
+    weights: Mapping[str, int],
+    parents: Sequence[ParentGateway],
+    hostnames: Sequence[str] = (),
+) -> dict[str, Any]:
+    """One rule, one weighted backendRef per version Service (sorted by version name for stable output)."""
+    backends = [
+        {
+            "group": "",
+            "kind": "Service",
+            "name": names.version_service_name(model.ref.name, version),
+            "port": contract.GRPC_PORT,
+            "weight": weight,
+        }
+        for version, weight in sorted(weights.items())
+    ]
+    spec: dict[str, Any] = {
+        "parentRefs": [parent.to_manifest() for parent in parents],
+        "rules": [{"backendRefs": backends}],
+    }
+    if hostnames:
+        spec["hostnames"] = list(hostnames)
+    return {
+        "apiVersion": GRPC_ROUTE_API_VERSION,
+        "kind": "GRPCRoute",
+        "metadata": render_metadata(model, names.model_service_name(model.ref.name), None),
+        "spec": spec,
+    }
