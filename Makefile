@@ -1,12 +1,22 @@
 # Two commands do everything:  `make demo` (the main job) and `make test` (every test, as CI runs it).
-.PHONY: demo test lint unit proto setup clean
+.PHONY: demo demo-runtime test e2e controlplane lint unit proto setup clean bench
 PY := .venv/bin/python
 
 setup:
 	@bash scripts/bootstrap.sh
 
+# The whole story: local control plane (built once), CRD, operator, example InferenceModel, inference.
 demo: setup
+	@$(PY) -m e2e.demo
+
+# The runtime alone: export a sample model, serve it, run one inference.
+demo-runtime: setup
 	@$(PY) -m skiff_runtime demo
+
+# kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok from Go modules, into ~/.cache/skiff
+# (or $$SKIFF_CACHE). Cold: about 7 min on 2 cores; afterwards it only checks the cache (0.1 s).
+controlplane:
+	@bash e2e/controlplane/build.sh
 
 lint: setup
 	@echo "==> ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .
@@ -16,8 +26,17 @@ lint: setup
 proto: setup
 	@$(PY) scripts/gen_proto.py
 
-test: setup lint
-	@echo "==> pytest (runtime, operator, e2e)"; $(PY) -m pytest
+# SKIFF_E2E_REQUIRED=1: a missing cluster fails the e2e tests instead of skipping them.
+test: setup lint controlplane
+	@echo "==> pytest (runtime, operator, e2e)"; SKIFF_E2E_REQUIRED=1 $(PY) -m pytest
+
+e2e: setup controlplane
+	@SKIFF_E2E_REQUIRED=1 $(PY) -m pytest e2e
+
+# Side by side on the same models: in-process predictor, Skiff, repeated-float gRPC, HTTP+JSON, MLServer 1.7.1
+# (its own venv under .cache/bench). Writes bench/RESULTS.md; ~20 min on 2 cores. Smoke run: make bench ARGS=--quick
+bench: setup
+	@$(PY) -m bench $(ARGS)
 
 clean:
 	rm -rf .venv .cache .pytest_cache .mypy_cache .ruff_cache

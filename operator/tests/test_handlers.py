@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -10,7 +11,14 @@ from typing import Any
 import kopf
 import pytest
 
-from skiff_operator.handlers import OperatorOptions, _Shared, build_registry, child_owner, configure_settings
+from skiff_operator.handlers import (
+    OperatorOptions,
+    _Shared,
+    build_registry,
+    child_owner,
+    configure_settings,
+    resync_forever,
+)
 from tests.test_reconcile import FakeCluster
 
 
@@ -25,17 +33,56 @@ def test_settings_are_tuned() -> None:
     assert settings.posting.level >= 30  # only warnings and errors become Events
 
 
-def test_registry_holds_reconcile_resync_and_child_watches() -> None:
+def test_registry_holds_reconcile_and_child_watches() -> None:
     registry = build_registry(OperatorOptions())
     changing = [(str(h.id), h.reason, h.initial) for h in registry._changing.get_all_handlers()]
     # create, update, and resume (kopf marks resume as `initial`, with no reason): one reconcile for all three
     assert sorted(changing, key=str) == sorted(
         [("reconcile", "create", None), ("reconcile", "update", None), ("reconcile", None, True)], key=str
     )
-    spawning = {str(h.id) for h in registry._spawning.get_all_handlers()}
-    assert spawning == {"resync"}
+    assert registry._spawning.get_all_handlers() == []  # resync is a plain task, not a kopf timer
     watching = {str(h.id) for h in registry._watching.get_all_handlers()}
     assert watching == {"child-deployments", "child-services", "child-pods"}
+
+
+def test_registry_logs_kopf_in_like_the_api_client() -> None:
+    """Without a login handler kopf cannot reach any API server (found by the e2e suite)."""
+    registry = build_registry(OperatorOptions())
+    logins = [h for h in registry._activities.get_all_handlers() if h.activity.value == "authentication"]
+    assert [h.fn for h in logins] == [kopf.login_via_async_client]
+
+
+def test_no_handler_puts_a_finalizer_on_models() -> None:
+    """kopf adds its finalizer for timers, daemons and non-optional deletion handlers; with one, a model could
+    not be deleted while the operator is down (found by the e2e suite's garbage-collection test)."""
+    registry = build_registry(OperatorOptions())
+    assert not any(h.requires_finalizer for h in registry._changing.get_all_handlers())
+    assert not any(h.requires_finalizer for h in registry._spawning.get_all_handlers())
+
+
+async def test_resync_reconciles_every_known_model_and_forgets_deleted_ones(
+    make_body: Callable[..., dict[str, Any]],
+) -> None:
+    bodies = {("ml", "bert"): make_body(name="bert")}
+    patched: list[tuple[str, str]] = []
+
+    class ResyncCluster(FakeCluster):
+        async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return bodies.get((namespace, name))
+
+        async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+            patched.append((namespace, name))
+
+    cluster = ResyncCluster()
+    shared = _Shared(kube=cluster, exit_stack=contextlib.AsyncExitStack())  # type: ignore[arg-type]
+    shared.models = {("ml", "bert"), ("ml", "gone")}
+    options = OperatorOptions(resync_interval_s=0.01, child_debounce_s=0)
+    task = asyncio.create_task(resync_forever(shared, options, logging.getLogger("test")))
+    await asyncio.sleep(0.3)  # many resync rounds
+    task.cancel()
+    assert shared.models == {("ml", "bert")}
+    assert ("Deployment", "bert-v1") in cluster.objects
+    assert set(patched) == {("ml", "bert")}
 
 
 def test_a_fresh_registry_each_time() -> None:

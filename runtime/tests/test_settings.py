@@ -105,6 +105,7 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "tls_cert_file": ("/certs/tls.crt", Path("/certs/tls.crt")),
         "tls_key_file": ("/certs/tls.key", Path("/certs/tls.key")),
         "tls_client_ca_file": ("/certs/ca.crt", Path("/certs/ca.crt")),
+        "auth_token_file": ("/secrets/token", Path("/secrets/token")),
     }
     assert set(values) == set(FIELDS)
     argv = [arg for option in OPTIONS for arg in (option.flag, values[option.name][0])]

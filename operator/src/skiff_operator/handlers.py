@@ -35,12 +35,15 @@ class OperatorOptions:
 
 @dataclass
 class _Shared:
-    """Per-process state kept in kopf's memo: the API client, per-model locks and pending child reconciles."""
+    """Per-process state kept in kopf's memo: the API client, per-model locks, pending background reconciles
+    and the models the resync loop visits."""
 
     kube: Kube
     exit_stack: contextlib.AsyncExitStack
     locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
     pending: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
+    models: set[tuple[str, str]] = field(default_factory=set)
+    resync: asyncio.Task[None] | None = None
 
     def lock(self, key: tuple[str, str]) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -76,16 +79,19 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
     """Registers every handler on a fresh registry (nothing is registered at import time)."""
     registry = kopf.OperatorRegistry()
 
-    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
         configure_settings(settings, options)
         stack = contextlib.AsyncExitStack()
         kube = await stack.enter_async_context(Kube.connect())
-        memo["skiff"] = _Shared(kube=kube, exit_stack=stack)
+        shared = _Shared(kube=kube, exit_stack=stack)
+        shared.resync = asyncio.create_task(resync_forever(shared, options, logger))
+        memo["skiff"] = shared
 
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         shared = _shared(memo)
-        for task in shared.pending.values():
-            task.cancel()
+        for task in [shared.resync, *shared.pending.values()]:
+            if task is not None:
+                task.cancel()
         await shared.exit_stack.aclose()
 
     async def reconcile_model(
@@ -93,6 +99,7 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
     ) -> None:
         shared = _shared(memo)
         key = (str(body.metadata.namespace), str(body.metadata.name))
+        shared.models.add(key)
         async with shared.lock(key):
             outcome = await _reconcile_or_retry(dict(body), shared.kube)
         patch.status.update(outcome.status)
@@ -102,26 +109,18 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
     async def child_changed(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
         key = child_owner(body)
         shared = _shared(memo)
-        if key is None or (key in shared.pending and not shared.pending[key].done()):
-            return
-        shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger))
+        if key is not None:
+            _schedule(shared, key, options, logger)
 
+    # A plain OperatorRegistry has no login handler (only kopf's global registry adds them), and kopf would stop
+    # with "Ran out of valid credentials". Log kopf in the way Kube.connect does: in-cluster, else kubeconfig.
+    kopf.on.login(registry=registry, id="login")(kopf.login_via_async_client)
     kopf.on.startup(registry=registry)(startup)
     kopf.on.cleanup(registry=registry)(cleanup)
     for on in (kopf.on.create, kopf.on.update, kopf.on.resume):
         on(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", backoff=options.handler_backoff_s)(
             reconcile_model
         )
-    kopf.timer(
-        GROUP,
-        VERSION,
-        PLURAL,
-        registry=registry,
-        id="resync",
-        interval=options.resync_interval_s,
-        initial_delay=options.resync_interval_s,
-        backoff=options.handler_backoff_s,
-    )(reconcile_model)
     for group, version, plural in (("apps", "v1", "deployments"), ("", "v1", "services"), ("", "v1", "pods")):
         kopf.on.event(group, version, plural, registry=registry, id=f"child-{plural}", labels=_CHILD_FILTER)(
             child_changed
@@ -129,22 +128,48 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
     return registry
 
 
+async def resync_forever(
+    shared: _Shared, options: OperatorOptions, logger: logging.Logger | logging.LoggerAdapter[Any]
+) -> None:
+    """Reconciles every known model once per resync interval (restoring children deleted while no watch event
+    arrived). Not a kopf timer: kopf puts its finalizer on every object a timer serves, and then a model could
+    not be deleted while the operator is stopped or uninstalled. Models are known from create/update/resume."""
+    while True:
+        await asyncio.sleep(options.resync_interval_s)
+        for key in sorted(shared.models):
+            _schedule(shared, key, options, logger)
+
+
+def _schedule(
+    shared: _Shared,
+    key: tuple[str, str],
+    options: OperatorOptions,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    """Reconciles the model soon in the background, unless a reconcile for it is already pending."""
+    if key in shared.pending and not shared.pending[key].done():
+        return
+    shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger))
+
+
 async def _reconcile_later(
     shared: _Shared, key: tuple[str, str], options: OperatorOptions, logger: logging.Logger | logging.LoggerAdapter[Any]
 ) -> None:
-    """Reconciles the owner of a changed child: restores an edited or deleted child and refreshes status."""
+    """Reconciles a model after a child changed or on resync: restores an edited or deleted child and
+    refreshes status."""
     namespace, name = key
     await asyncio.sleep(options.child_debounce_s)
     try:
         async with shared.lock(key):
             body = await shared.kube.read_inference_model(namespace, name)
             if body is None:
+                shared.models.discard(key)
                 return  # the model is gone; the garbage collector removes its children
             outcome = await reconcile(body, shared.kube, _now())
             await shared.kube.patch_status(namespace, name, outcome.status)
         _post_events(body, outcome)
-    except Exception:  # a background task: log it; the resync timer will try again
-        logger.exception("reconcile of %s/%s after a child change failed", namespace, name)
+    except Exception:  # a background task: log it; the next resync will try again
+        logger.exception("background reconcile of %s/%s failed", namespace, name)
     finally:
         shared.pending.pop(key, None)
 

@@ -1,0 +1,55 @@
+"""The floor: Skiff's own engine (PaddleEngine: the runtime's predictor config) called in-process, no transport.
+
+`python -m bench.inprocess MODEL_DIR --seconds S [--device gpu:0]` prints one JSON line: sequential batch-1
+latencies (s) and batch-8 images per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from skiff_runtime.predictor.paddle import PaddleEngine
+from skiff_runtime.settings import parse_settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--warmup-seconds", type=float, default=2)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    settings = parse_settings(
+        ["--model-dir", str(args.model_dir), "--model-name", "floor", "--device", args.device], env={}
+    )
+    engine = PaddleEngine(settings)
+    name = engine.signature.inputs[0].name
+    image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+    batch8 = np.random.default_rng(1).random((8, 3, 224, 224), dtype=np.float32)
+    for batch in (image, batch8):
+        engine.run({name: batch})
+    end = time.monotonic() + args.warmup_seconds
+    while time.monotonic() < end:
+        engine.run({name: image})
+    latencies = []
+    end = time.monotonic() + args.seconds
+    while time.monotonic() < end:
+        started = time.perf_counter()
+        engine.run({name: image})
+        latencies.append(time.perf_counter() - started)
+    runs, started = 0, time.perf_counter()
+    end = time.monotonic() + max(args.seconds / 2, 1)
+    while time.monotonic() < end:
+        engine.run({name: batch8})
+        runs += 1
+    batch8_ips = runs * 8 / (time.perf_counter() - started)
+    print(json.dumps({"latencies_s": latencies, "seconds": args.seconds, "batch8_images_per_s": batch8_ips}))
+
+
+if __name__ == "__main__":
+    main()

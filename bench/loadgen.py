@@ -1,0 +1,325 @@
+"""Client load: closed-loop clients in separate processes, so the client's own Python does not bottleneck.
+
+A cell at concurrency c runs c requests in flight at all times: one process for c = 1, otherwise two processes
+(2 cores) with c/2 in flight each. gRPC clients are asyncio (`tritonclient.grpc.aio` for Skiff and MLServer,
+`grpc.aio` for the repeated-float baseline); the HTTP/1.1 client uses one thread and one keep-alive connection
+per in-flight request (blocking socket I/O releases the GIL). Each client encodes its image once and resends it,
+the way a benchmark of the server should (the per-request client encoding cost is measured separately by
+`encode_costs`). All processes start together after a barrier, warm up, then record a fixed window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import json
+import multiprocessing
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# (start, end, error code or "") on time.monotonic(), which is one system-wide clock on Linux.
+Record = tuple[float, float, str]
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """How to reach one server: protocol `triton` (OIP gRPC via tritonclient), `repeated` or `json`."""
+
+    protocol: str
+    port: int
+    model: str = ""
+    input_name: str = "x"
+    output_name: str = ""
+    shape: tuple[int, ...] = (1, 3, 224, 224)
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def _image(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random(shape, dtype=np.float32)
+
+
+def _code(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    if callable(status):  # tritonclient's InferenceServerException: "StatusCode.RESOURCE_EXHAUSTED"
+        return str(status() or type(exc).__name__).replace("StatusCode.", "")
+    code = getattr(exc, "code", None)
+    if callable(code):  # grpc.aio.AioRpcError
+        return str(code().name)
+    return type(exc).__name__
+
+
+async def _async_caller(spec: ClientSpec, seed: int) -> tuple[Callable[[], Awaitable[Any]], Callable[[], None]]:
+    """An async `call()` sending one fixed image, and `close()`; each call checks the output's shape."""
+    image = _image(spec.shape, seed)
+    if spec.protocol == "triton":
+        import tritonclient.grpc.aio as grpcclient
+
+        client = grpcclient.InferenceServerClient(spec.target)
+        inputs = [grpcclient.InferInput(spec.input_name, list(spec.shape), "FP32")]
+        inputs[0].set_data_from_numpy(image)
+
+        async def call_triton() -> Any:
+            result = await client.infer(spec.model, inputs)
+            response = result.get_response()
+            if not response.raw_output_contents:
+                raise RuntimeError("response carried no raw_output_contents")
+            return response
+
+        async def close_triton() -> None:
+            await client.close()
+
+        return call_triton, close_triton  # type: ignore[return-value]
+    if spec.protocol == "repeated":
+        import grpc
+
+        from bench.baseline_proto import METHOD, PredictRequest, PredictResponse
+
+        channel = grpc.aio.insecure_channel(spec.target, options=[("grpc.max_receive_message_length", 64 << 20)])
+        stub = channel.unary_unary(
+            METHOD,
+            request_serializer=PredictRequest.SerializeToString,
+            response_deserializer=PredictResponse.FromString,
+        )
+        request = PredictRequest(shape=list(spec.shape), data=image.ravel().tolist())
+
+        async def call_repeated() -> Any:
+            response = await stub(request)
+            return np.array(response.data, dtype=np.float32).reshape(list(response.shape))
+
+        async def close_repeated() -> None:
+            await channel.close()
+
+        return call_repeated, close_repeated  # type: ignore[return-value]
+    raise ValueError(f"no async client for protocol {spec.protocol!r}")
+
+
+def _json_caller(spec: ClientSpec, seed: int) -> Callable[[], Any]:
+    body = json.dumps({"instances": _image(spec.shape, seed).tolist()}).encode()
+    connection = http.client.HTTPConnection("127.0.0.1", spec.port, timeout=300)
+    headers = {"Content-Type": "application/json"}
+
+    def call() -> Any:
+        try:
+            connection.request("POST", "/predict", body, headers)
+            response = connection.getresponse()
+            data = response.read()
+        except Exception:
+            connection.close()  # the next request opens a fresh connection
+            raise
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}")
+        return np.array(json.loads(data)["predictions"], dtype=np.float32)
+
+    return call
+
+
+def _run_async(spec: ClientSpec, inflight: int, warmup_s: float, duration_s: float, barrier: Any) -> list[Record]:
+    async def main() -> list[Record]:
+        pairs = [await _async_caller(spec, seed) for seed in range(inflight)]
+        await pairs[0][0]()  # one sanity call before the clock starts
+        await asyncio.get_running_loop().run_in_executor(None, barrier.wait)
+        end = time.monotonic() + warmup_s + duration_s
+        records: list[Record] = []
+
+        async def loop(call: Callable[[], Awaitable[Any]]) -> None:
+            while time.monotonic() < end:
+                started = time.monotonic()
+                code = ""
+                try:
+                    await call()
+                except Exception as exc:
+                    code = _code(exc)
+                records.append((started, time.monotonic(), code))
+
+        await asyncio.gather(*(loop(call) for call, _ in pairs))
+        for _, close in pairs:
+            await close()  # type: ignore[func-returns-value]
+        return records
+
+    return asyncio.run(main())
+
+
+def _run_threads(spec: ClientSpec, inflight: int, warmup_s: float, duration_s: float, barrier: Any) -> list[Record]:
+    calls = [_json_caller(spec, seed) for seed in range(inflight)]
+    calls[0]()
+    barrier.wait()
+    end = time.monotonic() + warmup_s + duration_s
+    records: list[Record] = []
+
+    def loop(call: Callable[[], Any]) -> None:
+        while time.monotonic() < end:
+            started = time.monotonic()
+            code = ""
+            try:
+                call()
+            except Exception as exc:
+                code = _code(exc)
+            records.append((started, time.monotonic(), code))
+
+    threads = [threading.Thread(target=loop, args=(call,)) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return records
+
+
+def _client_process(spec: ClientSpec, inflight: int, warmup_s: float, duration_s: float, barrier: Any, out: Any):
+    try:
+        runner = _run_threads if spec.protocol == "json" else _run_async
+        out.put(("ok", runner(spec, inflight, warmup_s, duration_s, barrier)))
+    except BaseException as exc:
+        barrier.abort()
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+@dataclass(frozen=True)
+class Window:
+    """What one cell recorded: latencies (s) of OK requests started in the window, completions, errors."""
+
+    latencies_s: list[float]
+    completed: int
+    seconds: float
+    errors: dict[str, int]
+
+
+def run_clients(spec: ClientSpec, concurrency: int, warmup_s: float, duration_s: float) -> Window:
+    """Closed-loop load at `concurrency`; the window is [barrier + warmup, barrier + warmup + duration]."""
+    processes = 1 if concurrency == 1 else 2
+    per_process = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(processes + 1)
+    out = context.Queue()
+    workers = [
+        context.Process(target=_client_process, args=(spec, n, warmup_s, duration_s, barrier, out), daemon=True)
+        for n in per_process
+    ]
+    for worker in workers:
+        worker.start()
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait(timeout=300)
+    window_start = time.monotonic() + warmup_s
+    window_end = window_start + duration_s
+    records: list[Record] = []
+    failures: list[str] = []
+    for _ in workers:
+        status, payload = out.get(timeout=warmup_s + duration_s + 600)
+        if status == "ok":
+            records.extend(payload)
+        else:
+            failures.append(payload)
+    for worker in workers:
+        worker.join(timeout=30)
+        if worker.is_alive():
+            worker.kill()
+    if failures:
+        raise RuntimeError(f"client failed: {failures[0]}")
+    latencies = [end - start for start, end, code in records if not code and window_start <= start < window_end]
+    completed = sum(1 for _, end, code in records if not code and window_start <= end < window_end)
+    errors: dict[str, int] = {}
+    for start, _, code in records:
+        if code and window_start <= start < window_end:
+            errors[code] = errors.get(code, 0) + 1
+    return Window(latencies, completed, duration_s, errors)
+
+
+def _burst_process(spec: ClientSpec, total: int, out: Any) -> None:
+    """Sends `total` ModelInfer requests at once on one connection while a probe on a second connection asks
+    every 2 ms. Requests are encoded beforehand (the message tritonclient builds) and sent as bytes, so the
+    burst measures the server, not the client encoding 10x the requests. A burst request's latency includes
+    waiting behind the others on its connection; a probe's does not, so a rejected probe shows how fast a
+    request that meets a full queue is refused."""
+    import grpc
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=spec.model)
+    request.inputs.add(name=spec.input_name, datatype="FP32", shape=list(spec.shape))
+    request.raw_input_contents.append(_image(spec.shape, 0).tobytes())
+    payload = request.SerializeToString()
+    options = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+    method = "/inference.GRPCInferenceService/ModelInfer"
+
+    async def timed(infer: Any) -> Record:
+        started = time.monotonic()
+        try:
+            await infer(payload)
+        except grpc.aio.AioRpcError as exc:
+            return started, time.monotonic(), exc.code().name
+        return started, time.monotonic(), ""
+
+    async def main() -> tuple[list[Record], list[Record]]:
+        probe_options = [*options, ("grpc.use_local_subchannel_pool", 1)]  # its own TCP connection
+        async with (
+            grpc.aio.insecure_channel(spec.target, options=options) as channel,
+            grpc.aio.insecure_channel(spec.target, options=probe_options) as probe_channel,
+        ):
+            infer = channel.unary_unary(method)
+            probe = probe_channel.unary_unary(method)
+            await infer(payload)
+            await probe(payload)
+            burst = asyncio.gather(*(timed(infer) for _ in range(total)))
+            probes: list[asyncio.Task[Record]] = []
+            while not burst.done():
+                probes.append(asyncio.ensure_future(timed(probe)))
+                await asyncio.sleep(0.002)
+            return list(await burst), list(await asyncio.gather(*probes))
+
+    try:
+        out.put(("ok", asyncio.run(main())))
+    except BaseException as exc:
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def run_burst(spec: ClientSpec, total: int) -> tuple[list[Record], list[Record]]:
+    """`total` requests sent at once from one asyncio gRPC client, and the probes sent meanwhile."""
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    worker = context.Process(target=_burst_process, args=(spec, total, out), daemon=True)
+    worker.start()
+    status, payload = out.get(timeout=600)
+    worker.join(timeout=30)
+    if status != "ok":
+        raise RuntimeError(f"burst client failed: {payload}")
+    return payload
+
+
+def encode_costs(shape: tuple[int, ...] = (1, 3, 224, 224), reps: int = 20) -> dict[str, float]:
+    """Client-side ms to turn one image into a request body for each design (what the windows above exclude)."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.grpc import service_pb2
+
+    from bench.baseline_proto import PredictRequest
+
+    image = _image(shape, 0)
+
+    def triton() -> None:
+        inputs = [grpcclient.InferInput("x", list(shape), "FP32")]
+        inputs[0].set_data_from_numpy(image)
+        request = service_pb2.ModelInferRequest(model_name="m")
+        request.inputs.add().CopyFrom(inputs[0]._get_tensor())
+        request.raw_input_contents.append(inputs[0]._get_content())
+        request.SerializeToString()
+
+    def repeated() -> None:
+        PredictRequest(shape=list(shape), data=image.ravel().tolist()).SerializeToString()
+
+    def json_body() -> None:
+        json.dumps({"instances": image.tolist()}).encode()
+
+    costs = {}
+    for name, fn in (("triton raw bytes", triton), ("repeated float", repeated), ("JSON lists", json_body)):
+        fn()
+        started = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        costs[name] = (time.perf_counter() - started) / reps * 1000
+    return costs

@@ -1,0 +1,399 @@
+"""The benchmark run: exports the models, starts each server in turn, drives load, writes bench/RESULTS.md.
+
+Phases per model: the in-process floor; Skiff with batching off and on; the repeated-float gRPC baseline; the
+HTTP+JSON baseline; MLServer 1.7.1 (own virtualenv); Skiff with glibc malloc settings (first model only); a 10x
+overload burst against Skiff. Each phase prints what it does and how long it took; every server is stopped on
+exit and on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import loadgen, servers
+from bench.export_models import MODELS
+from bench.report import render
+from bench.stats import percentile, summarize
+
+ROOT = Path(__file__).resolve().parent.parent
+MLSERVER_PINS = ("mlserver==1.7.1", "uvloop<0.22", "paddlepaddle==3.3.1")
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "16777216", "MALLOC_TRIM_THRESHOLD_": "67108864"}
+_T0 = time.monotonic()
+
+
+def say(message: str) -> None:
+    print(f"[{time.monotonic() - _T0:7.1f}s] {message}", flush=True)
+
+
+def machine_info() -> dict[str, Any]:
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "?")
+    meminfo = Path("/proc/meminfo").read_text().split()
+    ram_kib = int(meminfo[meminfo.index("MemTotal:") + 1])
+    packages = {}
+    for dist in ("paddlepaddle", "paddlepaddle-gpu", "grpcio", "protobuf", "numpy", "tritonclient"):
+        try:
+            packages[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    packages["mlserver"] = "1.7.1 (own venv)"
+    return {
+        "cpu_model": cpu,
+        "nproc": len(os.sched_getaffinity(0)),
+        "ram_gib": ram_kib / 2**20,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "packages": packages,
+    }
+
+
+def wait_for_idle(limit_s: float, threshold: float = 0.5) -> float:
+    """Poll the 1-minute load average until it is below `threshold` or `limit_s` passed; returns seconds waited."""
+    started = time.monotonic()
+    while os.getloadavg()[0] >= threshold and time.monotonic() - started < limit_s:
+        say(f"load average {os.getloadavg()[0]:.2f} >= {threshold}; waiting (up to {limit_s:.0f} s)")
+        time.sleep(30)
+    return time.monotonic() - started
+
+
+def check_gpu(python: str) -> str:
+    """The device for --gpu, or SystemExit with the reason no GPU can be used here."""
+    if shutil.which("nvidia-smi") is None or subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode:
+        raise SystemExit(
+            "bench --gpu: no NVIDIA GPU here (nvidia-smi is missing or lists no device); run without --gpu"
+        )
+    probe = "import paddle; print(paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count())"
+    result = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    if result.returncode or result.stdout.strip().splitlines()[-1:] in ([], ["0"], ["False"]):
+        raise SystemExit(
+            "bench --gpu: a GPU is present but this Paddle cannot use it (install a CUDA build of paddlepaddle-gpu "
+            "into .venv and MLServer's venv, e.g. from an official Paddle 3.x CUDA 12 image)"
+        )
+    return "gpu:0"
+
+
+def ensure_mlserver_venv(cache: Path, device: str) -> Path:
+    """MLServer 1.7.1 in its own virtualenv under the cache (never the project's .venv or uv.lock)."""
+    venv = cache / "mlserver-venv"
+    marker = venv / ".bench-pins"
+    pins = list(MLSERVER_PINS)
+    if device != "cpu":
+        pins = [p for p in pins if not p.startswith("paddlepaddle")]  # bring a CUDA build yourself (see --gpu)
+    if marker.exists() and marker.read_text() == "\n".join(pins):
+        return venv
+    say(f"creating MLServer's virtualenv {venv} ({', '.join(pins)}); first time only, takes a minute")
+    started = time.monotonic()
+    uv = shutil.which("uv")
+    if uv:
+        subprocess.run([uv, "venv", "-q", "--clear", "--python", "3.11", str(venv)], check=True)
+        subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *pins], check=True)
+    else:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *pins], check=True)
+    marker.write_text("\n".join(pins))
+    say(f"MLServer venv ready in {time.monotonic() - started:.0f}s")
+    return venv
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.cache: Path = args.cache_dir.resolve()
+        self.python = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+        self.device = "cpu"
+        self.seconds = 2.0 if args.quick else args.seconds
+        self.warmup = 0.5 if args.quick else args.warmup
+        self.concurrency = [int(c) for c in args.concurrency.split(",")]
+        self.logs = self.cache / "logs"
+
+    # ---- servers --------------------------------------------------------------------------------------------
+    def skiff(self, model: str, batching: bool, extra: list[str] = (), env: dict[str, str] | None = None):  # type: ignore[assignment]
+        cmd = [self.python, "-m", "skiff_runtime", "serve", "--model-dir", str(self.cache / "models" / model),
+               "--model-name", model, "--host", "127.0.0.1", "--grpc-port", "0", "--health-port", "0",
+               "--metrics-port", "0", "--device", self.device, "--max-batch-size", str(self.args.max_batch_size),
+               "--dynamic-batching", str(batching).lower(), *extra]  # fmt: skip
+        tag = "on" if batching else "off"
+        return servers.ServerProcess(
+            f"skiff ({tag})", cmd, self.logs / f"{model}-skiff-{tag}.log", servers.skiff_ready, dict(env or {})
+        )
+
+    def baseline(self, module: str, model: str):
+        cmd = [self.python, "-m", f"bench.{module}", str(self.cache / "models" / model), "--device", self.device]
+        return servers.ServerProcess(module, cmd, self.logs / f"{model}-{module}.log", servers.port_line)
+
+    def mlserver(self, model: str, venv: Path):
+        repo = self.cache / "mlserver-repo" / model
+        repo.mkdir(parents=True, exist_ok=True)
+        for name in ("mlserver_runtime.py", "predictor.py"):
+            shutil.copyfile(ROOT / "bench" / name, repo / name)
+        settings = {
+            "name": model,
+            "implementation": "mlserver_runtime.PaddleRuntime",
+            "parameters": {"uri": str(self.cache / "models" / model), "extra": {"device": self.device}},
+        }
+        (repo / "model-settings.json").write_text(json.dumps(settings, indent=2))
+        grpc_port = servers.free_port()
+        env = {
+            "MLSERVER_HOST": "127.0.0.1",
+            "MLSERVER_HTTP_PORT": str(servers.free_port()),
+            "MLSERVER_GRPC_PORT": str(grpc_port),
+            "MLSERVER_METRICS_PORT": str(servers.free_port()),
+            "MLSERVER_PARALLEL_WORKERS": str(self.mlserver_workers),
+            "VIRTUAL_ENV": str(venv),
+            "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
+        }
+        cmd = [str(venv / "bin" / "mlserver"), "start", str(repo)]
+        return servers.ServerProcess(
+            "mlserver", cmd, self.logs / f"{model}-mlserver.log", servers.triton_model_ready(model, grpc_port), env
+        )
+
+    @property
+    def mlserver_workers(self) -> int:
+        return 1 if self.device != "cpu" else len(os.sched_getaffinity(0))
+
+    # ---- measurements ---------------------------------------------------------------------------------------
+    def floor(self, model: str) -> dict[str, Any]:
+        say(f"{model} · in-process predictor (floor) · {self.seconds:.0f} s sequential batch 1, then batch 8")
+        cmd = [self.python, "-m", "bench.inprocess", str(self.cache / "models" / model), "--seconds",
+               str(self.seconds), "--warmup-seconds", str(self.warmup), "--device", self.device]  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode:
+            raise RuntimeError(f"in-process floor failed:\n{result.stderr[-3000:]}")
+        data = json.loads(result.stdout.strip().splitlines()[-1])
+        lat = data["latencies_s"]
+        summary = summarize(lat, sum(lat))
+        out = {"p50_ms": summary.p50_ms, "p99_ms": summary.p99_ms, "throughput": len(lat) / sum(lat)}
+        out["batch8_ips"] = data["batch8_images_per_s"]
+        say(f"   p50 {out['p50_ms']:.2f} ms  p99 {out['p99_ms']:.2f} ms  batch 8: {out['batch8_ips']:.0f} img/s")
+        return out
+
+    def cells(self, label: str, spec: loadgen.ClientSpec) -> dict[str, Any]:
+        out = {}
+        for c in self.concurrency:
+            started = time.monotonic()
+            window = loadgen.run_clients(spec, c, self.warmup, self.seconds)
+            s = summarize(window.latencies_s, window.seconds, window.errors)
+            out[str(c)] = {
+                "requests": window.completed,
+                "throughput": window.completed / window.seconds,
+                "p50_ms": s.p50_ms,
+                "p99_ms": s.p99_ms,
+                "errors": s.errors,
+            }
+            errors = f"  errors {s.errors}" if s.errors else ""
+            say(
+                f"   {label} c={c:<2}  {out[str(c)]['throughput']:7.1f} req/s  p50 {s.p50_ms:7.2f} ms  "
+                f"p99 {s.p99_ms:7.2f} ms{errors}  ({time.monotonic() - started:.0f}s)"
+            )
+        return out
+
+    def serve_and_measure(self, result: dict[str, Any], design: str, server: servers.ServerProcess,
+                          spec: loadgen.ClientSpec) -> None:  # fmt: skip
+        model = spec.model
+        result.setdefault("load1", {})[design] = os.getloadavg()[0]
+        say(f"{model} · {design} · starting {server.name} (load average {os.getloadavg()[0]:.2f})")
+        try:
+            server.start()
+            say(f"   ready after {server.started_s:.1f}s (pid {server.proc.pid}, port {server.port})")
+            spec = loadgen.ClientSpec(spec.protocol, server.port, spec.model, spec.input_name)
+            result["cells"][design] = self.cells(design, spec)
+            result["memory_mib"][design] = server.memory_mib()
+            result["startup_s"][design] = server.started_s
+        finally:
+            server.stop()
+
+    def overload(self, model: str) -> dict[str, Any]:
+        queue = self.args.overload_queue
+        burst_size = 10 * queue
+        server = self.skiff(model, True, ["--max-queue-size", str(queue)])
+        server.name = f"skiff (on, --max-queue-size {queue})"
+        say(f"{model} · overload · starting {server.name}")
+        try:
+            server.start()
+            spec = loadgen.ClientSpec("triton", server.port, model, "x")
+            window = loadgen.run_clients(spec, 1, self.warmup, self.seconds)
+            unloaded = summarize(window.latencies_s, window.seconds)
+            out: dict[str, Any] = {
+                "queue_size": queue,
+                "burst_size": burst_size,
+                "unloaded_p50_ms": unloaded.p50_ms,
+                "unloaded_p99_ms": unloaded.p99_ms,
+                "memory_before_mib": server.memory_mib(),
+                "bursts": [],
+            }
+            say(f"   unloaded p50 {unloaded.p50_ms:.2f} ms p99 {unloaded.p99_ms:.2f} ms; "
+                f"memory {out['memory_before_mib']:.0f} MiB")  # fmt: skip
+            for i in range(self.args.bursts):
+                records, probes = loadgen.run_burst(spec, burst_size)
+                time.sleep(1.0)
+                out["bursts"].append(self._burst_stats(records, probes, server.memory_mib()))
+                b = out["bursts"][-1]
+                say(
+                    f"   burst {i + 1}: {b['sent']} sent, {b['admitted']} admitted, {b['rejected']} "
+                    f"RESOURCE_EXHAUSTED (first after {b['first_reject_ms']:.1f} ms), admitted p99 "
+                    f"{b['admitted_p99_ms']:.1f} ms; probes {b['probes']}: {b['probes_rejected']} rejected in "
+                    f"p50 {b['probe_reject_p50_ms']:.1f} / max {b['probe_reject_max_ms']:.1f} ms; "
+                    f"memory {b['memory_after_mib']:.0f} MiB"
+                )
+        finally:
+            server.stop()
+        bursts = out["bursts"]
+        out["first_reject_ms"] = max(b["first_reject_ms"] for b in bursts)
+        rejected_probes = [b["probe_reject_max_ms"] for b in bursts if b["probes_rejected"]]
+        out["probe_reject_max_ms"] = max(rejected_probes, default=float("nan"))
+        out["admitted_p99_ms"] = max(b["admitted_p99_ms"] for b in bursts)
+        out["memory_first_mib"] = bursts[0]["memory_after_mib"]
+        out["memory_last_mib"] = bursts[-1]["memory_after_mib"]
+        return out
+
+    @staticmethod
+    def _burst_stats(records: list[loadgen.Record], probes: list[loadgen.Record], memory_mib: float) -> dict[str, Any]:
+        start = min(r[0] for r in records)
+        admitted = [(e - s) * 1000 for s, e, code in records if not code]
+        rejected = [(e - s) * 1000 for s, e, code in records if code == "RESOURCE_EXHAUSTED"]
+        first = min((e for _, e, code in records if code == "RESOURCE_EXHAUSTED"), default=float("nan"))
+        probe_rejects = [(e - s) * 1000 for s, e, code in probes if code == "RESOURCE_EXHAUSTED"]
+        other: dict[str, int] = {}
+        for _, _, code in records:
+            if code and code != "RESOURCE_EXHAUSTED":
+                other[code] = other.get(code, 0) + 1
+        return {
+            "sent": len(records),
+            "admitted": len(admitted),
+            "rejected": len(rejected),
+            "other_errors": other,
+            "first_reject_ms": (first - start) * 1000,
+            "reject_p50_ms": percentile(rejected, 50),
+            "reject_p99_ms": percentile(rejected, 99),
+            "admitted_p50_ms": percentile(admitted, 50),
+            "admitted_p99_ms": percentile(admitted, 99),
+            "probes": len(probes),
+            "probes_rejected": len(probe_rejects),
+            "probe_reject_p50_ms": percentile(probe_rejects, 50),
+            "probe_reject_max_ms": max(probe_rejects, default=float("nan")),
+            "memory_after_mib": memory_mib,
+        }
+
+    # ---- the run --------------------------------------------------------------------------------------------
+    def run(self, command: str) -> dict[str, Any]:
+        args = self.args
+        started_at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        if args.gpu:
+            self.device = check_gpu(self.python)
+        waited = wait_for_idle(args.wait_for_idle) if args.wait_for_idle else 0.0
+        load_before = list(os.getloadavg())
+        say(f"load average {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}; device {self.device}")
+        say(f"exporting models into {self.cache / 'models'}")
+        subprocess.run([self.python, "-m", "bench.export_models", str(self.cache / "models"), *args.models],
+                       check=True)  # fmt: skip
+        venv = None if args.skip_mlserver else ensure_mlserver_venv(self.cache, self.device)
+        encode = loadgen.encode_costs()
+        say("client encoding per request: " + ", ".join(f"{k} {v:.2f} ms" for k, v in encode.items()))
+        models: dict[str, Any] = {}
+        for index, model in enumerate(args.models):
+            result: dict[str, Any] = {"cells": {}, "memory_mib": {}, "startup_s": {}}
+            models[model] = result
+            result["floor"] = self.floor(model)
+            triton = loadgen.ClientSpec("triton", 0, model, "x")
+            self.serve_and_measure(result, "skiff_off", self.skiff(model, False), triton)
+            self.serve_and_measure(result, "skiff_on", self.skiff(model, True), triton)
+            self.serve_and_measure(result, "repeated", self.baseline("baseline_grpc", model),
+                                   loadgen.ClientSpec("repeated", 0, model))  # fmt: skip
+            self.serve_and_measure(result, "json", self.baseline("json_server", model),
+                                   loadgen.ClientSpec("json", 0, model))  # fmt: skip
+            if venv is not None:
+                self.serve_and_measure(result, "mlserver", self.mlserver(model, venv), triton)
+            if index == 0 and not args.skip_malloc:
+                server = self.skiff(model, True, env=MALLOC_ENV)
+                server.name = "skiff (on, glibc malloc env)"
+                self.serve_and_measure(result, "skiff_on_malloc", server, triton)
+            if args.bursts:
+                result["overload"] = self.overload(model)
+        load_after = list(os.getloadavg())
+        say(f"done; load average {load_after[0]:.2f}")
+        return {
+            "command": command,
+            "started": started_at,
+            "duration_min": (time.monotonic() - _T0) / 60,
+            "machine": machine_info(),
+            "load": {"before": load_before, "after": load_after, "waited_s": waited},
+            "settings": {
+                "quick": args.quick,
+                "device": self.device,
+                "seconds": self.seconds,
+                "warmup_s": self.warmup,
+                "concurrency": self.concurrency,
+                "max_batch_size": args.max_batch_size,
+                "overload_queue": args.overload_queue,
+                "skiff_workers": 1 if self.device != "cpu" else len(os.sched_getaffinity(0)),
+                "mlserver_workers": self.mlserver_workers,
+            },
+            "encode_ms": encode,
+            "models": models,
+            "notes": [],
+        }
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smoke test: 0.5 s warm-up and 2 s per cell")
+    parser.add_argument("--gpu", action="store_true", help="run every server on gpu:0 (fails without a GPU)")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--seconds", type=float, default=10, help="measured window per cell (default 10)")
+    parser.add_argument("--warmup", type=float, default=2, help="warm-up before each window (default 2)")
+    parser.add_argument("--concurrency", default="1,8,32", help="closed-loop concurrencies (default 1,8,32)")
+    parser.add_argument("--max-batch-size", type=int, default=16, help="Skiff --max-batch-size (default 16)")
+    parser.add_argument("--overload-queue", type=int, default=16, help="Skiff --max-queue-size for the burst")
+    parser.add_argument("--bursts", type=int, default=3, help="overload bursts per model (0 skips the phase)")
+    parser.add_argument("--skip-mlserver", action="store_true", help="leave MLServer out (no venv is built)")
+    parser.add_argument("--skip-malloc", action="store_true", help="leave out Skiff with glibc malloc settings")
+    parser.add_argument("--wait-for-idle", type=float, default=0, help="wait up to S s for load average < 0.5")
+    parser.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "bench")
+    parser.add_argument("--output", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    parser.add_argument("--render-only", action="store_true", help="re-render RESULTS.md from the last results.json")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    results_json = args.cache_dir / ("results-quick.json" if args.quick else "results.json")
+    notes_file = ROOT / "bench" / "notes.md"
+    if not args.render_only:
+        atexit.register(servers.stop_all)
+        signal.signal(signal.SIGTERM, _interrupt)
+        command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+        try:
+            report = Bench(args).run(command.strip())
+        except KeyboardInterrupt:
+            say("interrupted: stopping every server")
+            servers.stop_all()
+            return 130
+        finally:
+            servers.stop_all()
+        results_json.parent.mkdir(parents=True, exist_ok=True)
+        results_json.write_text(json.dumps(report, indent=1))
+    report = json.loads(results_json.read_text())
+    if notes_file.exists():
+        report["notes"] = [line[2:].strip() for line in notes_file.read_text().splitlines() if line.startswith("- ")]
+    output = args.output if not args.quick else args.cache_dir / "RESULTS-quick.md"
+    output.write_text(render(report))
+    say(f"wrote {output} (data: {results_json})")
+    return 0

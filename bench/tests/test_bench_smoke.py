@@ -1,0 +1,152 @@
+"""The benchmark's pure helpers (percentiles, ratios, target verdicts, RESULTS.md rendering), without a benchmark.
+
+Timed benchmarks are never unit tests: this only checks that the arithmetic and the report are right.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.report import added_p50, render, targets
+from bench.stats import Target, markdown_table, percentile, ratio, summarize
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        ([1.0], 50, 1.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
+        ([float(v) for v in range(1, 101)], 99, 99.01),
+        ([5.0, 1.0, 3.0], 0, 1.0),
+        ([5.0, 1.0, 3.0], 100, 5.0),
+    ],
+)
+def test_percentile_interpolates_like_numpy(values, q, expected) -> None:
+    assert percentile(values, q) == pytest.approx(expected)
+
+
+def test_percentile_of_nothing_is_nan_and_bad_q_is_refused() -> None:
+    assert math.isnan(percentile([], 50))
+    with pytest.raises(ValueError, match=r"within 0\.\.100"):
+        percentile([1.0], 101)
+
+
+def test_summarize_reports_milliseconds_and_throughput() -> None:
+    summary = summarize([0.001, 0.002, 0.003], seconds=0.5, errors={"RESOURCE_EXHAUSTED": 2})
+    assert summary.p50_ms == pytest.approx(2.0)
+    assert summary.throughput == pytest.approx(6.0)
+    assert summary.errors == {"RESOURCE_EXHAUSTED": 2}
+
+
+@pytest.mark.parametrize(("a", "b"), [(1.0, 0.0), (math.nan, 1.0), (1.0, math.nan), (1.0, -2.0)])
+def test_ratio_is_nan_when_undefined(a, b) -> None:
+    assert math.isnan(ratio(a, b))
+
+
+def test_targets_are_met_missed_or_not_measured() -> None:
+    assert Target("t", 1.2, "<=", 1.5).verdict == "**met**"
+    assert Target("t", 3.0, ">=", 4).verdict == "**missed**"
+    assert Target("t", math.nan, ">=", 4).verdict == "not measured"
+
+
+def test_markdown_table_aligns_numbers_right() -> None:
+    assert markdown_table(["a", "b"], [["x", "1"]]).splitlines() == ["| a | b |", "| :--- | ---: |", "| x | 1 |"]
+
+
+def _cell(p50: float, p99: float, throughput: float) -> dict[str, object]:
+    return {"requests": 10, "throughput": throughput, "p50_ms": p50, "p99_ms": p99, "errors": {}}
+
+
+def _report() -> dict[str, object]:
+    cells = {
+        "skiff_off": {"1": _cell(4.0, 5.0, 240), "8": _cell(30, 40, 260), "32": _cell(120, 150, 260)},
+        "skiff_on": {"1": _cell(4.0, 5.0, 240), "8": _cell(25, 35, 300), "32": _cell(70, 90, 420)},
+        "repeated": {"1": _cell(11.0, 14.0, 90), "8": _cell(90, 120, 80), "32": _cell(400, 500, 80)},
+        "mlserver": {"1": _cell(20.0, 30.0, 50), "8": _cell(100, 200, 100), "32": _cell(400, 500, 80)},
+    }
+    overload = {
+        "queue_size": 32,
+        "burst_size": 320,
+        "unloaded_p50_ms": 4.0,
+        "unloaded_p99_ms": 5.0,
+        "memory_before_mib": 1000.0,
+        "first_reject_ms": 8.0,
+        "probe_reject_max_ms": 4.0,
+        "admitted_p99_ms": 60.0,
+        "memory_first_mib": 1100.0,
+        "memory_last_mib": 1105.0,
+        "bursts": [
+            {
+                "sent": 320,
+                "admitted": 40,
+                "rejected": 280,
+                "other_errors": {},
+                "first_reject_ms": 8.0,
+                "reject_p50_ms": 3.0,
+                "reject_p99_ms": 9.0,
+                "probes": 10,
+                "probes_rejected": 4,
+                "probe_reject_p50_ms": 2.0,
+                "probe_reject_max_ms": 4.0,
+                "admitted_p50_ms": 30.0,
+                "admitted_p99_ms": 60.0,
+                "memory_after_mib": 1100.0,
+            }
+        ],
+    }
+    model = {"floor": {"p50_ms": 3.0, "p99_ms": 3.5, "throughput": 320.0, "batch8_ips": 500.0}, "cells": cells}
+    model |= {"memory_mib": {"skiff_on": 900.0}, "startup_s": {"skiff_on": 8.0}, "overload": overload}
+    return {
+        "command": "python -m bench",
+        "started": "2026-01-01 00:00 UTC",
+        "duration_min": 12.0,
+        "machine": {
+            "cpu_model": "Test CPU",
+            "nproc": 2,
+            "ram_gib": 8.0,
+            "kernel": "6.0",
+            "python": "3.11.7",
+            "packages": {"paddlepaddle": "3.3.1"},
+        },
+        "load": {"before": [0.1, 0.2, 0.3], "after": [1.0, 1.0, 1.0], "waited_s": 0},
+        "settings": {
+            "quick": False,
+            "device": "cpu",
+            "seconds": 10,
+            "warmup_s": 2,
+            "concurrency": [1, 8, 32],
+            "max_batch_size": 16,
+            "overload_queue": 32,
+            "skiff_workers": 2,
+            "mlserver_workers": 2,
+        },
+        "encode_ms": {"JSON lists": 60.0},
+        "models": {"mobilenet_v3_small": model},
+        "notes": ["a note"],
+    }
+
+
+def test_added_latency_and_targets_follow_the_issue() -> None:
+    model = _report()["models"]["mobilenet_v3_small"]  # type: ignore[index]
+    assert added_p50(model, "skiff_on") == pytest.approx(1.0)
+    verdicts = {t.name: t.met for t in targets(model)}
+    assert verdicts["added p50 over in-process, batch 1 (Skiff)"] is True  # 1.0 ms <= 1.5 ms
+    assert verdicts["repeated-float added p50 / Skiff added p50"] is True  # 8.0 / 1.0
+    assert verdicts["MLServer added p50 / Skiff added p50"] is True  # 17.0 / 1.0
+    assert verdicts["Skiff throughput, 8 concurrent clients"] is True  # 300 req/s
+    assert verdicts["Skiff / MLServer throughput, 8 clients"] is False  # 300 / 100 = 3.0 < 4
+    assert verdicts["Skiff batching on / off throughput, 32 clients"] is True  # 420 / 260 = 1.6
+    assert verdicts["overload: admitted p99 / unloaded p99"] is False  # 60 / 5
+
+
+def test_render_writes_every_section() -> None:
+    text = render(_report())
+    for heading in ("# Skiff benchmark results", "## mobilenet_v3_small", "## Notes", "Overload burst"):
+        assert heading in text
+    assert "| in-process predictor (floor) | 3.00 | 3.50 | 0 (floor) | 320.0 |" in text
+    assert "Test CPU" in text
+    assert "- a note" in text

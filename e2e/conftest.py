@@ -1,0 +1,113 @@
+"""Fixtures for the e2e suite: the cluster (once per session), the CRD, a fresh namespace per test with the
+PersistentVolumeClaims the examples mount, and the operator as a real `skiff-operator run` subprocess.
+
+Without a cluster these tests skip, saying what to run; with SKIFF_E2E_REQUIRED=1 (set by `make test` and CI)
+they fail instead, so a skip can never stand in for a pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.cluster import (
+    BUILD_HINT,
+    Kubectl,
+    cluster,
+    controlplane_built,
+    eventually,
+    missing_simulated_nodes,
+    user_kubeconfig,
+)
+from e2e.harness import CRD_PATH, OperatorProcess, create_model_claims, install_crd
+
+RESTRICTED = "pod-security.kubernetes.io/enforce"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    e2e_dir = Path(__file__).parent
+    for item in items:
+        if e2e_dir in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[Kubectl]:
+    """kubectl for the user's cluster ($SKIFF_E2E_KUBECONFIG or $KUBECONFIG), else a local control plane."""
+    if user_kubeconfig() is None and not controlplane_built():
+        reason = f"no cluster: $KUBECONFIG is unset and the local control plane is not built; run: {BUILD_HINT}"
+        if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
+            pytest.fail(reason + " (SKIFF_E2E_REQUIRED=1: e2e tests must run)", pytrace=False)
+        pytest.skip(reason)
+    with cluster() as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def crd(kube: Kubectl) -> dict[str, Any]:
+    """The InferenceModel CRD, applied from crds/ and Established."""
+    install_crd(kube)
+    document: dict[str, Any] = yaml.safe_load(CRD_PATH.read_text())
+    return document
+
+
+@pytest.fixture
+def namespace(kube: Kubectl, crd: dict[str, Any], request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace that enforces Pod Security "restricted", deleted (with everything in it) afterwards."""
+    name = f"e2e-{request.node.name[:40].lower()}"
+    name = "".join(c if c.isalnum() else "-" for c in name).strip("-")[:50] + "-" + uuid.uuid4().hex[:6]
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {RESTRICTED: "restricted", "skiff.dev/e2e": "true"}},
+        }
+    )
+    # The ServiceAccount admission plugin rejects pods until the controller manager has made "default".
+    eventually(
+        lambda: kube.get_or_none("serviceaccount", "default", name), timeout=60, what=f"serviceaccount {name}/default"
+    )
+    yield name
+    kube.run("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+    kube.run("delete", "persistentvolume", "-l", f"skiff.dev/e2e-namespace={name}", "--wait=false")
+
+
+@pytest.fixture
+def claims(kube: Kubectl, namespace: str) -> list[str]:
+    """The claims the examples' modelUris name ("models", "fraud-models"), Bound."""
+    names = ["models", "fraud-models"]
+    create_model_claims(kube, namespace, names)
+    return names
+
+
+@pytest.fixture(scope="session")
+def simulated_nodes(kube: Kubectl) -> None:
+    """The nodes kwok simulates (a GPU node, a MIG node, a CPU node): the local control plane has them; a
+    cluster of the user's needs kwok running and `python -m e2e.cluster add-nodes`."""
+    missing = missing_simulated_nodes(kube)
+    if missing:
+        reason = f"the cluster lacks the simulated nodes {missing}; run kwok in it, then:"
+        reason += " python -m e2e.cluster add-nodes"
+        if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def operator(kube: Kubectl, namespace: str, simulated_nodes: None, tmp_path: Path) -> Iterator[OperatorProcess]:
+    """The operator watching the test's namespace; its log is printed when the test fails."""
+    process = OperatorProcess(kube, namespace, tmp_path / "operator.log")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        with contextlib.suppress(OSError):
+            print(f"---- operator log ({process.log_path}) ----\n{process.log()[-20000:]}")

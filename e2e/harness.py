@@ -1,0 +1,294 @@
+"""What the e2e tests and the demo share besides the cluster: the examples, their volumes, the operator process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from e2e.cluster import REPO, Kubectl, eventually
+
+CRD_PATH = REPO / "crds" / "skiff.dev_inferencemodels.yaml"
+EXAMPLES_DIR = REPO / "manifests" / "examples"
+OPERATOR = str(Path(sys.executable).parent / "skiff-operator")
+
+
+def create_model_claims(kube: Kubectl, namespace: str, claims: list[str]) -> None:
+    """A pre-bound PersistentVolume + PersistentVolumeClaim per claim, Bound, so pods that mount them schedule.
+
+    The volumes go first and the claims only once the volumes are Available: a claim that names a volume the
+    PV controller has not seen yet waits for its periodic resync (15 s) instead of binding at once."""
+    volumes = {claim: f"{namespace}-{claim}"[:63] for claim in claims}
+    kube.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": volume, "labels": {"skiff.dev/e2e-namespace": namespace}},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadOnlyMany"],
+                    "storageClassName": "",
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": f"/var/lib/skiff-e2e/{volume}"},  # never mounted: kwok runs no kubelet
+                    "claimRef": {"namespace": namespace, "name": claim},
+                },
+            }
+            for claim, volume in volumes.items()
+        ]
+    )
+    for volume in volumes.values():
+        kube.run("wait", "--for=jsonpath={.status.phase}=Available", f"pv/{volume}", "--timeout=60s")
+    kube.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": namespace},
+                "spec": {
+                    "accessModes": ["ReadOnlyMany"],
+                    "storageClassName": "",
+                    "volumeName": volume,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+            for claim, volume in volumes.items()
+        ]
+    )
+    for claim in claims:
+        kube.run("wait", "--for=jsonpath={.status.phase}=Bound", f"pvc/{claim}", "-n", namespace, "--timeout=60s")
+
+
+class OperatorProcess:
+    """`skiff-operator run --namespace NS --standalone` as a subprocess with the cluster's kubeconfig."""
+
+    def __init__(self, kube: Kubectl, namespace: str, log_path: Path) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        assert self.process is None or self.process.poll() is not None, "the operator is already running"
+        self.starts += 1
+        with self.log_path.open("ab") as log:
+            log.write(f"---- start {self.starts} ----\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                [OPERATOR, "run", "--namespace", self.namespace, "--standalone", "--resync-seconds", "10"],
+                env={**self.kube.env, "PYTHONUNBUFFERED": "1"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup handlers, no chance to finish what it was doing."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def load_example(name: str, namespace: str) -> dict[str, Any]:
+    """manifests/examples/NAME.yaml, moved into the test's namespace."""
+    body: dict[str, Any] = yaml.safe_load((EXAMPLES_DIR / f"{name}.yaml").read_text())
+    body["metadata"]["namespace"] = namespace
+    return body
+
+
+def example_names() -> list[str]:
+    return sorted(path.stem for path in EXAMPLES_DIR.glob("*.yaml"))
+
+
+def condition(model: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The condition of this type in the model's status (KeyError when the operator has not written it)."""
+    for found in model.get("status", {}).get("conditions", []):
+        if found["type"] == kind:
+            return dict(found)
+    raise KeyError(f"no {kind} condition in {model.get('status')}")
+
+
+@dataclass(frozen=True)
+class VersionPlan:
+    """What one version of a stored InferenceModel must become, read from its spec (not from the operator)."""
+
+    version: str
+    deployment: str
+    replicas: int
+    gpus: int
+    gpu_resource: str | None  # None for a CPU-only version
+
+
+def version_plan(model: dict[str, Any]) -> list[VersionPlan]:
+    spec = model["spec"]
+    plans = []
+    for version in spec["versions"]:
+        resources = {**spec.get("resources", {}), **version.get("resources", {})}
+        gpus = int(resources.get("gpu", 0))
+        plans.append(
+            VersionPlan(
+                version=version["name"],
+                deployment=f"{model['metadata']['name']}-{version['name']}",
+                replicas=int(version.get("replicas", 1)),
+                gpus=gpus,
+                gpu_resource=resources.get("gpuResourceName", "nvidia.com/gpu") if gpus else None,
+            )
+        )
+    return plans
+
+
+# -- the pod contract: a Deployment's runtime container, started here as a process -----------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class LocalPod:
+    """A pod's runtime container translated to a local process: what to run, with which env, on which ports.
+
+    The translation is mechanical, and the same for every field:
+    - argv is the container's command + args; a bare `skiff-runtime` becomes this venv's skiff-runtime.
+    - Volumes become directories: a PersistentVolumeClaim its root in `claim_roots` (then `subPath` is applied,
+      as the kubelet does), an emptyDir a fresh directory. Env values that are a mount path, or under one, are
+      rewritten to the local directory.
+    - A pod has its own network namespace; this process does not. Each containerPort is mapped to a free
+      local port, and env vars named *_PORT whose value is a containerPort get the mapped port. Probes are
+      sent to the mapped port of the probe's `port`.
+    Nothing else changes: no flag is added and no variable is invented.
+    """
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    ports: dict[int, int]  # containerPort -> local port
+    mounts: dict[str, Path]  # mountPath -> local directory
+    container: dict[str, Any]
+
+    def probe_target(self, probe: str) -> tuple[str, str]:
+        """(host:port, service) the kubelet's grpc probe of this kind would check."""
+        grpc = self.container[probe]["grpc"]
+        return f"127.0.0.1:{self.ports[grpc['port']]}", str(grpc.get("service", ""))
+
+    def port_of(self, name: str) -> int:
+        declared = next(p for p in self.container["ports"] if p["name"] == name)
+        return self.ports[declared["containerPort"]]
+
+
+def local_pod(
+    deployment: dict[str, Any], *, claim_roots: dict[str, Path], scratch: Path, container_name: str = "runtime"
+) -> LocalPod:
+    pod_spec = deployment["spec"]["template"]["spec"]
+    container = next(c for c in pod_spec["containers"] if c["name"] == container_name)
+    volumes: dict[str, Path] = {}
+    for volume in pod_spec.get("volumes", []):
+        if "persistentVolumeClaim" in volume:
+            volumes[volume["name"]] = claim_roots[volume["persistentVolumeClaim"]["claimName"]]
+        elif "emptyDir" in volume:
+            volumes[volume["name"]] = scratch / "volumes" / volume["name"]
+            volumes[volume["name"]].mkdir(parents=True)
+        else:
+            raise ValueError(f"volume {volume['name']}: only persistentVolumeClaim and emptyDir can be mapped")
+    mounts = {m["mountPath"]: volumes[m["name"]] / m.get("subPath", "") for m in container.get("volumeMounts", [])}
+    ports = {p["containerPort"]: free_port() for p in container.get("ports", [])}
+
+    def local_value(name: str, value: str) -> str:
+        if name.endswith("_PORT") and value.isdigit():
+            if int(value) not in ports:
+                raise AssertionError(f"{name}={value} is not one of the container's ports {sorted(ports)}")
+            return str(ports[int(value)])
+        for mount_path, directory in sorted(mounts.items(), key=lambda item: -len(item[0])):
+            if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
+                return str(directory / value[len(mount_path) :].lstrip("/"))
+        return value
+
+    env: dict[str, str] = {}
+    for variable in container.get("env", []):
+        if "value" not in variable:
+            raise ValueError(f"env {variable['name']}: only literal values can be mapped")
+        env[variable["name"]] = local_value(variable["name"], variable["value"])
+    argv = [*container.get("command", []), *container.get("args", [])]
+    if not argv:
+        raise ValueError("the container has no command: the image's entrypoint cannot be reproduced locally")
+    if "/" not in argv[0]:
+        argv[0] = str(Path(sys.executable).parent / argv[0])
+    return LocalPod(tuple(argv), env, ports, mounts, container)
+
+
+def start_local_pod(pod: LocalPod, scratch: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """Runs the container's process with the pod's env plus PATH and HOME (the image would provide both)."""
+    home = pod.mounts.get("/tmp", scratch)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), **pod.env}
+    with log_path.open("wb") as log:
+        return subprocess.Popen(pod.argv, env=env, cwd=scratch, stdout=log, stderr=subprocess.STDOUT)
+
+
+def grpc_health_check(target: str, service: str, timeout_s: float) -> str:
+    """One kubelet-style gRPC probe: grpc.health.v1 Check(service) with the probe's timeout, plaintext.
+
+    Returns the status name (SERVING passes), or the gRPC error code's name when the call fails."""
+    with grpc.insecure_channel(target) as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout_s
+            )
+        except grpc.RpcError as error:
+            return str(error.code().name)
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
+
+
+def wait_for_startup_probe(pod: LocalPod, process: subprocess.Popen[bytes], *, poll_s: float = 0.5) -> float:
+    """Seconds until the startup probe passes. The kubelet checks every periodSeconds and gives up after
+    failureThreshold failures; this checks every `poll_s` (faster) within the same total budget."""
+    probe = pod.container["startupProbe"]
+    budget = probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3)
+    target, service = pod.probe_target("startupProbe")
+    started = time.monotonic()
+    status = "never checked"
+    while time.monotonic() - started < budget:
+        if process.poll() is not None:
+            raise RuntimeError(f"the runtime exited with {process.returncode} before its startup probe passed")
+        status = grpc_health_check(target, service, probe.get("timeoutSeconds", 1))
+        if status == "SERVING":
+            return time.monotonic() - started
+        time.sleep(poll_s)
+    raise TimeoutError(f"startup probe {target} service={service!r} still {status} after {budget}s")
+
+
+def install_crd(kube: Kubectl, field_manager: str = "skiff-e2e") -> None:
+    """Applies crds/ and waits until it is Established and published in the OpenAPI document, which the API
+    server does a few seconds later (until then `kubectl explain` cannot find it)."""
+    kube.run("apply", "--server-side", f"--field-manager={field_manager}", "-f", str(CRD_PATH))
+    kube.run("wait", "--for=condition=Established", "crd/inferencemodels.skiff.dev", "--timeout=60s")
+    eventually(
+        lambda: kube.attempt("explain", "inferencemodel.spec").returncode == 0,
+        timeout=60,
+        what="the CRD in the API server's OpenAPI document",
+    )

@@ -1,0 +1,91 @@
+"""The pod contract: the Deployment the operator wrote, read back from the API server, runs the real runtime.
+
+Its runtime container is started here as a process with the same command, args and env (volumes and ports
+mapped as e2e/harness.py's LocalPod documents), probed exactly as the kubelet would (grpc.health.v1 Check on
+the probe's port with the probe's service), and serves an inference. If the operator and the runtime disagree
+about a flag, a variable, a port, a path or the health service name, this test fails.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from e2e.cluster import Kubectl, eventually
+from e2e.harness import (
+    OperatorProcess,
+    grpc_health_check,
+    load_example,
+    local_pod,
+    start_local_pod,
+    wait_for_startup_probe,
+)
+from skiff_runtime.client import SkiffClient
+from skiff_runtime.settings import OPTIONS
+
+
+def export_sample_model(directory: Path) -> None:
+    """The runtime's sample conv net, exported with paddle.jit.save where the PVC's subPath points."""
+    subprocess.run(
+        [sys.executable, "-m", "skiff_runtime.samples", "conv", str(directory)], check=True, capture_output=True
+    )
+
+
+def test_runtime_started_from_the_operators_deployment_passes_its_probes_and_serves(
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess, tmp_path: Path
+) -> None:
+    body = load_example("cpu", namespace)
+    name = body["metadata"]["name"]
+    kube.apply(body)
+    deployment = eventually(
+        lambda: kube.get_or_none("deployment", f"{name}-v1", namespace), timeout=60, what="the Deployment"
+    )
+
+    # The claim "models" holds resnet50/v1 (the example's modelUri pvc://models/resnet50/v1).
+    claim_root = tmp_path / "pvc-models"
+    export_sample_model(claim_root / "resnet50" / "v1")
+    scratch = tmp_path / "pod"
+    scratch.mkdir()
+    pod = local_pod(deployment, claim_roots={"models": claim_root}, scratch=scratch)
+
+    # Every variable the operator sets is one the runtime reads.
+    known = {option.env for option in OPTIONS}
+    assert set(pod.env) <= known, f"the runtime does not read {sorted(set(pod.env) - known)}"
+    assert pod.argv[1:] == ("serve",)
+
+    log = tmp_path / "runtime.log"
+    process = start_local_pod(pod, scratch, log)
+    try:
+        startup_s = wait_for_startup_probe(pod, process)
+        for probe in ("readinessProbe", "livenessProbe"):
+            target, service = pod.probe_target(probe)
+            assert service == name
+            timeout = pod.container[probe]["timeoutSeconds"]
+            assert grpc_health_check(target, service, timeout) == "SERVING", probe
+        # An unknown service is NOT_FOUND, so the probe's service name is really checked.
+        target, _ = pod.probe_target("readinessProbe")
+        assert grpc_health_check(target, "not-this-model", 5) == "NOT_FOUND"
+
+        with SkiffClient(f"127.0.0.1:{pod.port_of('grpc')}") as client:
+            assert client.health(name) == "SERVING"
+            inputs, outputs = client.metadata(name)
+            images = np.random.default_rng(0).random((2, 3, 32, 32), dtype=np.float32)
+            (image_input,) = inputs
+            result = client.infer(name, {image_input.name: images}, timeout_s=30)
+        (probabilities,) = result.values()
+        assert probabilities.shape == (2, 10)
+        np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-4)
+        print(f"startup probe passed after {startup_s:.1f}s; outputs {[o.name for o in outputs]}")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        print(log.read_text(errors="replace")[-5000:])
+    assert code == 0, f"the runtime exited {code} on SIGTERM"
