@@ -9,11 +9,12 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
+
+from skiff_runtime.server.interceptors import Continuation, with_unary
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class BearerTokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         if self.allowed(handler_call_details.method, handler_call_details.invocation_metadata):
@@ -84,8 +85,4 @@ class BearerTokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 "missing or invalid bearer token: send metadata 'authorization: Bearer <token>'",
             )
 
-        return grpc.unary_unary_rpc_method_handler(
-            refuse,
-            request_deserializer=handler.request_deserializer if handler else None,
-            response_serializer=handler.response_serializer if handler else None,
-        )
+        return with_unary(handler, refuse)

@@ -8,10 +8,12 @@ for a quiet period (bounded by the grace period), and only then stops the gRPC s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
+
+from skiff_runtime.server.interceptors import Continuation, is_unary, with_unary
 
 QUIET_PERIOD_S = 0.25
 
@@ -28,11 +30,11 @@ class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+        if not is_unary(handler):
             return handler
         inner = handler.unary_unary
         method = handler_call_details.method
@@ -52,11 +54,7 @@ class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if self._observe is not None:
                     self._observe(method, code, loop.time() - started)
 
-        return grpc.unary_unary_rpc_method_handler(
-            observed,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return with_unary(handler, observed)
 
     async def wait_idle(self, timeout_s: float, quiet_s: float = QUIET_PERIOD_S) -> bool:
         """True once nothing is in flight and nothing arrived for quiet_s; False if timeout_s passed first."""

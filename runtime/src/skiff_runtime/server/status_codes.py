@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 
 from skiff_runtime import errors
+from skiff_runtime.server.interceptors import Continuation, is_unary, with_unary
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,11 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+        if not is_unary(handler):
             return handler
         inner: Handler = handler.unary_unary
         method = handler_call_details.method
@@ -58,8 +59,4 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 log.exception("unexpected error", extra={"method": method})
                 await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 
-        return grpc.unary_unary_rpc_method_handler(
-            guarded,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return with_unary(handler, guarded)
