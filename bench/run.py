@@ -378,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     notes_file = ROOT / "bench" / "notes.md"
     if not args.render_only:
         atexit.register(servers.stop_all)
-        signal.signal(signal.SIGTERM, _interrupt)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: shells start background jobs with it ignored
+            signal.signal(sig, _interrupt)
         command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
         try:
             report = Bench(args).run(command.strip())

@@ -222,7 +222,20 @@ def node_ready(node: Mapping[str, Any]) -> bool:
 # -- the local control plane ------------------------------------------------------------------------------------
 
 
-def kwokctl_configuration(bin_dir: Path, kubectl: str) -> dict[str, Any]:
+# Every request's metadata (who, verb, resource, user agent, response code), so tests can count what a client
+# sent. Leases are left out: the components renew theirs every few seconds and nothing under test uses them.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {"level": "Metadata"},
+    ],
+}
+
+
+def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
@@ -239,6 +252,7 @@ def kwokctl_configuration(bin_dir: Path, kubectl: str) -> dict[str, Any]:
             "kwokControllerBinary": str(bin_dir / "kwok"),
             "etcdBinary": str(bin_dir / "etcd"),
             "kubectlBinary": kubectl,
+            **({"kubeAuditPolicy": str(audit_policy)} if audit_policy is not None else {}),
         },
     }
 
@@ -254,6 +268,7 @@ class LocalControlPlane:
         self.kubeconfig = self.workdir / "kubeconfig"
         self._kwokctl = str(bin_dir / "kwokctl")
         self._env = {**os.environ, "KWOK_WORKDIR": str(self.workdir / "kwok")}
+        self._restarted: list[subprocess.Popen[bytes]] = []  # components start_component started
 
     def _run_kwokctl(self, *args: str, timeout: float) -> None:
         subprocess.run(
@@ -269,7 +284,9 @@ class LocalControlPlane:
     def start(self) -> Kubectl:
         config = self.workdir / "kwokctl.yaml"
         kubectl = kubectl_binary()
-        config.write_text(yaml.safe_dump(kwokctl_configuration(self.bin_dir, kubectl)))
+        audit_policy = self.workdir / "audit-policy.yaml"
+        audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        config.write_text(yaml.safe_dump(kwokctl_configuration(self.bin_dir, kubectl, audit_policy)))
         started = time.monotonic()
         self.log(
             f"starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1"
@@ -290,12 +307,22 @@ class LocalControlPlane:
         except subprocess.CalledProcessError as error:
             raise RuntimeError(f"kwokctl create cluster failed:\n{error.stdout}") from error
         client = Kubectl(self.kubeconfig, kubectl)
+        _RUNNING[self.kubeconfig] = self
         self.log(f"control plane up in {time.monotonic() - started:.1f}s; {client.run('version').splitlines()[-1]}")
         add_simulated_nodes(client, self.log)
         return client
 
+    @property
+    def cluster_dir(self) -> Path:
+        """kwokctl's directory for this cluster: pids/, logs/ (audit.log among them), pki/."""
+        return self.workdir / "kwok" / "clusters" / self.name
+
+    @property
+    def audit_log(self) -> Path:
+        return self.cluster_dir / "logs" / "audit.log"
+
     def pids(self) -> list[int]:
-        pid_dir = self.workdir / "kwok" / "clusters" / self.name / "pids"
+        pid_dir = self.cluster_dir / "pids"
         found = []
         for pid_file in sorted(pid_dir.glob("*.pid")) if pid_dir.exists() else []:
             with contextlib.suppress(ValueError):
@@ -310,11 +337,44 @@ class LocalControlPlane:
         except OSError:
             return False
 
+    def kill_component(self, component: str) -> list[str]:
+        """SIGKILLs one component (e.g. "kube-apiserver") and returns the command line to restart it with."""
+        pid_file = self.cluster_dir / "pids" / f"{component}.pid"
+        pid = int(pid_file.read_text().strip())
+        if not self._is_ours(pid):
+            raise RuntimeError(f"{component} (pid {pid}) is not running")
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+        os.kill(pid, signal.SIGKILL)
+        eventually(lambda: _exited(pid), timeout=10, interval=0.05, what=f"{component} (pid {pid}) to exit")
+        self.log(f"killed {component} (pid {pid})")
+        return argv
+
+    def start_component(self, component: str, argv: Sequence[str]) -> None:
+        """Starts a killed component again as kwokctl does (same command line, work dir and log file, its own
+        session) and records its pid where `kwokctl delete cluster` and stop() look for it."""
+        with (self.cluster_dir / "logs" / f"{component}.log").open("ab") as log:
+            process = subprocess.Popen(
+                list(argv),
+                cwd=self.cluster_dir,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._restarted.append(process)
+        (self.cluster_dir / "pids" / f"{component}.pid").write_text(str(process.pid))
+        self.log(f"started {component} again (pid {process.pid})")
+
     def stop(self) -> None:
         """Deletes the cluster; any component still alive afterwards (by its kwokctl pid file) is killed."""
         pids = self.pids()
         with _no_interrupts():
             self._delete(pids)
+            _RUNNING.pop(self.kubeconfig, None)
+            for process in self._restarted:  # children of this process: reap them
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=10)
 
     def _delete(self, pids: list[int]) -> None:
         try:
@@ -327,6 +387,15 @@ class LocalControlPlane:
                     os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.workdir, ignore_errors=True)
         self.log("control plane stopped and its files removed")
+
+
+def _exited(pid: int) -> bool:
+    """The process is gone or a zombie: its sockets are closed (an empty cmdline comes earlier, before that)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 @contextlib.contextmanager
@@ -351,6 +420,15 @@ def add_simulated_nodes(client: Kubectl, log: Log = _stderr) -> None:
         what="the simulated nodes to be Ready",
     )
     log(f"nodes Ready: {GPU_NODE} ({GPUS_PER_NODE}x {GPU_RESOURCE}), {MIG_NODE} (7x {MIG_RESOURCE}), {CPU_NODE}")
+
+
+# The local control planes running in this process, by kubeconfig, for tests that stop and start components.
+_RUNNING: dict[Path, LocalControlPlane] = {}
+
+
+def local_control_plane(client: Kubectl) -> LocalControlPlane | None:
+    """The local control plane behind this kubectl, or None for a user's cluster."""
+    return _RUNNING.get(client.kubeconfig)
 
 
 def user_kubeconfig() -> Path | None:

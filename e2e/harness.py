@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,10 +74,11 @@ def create_model_claims(kube: Kubectl, namespace: str, claims: list[str]) -> Non
 class OperatorProcess:
     """`skiff-operator run --namespace NS --standalone` as a subprocess with the cluster's kubeconfig."""
 
-    def __init__(self, kube: Kubectl, namespace: str, log_path: Path) -> None:
+    def __init__(self, kube: Kubectl, namespace: str, log_path: Path, extra_args: Sequence[str] = ()) -> None:
         self.kube = kube
         self.namespace = namespace
         self.log_path = log_path
+        self.extra_args = tuple(extra_args)  # after the defaults below, so they win (e.g. --resync-seconds 60)
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -86,7 +89,10 @@ class OperatorProcess:
             log.write(f"---- start {self.starts} ----\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                [OPERATOR, "run", "--namespace", self.namespace, "--standalone", "--resync-seconds", "10"],
+                [
+                    *(OPERATOR, "run", "--namespace", self.namespace, "--standalone", "--resync-seconds", "10"),
+                    *self.extra_args,
+                ],
                 env={**self.kube.env, "PYTHONUNBUFFERED": "1"},
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -178,8 +184,9 @@ class LocalPod:
     The translation is mechanical, and the same for every field:
     - argv is the container's command + args; a bare `skiff-runtime` becomes this venv's skiff-runtime.
     - Volumes become directories: a PersistentVolumeClaim its root in `claim_roots` (then `subPath` is applied,
-      as the kubelet does), an emptyDir a fresh directory. Env values that are a mount path, or under one, are
-      rewritten to the local directory.
+      as the kubelet does), an emptyDir a fresh directory, a Secret a fresh directory holding one file per key
+      of that Secret's data in `secrets` (as the kubelet projects it, honouring `items`). Env values that are a
+      mount path, or under one, are rewritten to the local directory.
     - A pod has its own network namespace; this process does not. Each containerPort is mapped to a free
       local port, and env vars named *_PORT whose value is a containerPort get the mapped port. Probes are
       sent to the mapped port of the probe's `port`.
@@ -203,7 +210,12 @@ class LocalPod:
 
 
 def local_pod(
-    deployment: dict[str, Any], *, claim_roots: dict[str, Path], scratch: Path, container_name: str = "runtime"
+    deployment: dict[str, Any],
+    *,
+    claim_roots: dict[str, Path],
+    scratch: Path,
+    container_name: str = "runtime",
+    secrets: Mapping[str, Mapping[str, bytes]] | None = None,
 ) -> LocalPod:
     pod_spec = deployment["spec"]["template"]["spec"]
     container = next(c for c in pod_spec["containers"] if c["name"] == container_name)
@@ -214,8 +226,10 @@ def local_pod(
         elif "emptyDir" in volume:
             volumes[volume["name"]] = scratch / "volumes" / volume["name"]
             volumes[volume["name"]].mkdir(parents=True)
+        elif "secret" in volume:
+            volumes[volume["name"]] = project_secret(volume, secrets or {}, scratch / "volumes" / volume["name"])
         else:
-            raise ValueError(f"volume {volume['name']}: only persistentVolumeClaim and emptyDir can be mapped")
+            raise ValueError(f"volume {volume['name']}: only persistentVolumeClaim, emptyDir and secret can be mapped")
     mounts = {m["mountPath"]: volumes[m["name"]] / m.get("subPath", "") for m in container.get("volumeMounts", [])}
     ports = {p["containerPort"]: free_port() for p in container.get("ports", [])}
 
@@ -240,6 +254,27 @@ def local_pod(
     if "/" not in argv[0]:
         argv[0] = str(Path(sys.executable).parent / argv[0])
     return LocalPod(tuple(argv), env, ports, mounts, container)
+
+
+def project_secret(volume: Mapping[str, Any], secrets: Mapping[str, Mapping[str, bytes]], directory: Path) -> Path:
+    """A secret volume as the kubelet writes it: one file per key (or per `items` entry), owner-readable only."""
+    source = volume["secret"]
+    data = secrets.get(source["secretName"])
+    if data is None:
+        raise ValueError(f"volume {volume['name']}: Secret {source['secretName']!r} was not given to local_pod")
+    items = source.get("items") or [{"key": key, "path": key} for key in data]
+    directory.mkdir(parents=True)
+    for item in items:
+        target = directory / item["path"]
+        target.write_bytes(data[item["key"]])
+        target.chmod(0o400)
+    return directory
+
+
+def secret_data(kube: Kubectl, name: str, namespace: str) -> dict[str, bytes]:
+    """A Secret's data as the API server holds it, decoded."""
+    secret = kube.get("secret", name, "-n", namespace)
+    return {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
 
 
 def start_local_pod(pod: LocalPod, scratch: Path, log_path: Path) -> subprocess.Popen[bytes]:

@@ -13,7 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grpc
 import numpy as np
+import pytest
 
 from e2e.cluster import Kubectl, eventually
 from e2e.harness import (
@@ -21,6 +23,7 @@ from e2e.harness import (
     grpc_health_check,
     load_example,
     local_pod,
+    secret_data,
     start_local_pod,
     wait_for_startup_probe,
 )
@@ -80,6 +83,58 @@ def test_runtime_started_from_the_operators_deployment_passes_its_probes_and_ser
         assert probabilities.shape == (2, 10)
         np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-4)
         print(f"startup probe passed after {startup_s:.1f}s; outputs {[o.name for o in outputs]}")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        print(log.read_text(errors="replace")[-5000:])
+    assert code == 0, f"the runtime exited {code} on SIGTERM"
+
+
+def test_runtime_from_a_tls_deployment_serves_inference_over_tls_with_the_clusters_ca(
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """manifests/examples/tls.yaml (SelfSigned): the Secret the operator wrote is mounted where the Deployment
+    says, the probes still pass in plaintext on the health port, and a client that trusts the cluster's ca.crt
+    runs an inference over TLS, checking the Service's name; a plaintext client is refused."""
+    body = load_example("tls", namespace)
+    name = body["metadata"]["name"]
+    kube.apply(body)
+    deployment = eventually(
+        lambda: kube.get_or_none("deployment", f"{name}-v1", namespace), timeout=60, what="the Deployment"
+    )
+    (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v]
+    secret_name = volume["secret"]["secretName"]
+    secret = secret_data(kube, secret_name, namespace)
+
+    claim_root = tmp_path / "pvc-models"
+    export_sample_model(claim_root / "resnet50" / "v1")
+    scratch = tmp_path / "pod"
+    scratch.mkdir()
+    pod = local_pod(deployment, claim_roots={"models": claim_root}, scratch=scratch, secrets={secret_name: secret})
+    known = {option.env for option in OPTIONS}
+    assert set(pod.env) <= known, f"the runtime does not read {sorted(set(pod.env) - known)}"
+    assert pod.env["SKIFF_TLS_CERT_FILE"] == str(pod.mounts["/etc/skiff/tls"] / "tls.crt")
+
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(secret["ca.crt"])
+    log = tmp_path / "runtime.log"
+    process = start_local_pod(pod, scratch, log)
+    try:
+        wait_for_startup_probe(pod, process)  # plaintext grpc.health.v1 on the health port, as the kubelet does
+        target = f"127.0.0.1:{pod.port_of('grpc')}"
+        with SkiffClient(target, ca_file=str(ca_file), server_name=f"{name}.{namespace}.svc") as client:
+            assert client.health(name) == "SERVING"
+            (image_input,), _ = client.metadata(name)
+            images = np.random.default_rng(0).random((2, 3, 32, 32), dtype=np.float32)
+            (probabilities,) = client.infer(name, {image_input.name: images}, timeout_s=30).values()
+        assert probabilities.shape == (2, 10)
+        with SkiffClient(target, timeout_s=5) as plaintext, pytest.raises(grpc.RpcError) as refused:
+            plaintext.metadata(name)
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +43,8 @@ def test_registry_holds_reconcile_and_child_watches() -> None:
     )
     assert registry._spawning.get_all_handlers() == []  # resync is a plain task, not a kopf timer
     watching = {str(h.id) for h in registry._watching.get_all_handlers()}
-    assert watching == {"child-deployments", "child-services", "child-pods"}
+    # Secrets: a deleted or edited operator-made certificate Secret is restored at once (user Secrets: on resync).
+    assert watching == {"child-deployments", "child-services", "child-pods", "child-secrets"}
 
 
 def test_registry_logs_kopf_in_like_the_api_client() -> None:
@@ -83,6 +85,45 @@ async def test_resync_reconciles_every_known_model_and_forgets_deleted_ones(
     assert shared.models == {("ml", "bert")}
     assert ("Deployment", "bert-v1") in cluster.objects
     assert set(patched) == {("ml", "bert")}
+
+
+async def test_resync_posts_events_through_kopf_like_a_handler(make_body: Callable[..., dict[str, Any]]) -> None:
+    """kopf sets its event queue per watched object, not for the startup handler that starts the resync loop;
+    the resync's reconciles still post their Events (they failed with LookupError before; found by e2e)."""
+    from kopf._core.engines import posting
+
+    body = make_body(name="bert")
+
+    class ResyncCluster(FakeCluster):
+        async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return body
+
+        async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+            pass
+
+    registry = build_registry(OperatorOptions())
+    (create,) = [h for h in registry._changing.get_all_handlers() if h.reason == "create"]
+    shared = _Shared(kube=ResyncCluster(), exit_stack=contextlib.AsyncExitStack())  # type: ignore[arg-type]
+    memo = kopf.Memo(skiff=shared)
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def as_kopf_runs_a_handler() -> None:
+        posting.settings_var.set(kopf.OperatorSettings())
+        posting.event_queue_loop_var.set(asyncio.get_running_loop())
+        posting.event_queue_var.set(queue)  # type: ignore[arg-type]
+        await create.fn(body=kopf.Body(body), patch=kopf.Patch(), memo=memo, logger=logging.getLogger("test"))
+
+    await asyncio.create_task(as_kopf_runs_a_handler(), context=contextvars.Context())
+    assert [queue.get_nowait().reason] == ["RollingOut"]
+    # The resync loop runs where kopf set nothing (a fresh context, like the startup handler's).
+    options = OperatorOptions(resync_interval_s=0.01, child_debounce_s=0)
+    task = asyncio.create_task(
+        resync_forever(shared, options, logging.getLogger("test")), context=contextvars.Context()
+    )
+    await asyncio.sleep(0.1)
+    task.cancel()
+    assert not queue.empty(), "the resync's reconcile posted no Event"
+    assert queue.get_nowait().reason == "RollingOut"
 
 
 def test_a_fresh_registry_each_time() -> None:

@@ -106,3 +106,10 @@ def test_throttling_and_server_errors_are_retryable() -> None:
 
 def test_connection_errors_are_retryable() -> None:
     assert isinstance(translate_error(aiohttp.ClientConnectionError("refused"), "Service", "s"), ClusterUnavailable)
+
+
+def test_secret_data_is_decoded_and_bad_base64_reads_as_missing() -> None:
+    from skiff_operator.kube import secret_data
+
+    assert secret_data({"tls.crt": "UEVN", "tls.key": "not base64!"}) == {"tls.crt": b"PEM", "tls.key": b""}
+    assert secret_data(None) == {}

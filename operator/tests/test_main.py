@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from skiff_operator.__main__ import parse_run_config
+from skiff_operator.__main__ import SILENCED_BELOW_INFO, configure_logging, parse_run_config
 
 
 def test_namespaces_are_repeatable() -> None:
@@ -40,3 +42,20 @@ def test_scope_is_required(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
 def test_namespace_and_all_namespaces_exclude_each_other() -> None:
     with pytest.raises(SystemExit):
         parse_run_config(["run", "-n", "a", "-A"])
+
+
+def test_debug_logging_never_prints_api_response_bodies(caplog: pytest.LogCaptureFixture) -> None:
+    """The API client logs response bodies (Secrets' data included) at DEBUG; --log-level DEBUG must not show
+    them (found by e2e/test_faults.py)."""
+    root_level = logging.getLogger().level
+    try:
+        configure_logging("DEBUG")
+        with caplog.at_level(logging.DEBUG):
+            logging.getLogger("kubernetes_asyncio.client.rest").debug("response body: %s", b"tls.key: c2VjcmV0")
+            logging.getLogger("skiff_operator.handlers").debug("applied Deployment/bert-v1")
+    finally:
+        logging.getLogger().setLevel(root_level)
+        for name in SILENCED_BELOW_INFO:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+    assert "c2VjcmV0" not in caplog.text
+    assert "applied Deployment/bert-v1" in caplog.text

@@ -11,6 +11,7 @@ import pytest
 
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.reconcile import reconcile
+from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState
 
@@ -28,6 +29,8 @@ class FakeCluster:
         self.deployment_states: dict[str, DeploymentState] = {}
         self.reject: str | None = None
         self.down = False
+        self.gateway_api = False  # whether the GRPCRoute CRD is served
+        self.deleted: list[tuple[str, str]] = []
 
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]:
         if self.down:
@@ -42,6 +45,32 @@ class FakeCluster:
 
     async def read_children(self, model: InferenceModel) -> ChildStates:
         return ChildStates(deployments=dict(self.deployment_states))
+
+    async def crd_serves(self, name: str, version: str) -> bool:
+        return self.gateway_api and (name, version) == (GRPC_ROUTE_CRD, "v1")
+
+    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
+        """What exists: every applied Deployment, Service (and GRPCRoute), Deployments with their states."""
+        owned = []
+        for (kind, name), manifest in sorted(self.objects.items()):
+            if kind not in ("Deployment", "Service") and not (routes and kind == GRPC_ROUTE_KIND):
+                continue
+            version = manifest["metadata"]["labels"].get("skiff.dev/version")
+            state = self.deployment_states.get(version or "") if kind == "Deployment" else None
+            owned.append(
+                OwnedChild(
+                    kind,
+                    name,
+                    version,
+                    ready_replicas=state.ready_replicas if state else 0,
+                    progress_deadline_exceeded=bool(state and state.progress_deadline_exceeded),
+                )
+            )
+        return tuple(owned)
+
+    async def delete_child(self, namespace: str, child: OwnedChild) -> None:
+        self.deleted.append((child.kind, child.name))
+        self.objects.pop((child.kind, child.name), None)
 
 
 def ready(replicas: int) -> DeploymentState:
@@ -145,7 +174,9 @@ async def test_events_follow_transitions_only(make_body: Body) -> None:
     body["status"] = first.status
     cluster.deployment_states["v1"] = ready(1)
     second = await reconcile(body, cluster, NOW)
-    assert [(e.type, e.reason) for e in second.events] == [("Normal", "AllVersionsReady")]
+    # The first ready pod also routes the model's traffic to v1: a shift, with its own Event.
+    assert [(e.type, e.reason) for e in second.events] == [("Normal", "AllVersionsReady"), ("Normal", "TrafficShifted")]
+    assert second.events[1].message == "v1=0 -> v1=100 (Service mode)"
     body["status"] = second.status
     third = await reconcile(body, cluster, NOW)
     assert third.events == ()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime
 import logging
 from collections.abc import Mapping
@@ -44,6 +45,10 @@ class _Shared:
     pending: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     models: set[tuple[str, str]] = field(default_factory=set)
     resync: asyncio.Task[None] | None = None
+    # A copy of a handler's context, for the resync's reconciles: kopf.event() needs the event queue that kopf
+    # sets per watched object, and the resync loop, started by the startup handler, has none (its Events failed
+    # with LookupError and were lost; found by the e2e fault tests).
+    posting_context: contextvars.Context | None = None
 
     def lock(self, key: tuple[str, str]) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -68,7 +73,7 @@ def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions
 
 
 def child_owner(body: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(namespace, InferenceModel name) of a child Deployment, Service or Pod, from its model label."""
+    """(namespace, InferenceModel name) of a child Deployment, Service, Pod or Secret, from its model label."""
     metadata = body.get("metadata") or {}
     model = (metadata.get("labels") or {}).get(names.MODEL_LABEL)
     namespace = metadata.get("namespace")
@@ -100,6 +105,8 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
         shared = _shared(memo)
         key = (str(body.metadata.namespace), str(body.metadata.name))
         shared.models.add(key)
+        if shared.posting_context is None:
+            shared.posting_context = contextvars.copy_context()
         async with shared.lock(key):
             outcome = await _reconcile_or_retry(dict(body), shared.kube)
         patch.status.update(outcome.status)
@@ -121,7 +128,8 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
         on(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", backoff=options.handler_backoff_s)(
             reconcile_model
         )
-    for group, version, plural in (("apps", "v1", "deployments"), ("", "v1", "services"), ("", "v1", "pods")):
+    children = (("apps", "v1", "deployments"), ("", "v1", "services"), ("", "v1", "pods"), ("", "v1", "secrets"))
+    for group, version, plural in children:
         kopf.on.event(group, version, plural, registry=registry, id=f"child-{plural}", labels=_CHILD_FILTER)(
             child_changed
         )
@@ -137,7 +145,8 @@ async def resync_forever(
     while True:
         await asyncio.sleep(options.resync_interval_s)
         for key in sorted(shared.models):
-            _schedule(shared, key, options, logger)
+            context = shared.posting_context.copy() if shared.posting_context is not None else None
+            _schedule(shared, key, options, logger, context=context)
 
 
 def _schedule(
@@ -145,11 +154,13 @@ def _schedule(
     key: tuple[str, str],
     options: OperatorOptions,
     logger: logging.Logger | logging.LoggerAdapter[Any],
+    context: contextvars.Context | None = None,
 ) -> None:
-    """Reconciles the model soon in the background, unless a reconcile for it is already pending."""
+    """Reconciles the model soon in the background (in `context`, default a copy of the current one), unless a
+    reconcile for it is already pending."""
     if key in shared.pending and not shared.pending[key].done():
         return
-    shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger))
+    shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger), context=context)
 
 
 async def _reconcile_later(

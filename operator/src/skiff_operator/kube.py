@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator, Collection, Mapping
@@ -14,6 +15,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.render.contract import CONTAINER_NAME
+from skiff_operator.render.route import GATEWAY_GROUP, GRPC_ROUTE_API_VERSION
+from skiff_operator.routing import GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState
 
@@ -22,6 +25,11 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 _RETRYABLE_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 _NOT_FOUND = 404
+# Custom resources the operator applies: (apiVersion, kind) -> plural.
+_CUSTOM_PLURALS = {
+    ("cert-manager.io/v1", "Certificate"): "certificates",
+    (GRPC_ROUTE_API_VERSION, GRPC_ROUTE_KIND): "grpcroutes",
+}
 
 
 class Kube:
@@ -32,6 +40,7 @@ class Kube:
         self._apps = client.AppsV1Api(api)
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
+        self._extensions = client.ApiextensionsV1Api(api)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -51,7 +60,11 @@ class Kube:
         patchers = {
             ("apps/v1", "Deployment"): self._apps.patch_namespaced_deployment,
             ("v1", "Service"): self._core.patch_namespaced_service,
+            ("v1", "Secret"): self._core.patch_namespaced_secret,
         }
+        if (manifest["apiVersion"], kind) in _CUSTOM_PLURALS:
+            await self._apply_custom(manifest)
+            return
         patch = patchers.get((manifest["apiVersion"], kind))
         if patch is None:
             raise ApplyRejected(kind, name, f"the operator does not apply {manifest['apiVersion']} {kind}")
@@ -59,6 +72,80 @@ class Kube:
         options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY_CONTENT_TYPE}
         async with _translated_errors(kind, name):
             await patch(name, namespace, dict(manifest), **options)
+
+    async def _apply_custom(self, manifest: Mapping[str, Any]) -> None:
+        """Server-side apply of a custom resource (a cert-manager Certificate)."""
+        group, version = manifest["apiVersion"].split("/")
+        plural = _CUSTOM_PLURALS[(manifest["apiVersion"], manifest["kind"])]
+        name = manifest["metadata"]["name"]
+        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY_CONTENT_TYPE}
+        async with _translated_errors(manifest["kind"], name):
+            await self._custom.patch_namespaced_custom_object(
+                group, version, manifest["metadata"]["namespace"], plural, name, dict(manifest), **options
+            )
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        """A Secret's data, decoded; None when it does not exist. Callers never log or format the values."""
+        try:
+            secret = await self._core.read_namespaced_secret(name, namespace)
+        except ApiException as error:
+            if error.status == _NOT_FOUND:
+                return None
+            raise translate_error(error, "Secret", name) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise translate_error(error, "Secret", name) from error
+        return secret_data(secret.data)
+
+    # -- traffic routing: detection, the children a model owns, pruning ------------------------------------
+
+    async def crd_serves(self, name: str, version: str) -> bool:
+        """Whether a CRD is installed, Established and serves `version` (GRPCRoute needs v1: Gateway API 1.1+)."""
+        try:
+            crd = await self._extensions.read_custom_resource_definition(name)
+        except ApiException as error:
+            if error.status == _NOT_FOUND:
+                return False
+            raise translate_error(error, "CustomResourceDefinition", name) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise translate_error(error, "CustomResourceDefinition", name) from error
+        return crd_serves_version(self._api.sanitize_for_serialization(crd), version)
+
+    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
+        """Deployments, Services (and GRPCRoutes when `routes`) labelled for the model and controlled by it."""
+        namespace = model.ref.namespace
+        selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
+        serialize = self._api.sanitize_for_serialization
+        async with _translated_errors("Deployment", selector):
+            deployments = await self._apps.list_namespaced_deployment(namespace, label_selector=selector)
+            services = await self._core.list_namespaced_service(namespace, label_selector=selector)
+            # Items of a typed list carry no kind; set it from the list they came from.
+            raw = [{**serialize(item), "kind": "Deployment"} for item in deployments.items]
+            raw += [{**serialize(item), "kind": "Service"} for item in services.items]
+            if routes:
+                listed = await self._custom.list_namespaced_custom_object(
+                    GATEWAY_GROUP, "v1", namespace, "grpcroutes", label_selector=selector
+                )
+                raw += [{"kind": GRPC_ROUTE_KIND, **item} for item in listed.get("items", [])]
+        return tuple(owned_child(item) for item in raw if owned_by(item, model.ref.uid))
+
+    async def delete_child(self, namespace: str, child: OwnedChild) -> None:
+        """Deletes a child; its ReplicaSets and Pods follow through the garbage collector. Gone already is fine."""
+        try:
+            if child.kind == "Deployment":
+                await self._apps.delete_namespaced_deployment(child.name, namespace)
+            elif child.kind == "Service":
+                await self._core.delete_namespaced_service(child.name, namespace)
+            elif child.kind == GRPC_ROUTE_KIND:
+                await self._custom.delete_namespaced_custom_object(
+                    GATEWAY_GROUP, "v1", namespace, "grpcroutes", child.name
+                )
+            else:
+                raise ApplyRejected(child.kind, child.name, f"the operator does not delete {child.kind}")
+        except ApiException as error:
+            if error.status != _NOT_FOUND:
+                raise translate_error(error, child.kind, child.name) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise translate_error(error, child.kind, child.name) from error
 
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]:
         missing = set()
@@ -153,6 +240,42 @@ def _api_message(error: ApiException) -> str:
 def owned_by(manifest: Mapping[str, Any], uid: str) -> bool:
     references = manifest.get("metadata", {}).get("ownerReferences") or []
     return any(ref.get("uid") == uid and ref.get("controller") for ref in references)
+
+
+def secret_data(data: Mapping[str, str] | None) -> dict[str, bytes]:
+    """A Secret's base64 `data` -> bytes per key; a value that is not base64 reads as empty (then it is missing)."""
+    decoded: dict[str, bytes] = {}
+    for key, value in (data or {}).items():
+        try:
+            decoded[key] = base64.b64decode(value or "", validate=True)
+        except ValueError:
+            decoded[key] = b""
+    return decoded
+
+
+def crd_serves_version(crd: Mapping[str, Any], version: str) -> bool:
+    """A CRD (as the API returns it) is Established and serves `version`."""
+    served = any(v.get("name") == version and v.get("served") for v in (crd.get("spec") or {}).get("versions") or [])
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    established = any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+    return served and established
+
+
+def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
+    """A listed Deployment, Service or GRPCRoute -> what routing and pruning need."""
+    metadata = manifest.get("metadata") or {}
+    kind = str(manifest.get("kind", ""))
+    status = manifest.get("status") or {}
+    progressing: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Progressing"), {}
+    )
+    return OwnedChild(
+        kind=kind,
+        name=str(metadata.get("name", "")),
+        version=(metadata.get("labels") or {}).get(names.VERSION_LABEL),
+        ready_replicas=int(status.get("readyReplicas") or 0) if kind == "Deployment" else 0,
+        progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
+    )
 
 
 def deployment_state(manifest: Mapping[str, Any]) -> DeploymentState:

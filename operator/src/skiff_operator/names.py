@@ -34,6 +34,16 @@ def model_service_name(model: str) -> str:
     return fit_name(model)
 
 
+def tls_secret_name(model: str) -> str:
+    """The kubernetes.io/tls Secret of modes SelfSigned and CertManager (tls.crt, tls.key, ca.crt)."""
+    return fit_name(model, "tls")
+
+
+def tls_ca_secret_name(model: str) -> str:
+    """The SelfSigned CA's Secret (ca.crt, ca.key); only the operator reads it."""
+    return fit_name(model, "tls-ca")
+
+
 def selector_labels(model: str, version: str | None = None) -> dict[str, str]:
     """The labels a Service or Deployment selects pods by (stable for a Deployment's lifetime)."""
     labels = {MODEL_LABEL: fit_name(model)}

@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skiff_operator.errors import ApplyRejected
-from skiff_operator.render import render_deployment, render_model_service, render_version_service
+from skiff_operator.render import render_deployment, render_version_service
+from skiff_operator.routing import (
+    GRPC_ROUTE_CRD,
+    RoutingCluster,
+    RoutingPlan,
+    plan_routing,
+    previous_traffic,
+    prune,
+    routed_model,
+)
 from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
 from skiff_operator.status import (
     ChildStates,
@@ -20,9 +29,11 @@ from skiff_operator.status import (
     summarize_status,
     transition_events,
 )
+from skiff_operator.tls import TLSCluster, TLSState, reconcile_tls, render_tls_status
+from skiff_operator.traffic_status import add_traffic_status, traffic_events
 
 
-class Cluster(Protocol):
+class Cluster(TLSCluster, RoutingCluster, Protocol):
     """What a reconcile needs from the API server (kube.Kube in production, a fake in tests)."""
 
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]: ...
@@ -56,21 +67,70 @@ async def reconcile(body: Mapping[str, Any], cluster: Cluster, now: datetime.dat
         reason = Reason(error.reason) if error.reason in known else Reason.INVALID_SPEC
         return _blocked(generation, Problem(reason, error.message), previous, now)
 
-    missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
-    applied: list[str] = []
+    # TLS first: the pods mount its Secret. While it is missing or bad, the Deployments stay as they are.
     try:
-        for version in model.spec.versions:
+        tls = await reconcile_tls(model, cluster, now)
+    except ApplyRejected as error:
+        return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
+    if tls.problem is not None:
+        return _with_tls(_blocked(generation, tls.problem, previous, now), tls)
+
+    missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
+    try:
+        plan = await _plan_routing(body, model, cluster, now)
+    except ApplyRejected as error:  # e.g. no RBAC to read CRDs or list children: say so, do not crash-loop
+        return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
+    # The model as it runs now: the applied split and the provider's replicas (see skiff_operator.routing).
+    running = routed_model(model, plan.decision.applied, plan.replicas)
+    applied: list[str] = []
+    rendered: set[tuple[str, str]] = set()
+    try:
+        for version in running.spec.versions:
+            manifests = [render_deployment(running, version), render_version_service(running, version)]
+            rendered.update((m["kind"], m["metadata"]["name"]) for m in manifests)
             # Without its volume a pod would sit in ContainerCreating; keep whatever runs now and report instead.
-            if version.model_uri.claim not in missing:
-                applied.append(await _apply(cluster, render_deployment(model, version)))
-            applied.append(await _apply(cluster, render_version_service(model, version)))
-        applied.append(await _apply(cluster, render_model_service(model)))
+            if version.model_uri.claim in missing:
+                manifests = manifests[1:]
+            for manifest in manifests:
+                applied.append(await _apply(cluster, manifest))
+        for manifest in plan.manifests:  # the model Service, then the GRPCRoute (Gateway mode)
+            rendered.add((manifest["kind"], manifest["metadata"]["name"]))
+            applied.append(await _apply(cluster, manifest))
+        # Only after the new split is applied: a removed version goes once drained, a route once unused.
+        deleted = prune(plan.owned, rendered, {v.name for v in model.spec.versions}, plan.keep_versions)
+        for child in deleted:
+            await cluster.delete_child(model.ref.namespace, child)
     except ApplyRejected as error:
         return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
 
     children = dataclasses.replace(await cluster.read_children(model), missing_claims=missing)
-    status = summarize_status(model, children, previous_conditions=previous, now=now)
-    return Outcome(status, tuple(transition_events(previous, status["conditions"])), tuple(applied))
+    status = summarize_status(running, children, previous_conditions=previous, now=now)
+    status = add_traffic_status(status, model, plan, previous_conditions=previous, now=now)
+    events = (
+        *transition_events(previous, status["conditions"]),
+        *traffic_events(model, previous_traffic(body.get("status")), plan, deleted),
+    )
+    return _with_tls(Outcome(status, tuple(events), tuple(applied)), tls)
+
+
+async def _plan_routing(
+    body: Mapping[str, Any], model: InferenceModel, cluster: Cluster, now: datetime.datetime
+) -> RoutingPlan:
+    """Reads what routing depends on (is the Gateway API served, which children run and how ready they are,
+    what the last reconcile applied) and decides the split, the replicas and the routing manifests."""
+    served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
+    owned = await cluster.list_owned(model, routes=served)
+    return plan_routing(model, owned, previous_traffic(body.get("status")), grpc_route_served=served, now=now)
+
+
+def _with_tls(outcome: Outcome, tls: TLSState) -> Outcome:
+    """Adds `.status.tls`, the certificate Events and the Secrets applied by the TLS step."""
+    return dataclasses.replace(
+        outcome,
+        status={**outcome.status, "tls": render_tls_status(tls)},
+        events=(*tls.events, *outcome.events),
+        applied=(*tls.applied, *outcome.applied),
+    )
 
 
 async def _apply(cluster: Cluster, manifest: Mapping[str, Any]) -> str:

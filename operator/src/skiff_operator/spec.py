@@ -30,6 +30,8 @@ DEFAULT_STARTUP_TIMEOUT_S = 600
 DEFAULT_PROBE_PERIOD_S = 10
 DEFAULT_PROBE_TIMEOUT_S = 5
 DEFAULT_PROBE_FAILURE_THRESHOLD = 3
+DEFAULT_PROGRESS_DEADLINE_S = 600
+DEFAULT_ISSUER_GROUP = "cert-manager.io"
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _PVC_URI = re.compile(r"^pvc://(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<path>(/[^/]+)*)$")
@@ -50,6 +52,20 @@ class TensorRTPrecision(enum.StrEnum):
     FP32 = "fp32"
     FP16 = "fp16"
     INT8 = "int8"
+
+
+class TLSMode(enum.StrEnum):
+    """Who provides the inference port's certificate (spec.tls.mode)."""
+
+    DISABLED = "Disabled"
+    SELF_SIGNED = "SelfSigned"  # the operator's own CA and server certificate, in Secrets owned by the model
+    SECRET = "Secret"  # noqa: S105 - a kubernetes.io/tls Secret the user provides, not a password
+    CERT_MANAGER = "CertManager"  # a cert-manager Certificate for an Issuer or ClusterIssuer
+
+
+class IssuerKind(enum.StrEnum):
+    ISSUER = "Issuer"
+    CLUSTER_ISSUER = "ClusterIssuer"
 
 
 class LogLevel(enum.StrEnum):
@@ -84,12 +100,39 @@ class Version:
     replicas: int
     image: str
     resources: Resources
+    progress_deadline_s: int = DEFAULT_PROGRESS_DEADLINE_S  # a canary not ready by then keeps 0% of traffic
 
 
 @dataclass(frozen=True)
 class TrafficShare:
     version: str
     percent: int
+
+
+class RoutingMode(enum.StrEnum):
+    """How the traffic split is enforced (spec.routing.mode): Auto picks Gateway when it can, else Service."""
+
+    AUTO = "Auto"
+    GATEWAY = "Gateway"
+    SERVICE = "Service"
+
+
+@dataclass(frozen=True)
+class GatewayRef:
+    """A Gateway the model's GRPCRoute attaches to (namespace None: the model's own)."""
+
+    name: str
+    namespace: str | None = None
+    section_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Routing:
+    """spec.routing: how traffic reaches the versions."""
+
+    mode: RoutingMode = RoutingMode.AUTO
+    gateways: tuple[GatewayRef, ...] = ()
+    hostnames: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,12 +185,37 @@ class Probes:
 
 
 @dataclass(frozen=True)
+class IssuerRef:
+    """A cert-manager issuer (spec.tls.issuerRef)."""
+
+    name: str
+    kind: IssuerKind
+    group: str
+
+
+@dataclass(frozen=True)
+class TLSSpec:
+    """TLS on the inference port; the health port stays plaintext for the kubelet's probes."""
+
+    mode: TLSMode = TLSMode.DISABLED
+    secret_name: str | None = None  # mode Secret
+    issuer_ref: IssuerRef | None = None  # mode CertManager
+    client_ca_secret_name: str | None = None  # mutual TLS: a Secret holding ca.crt
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode is not TLSMode.DISABLED
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     versions: tuple[Version, ...]
     traffic: tuple[TrafficShare, ...]
     runtime: RuntimeOptions
     scheduling: Scheduling
     probes: Probes
+    tls: TLSSpec = TLSSpec()
+    routing: Routing = Routing()
 
     def version(self, name: str) -> Version:
         for version in self.versions:
@@ -208,6 +276,8 @@ def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
         runtime=_parse_runtime(runtime),
         scheduling=_parse_scheduling(_mapping(spec.get("scheduling", {}), "spec.scheduling")),
         probes=_parse_probes(_mapping(spec.get("probes", {}), "spec.probes")),
+        tls=parse_tls(_mapping(spec.get("tls", {}), "spec.tls")),
+        routing=_parse_routing(_mapping(spec.get("routing", {}), "spec.routing")),
     )
 
 
@@ -234,6 +304,11 @@ def _parse_version(raw: Mapping[str, Any], image: str, base: Resources) -> Versi
         replicas=_int(raw.get("replicas", DEFAULT_REPLICAS), f"spec.versions[{name}].replicas", minimum=0),
         image=_string(raw.get("image", image), f"spec.versions[{name}].image"),
         resources=_parse_resources(overrides, base),
+        progress_deadline_s=_int(
+            raw.get("progressDeadlineSeconds", DEFAULT_PROGRESS_DEADLINE_S),
+            f"spec.versions[{name}].progressDeadlineSeconds",
+            minimum=1,
+        ),
     )
 
 
@@ -332,6 +407,62 @@ def _parse_probes(raw: Mapping[str, Any]) -> Probes:
             raw.get("failureThreshold", DEFAULT_PROBE_FAILURE_THRESHOLD), "failureThreshold", minimum=1
         ),
     )
+
+
+def parse_tls(raw: Mapping[str, Any]) -> TLSSpec:
+    """spec.tls; the CRD's CEL rules require secretName in mode Secret and issuerRef in mode CertManager."""
+    try:
+        mode = TLSMode(raw.get("mode", TLSMode.DISABLED.value))
+    except ValueError as error:
+        raise SpecError("InvalidSpec", f"spec.tls.mode: {error}") from error
+    secret_name = _optional_string(raw.get("secretName"))
+    if mode is TLSMode.SECRET and secret_name is None:
+        raise SpecError("InvalidSpec", "spec.tls.secretName is required when spec.tls.mode is Secret")
+    issuer_ref = None
+    if mode is TLSMode.CERT_MANAGER:
+        issuer = _mapping(raw.get("issuerRef"), "spec.tls.issuerRef (required when spec.tls.mode is CertManager)")
+        try:
+            kind = IssuerKind(issuer.get("kind", IssuerKind.ISSUER.value))
+        except ValueError as error:
+            raise SpecError("InvalidSpec", f"spec.tls.issuerRef.kind: {error}") from error
+        issuer_ref = IssuerRef(
+            name=_string(issuer.get("name"), "spec.tls.issuerRef.name"),
+            kind=kind,
+            group=_string(issuer.get("group", DEFAULT_ISSUER_GROUP), "spec.tls.issuerRef.group"),
+        )
+    client_ca = _optional_string(raw.get("clientCASecretName"))
+    if client_ca is not None and mode is TLSMode.DISABLED:
+        raise SpecError("InvalidSpec", "spec.tls.clientCASecretName (mutual TLS) needs TLS: set spec.tls.mode")
+    return TLSSpec(
+        mode=mode,
+        secret_name=secret_name if mode is TLSMode.SECRET else None,
+        issuer_ref=issuer_ref,
+        client_ca_secret_name=client_ca,
+    )
+
+
+def _parse_routing(raw: Mapping[str, Any]) -> Routing:
+    """spec.routing; the CRD's CEL rule requires a gateway in mode Gateway."""
+    try:
+        mode = RoutingMode(raw.get("mode", RoutingMode.AUTO.value))
+    except ValueError as error:
+        raise SpecError("InvalidSpec", f"spec.routing.mode: {error}") from error
+    gateways = tuple(
+        GatewayRef(
+            name=_string(item.get("name"), "spec.routing.gateways[].name"),
+            namespace=_optional_string(item.get("namespace")),
+            section_name=_optional_string(item.get("sectionName")),
+        )
+        for item in (
+            _mapping(g, "spec.routing.gateways[]") for g in _sequence(raw.get("gateways", []), "spec.routing.gateways")
+        )
+    )
+    if mode is RoutingMode.GATEWAY and not gateways:
+        raise SpecError("InvalidSpec", "spec.routing.mode Gateway requires at least one entry in spec.routing.gateways")
+    hostnames = tuple(
+        _string(h, "spec.routing.hostnames[]") for h in _sequence(raw.get("hostnames", []), "spec.routing.hostnames")
+    )
+    return Routing(mode=mode, gateways=gateways, hostnames=hostnames)
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:

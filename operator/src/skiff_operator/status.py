@@ -41,10 +41,17 @@ class Reason(enum.StrEnum):
     INVALID_MODEL_URI = "InvalidModelUri"
     UNSUPPORTED_MODEL_URI = "UnsupportedModelUri"
     APPLY_FAILED = "ApplyFailed"
+    # spec.tls (skiff_operator.tls)
+    TLS_SECRET_MISSING = "TLSSecretMissing"  # noqa: S105 - a reason, not a password
+    TLS_SECRET_INVALID = "TLSSecretInvalid"  # noqa: S105
+    CERT_MANAGER_NOT_INSTALLED = "CertManagerNotInstalled"
+    CERTIFICATE_PENDING = "CertificatePending"
 
 
 # Problems that stop a rollout until something changes (Progressing=False), rather than slow it down.
 _STALLING = frozenset({Reason.PVC_NOT_FOUND, Reason.ROLLOUT_STUCK})
+# Problems that are a wait for another controller, not a fault: Progressing=True, Degraded=False.
+_WAITING = frozenset({Reason.CERTIFICATE_PENDING})
 
 
 @dataclass(frozen=True)
@@ -210,12 +217,19 @@ def summarize_blocked(
     previous_conditions: Sequence[Mapping[str, Any]] = (),
     now: datetime.datetime,
 ) -> dict[str, Any]:
-    """The status of a model whose spec cannot be rendered or applied: not ready, not progressing, degraded."""
-    conditions = (
+    """The status of a model whose spec cannot be rendered or applied: not ready, not progressing, degraded.
+    A wait for another controller (a certificate being issued) is progressing and not degraded instead."""
+    conditions: tuple[Condition, ...] = (
         Condition(READY, "False", problem.reason, problem.message),
         Condition(PROGRESSING, "False", problem.reason, problem.message),
         Condition(DEGRADED, "True", problem.reason, problem.message),
     )
+    if problem.reason in _WAITING:
+        conditions = (
+            Condition(READY, "False", problem.reason, problem.message),
+            Condition(PROGRESSING, "True", problem.reason, problem.message),
+            Condition(DEGRADED, "False", Reason.AS_EXPECTED, "no problems observed"),
+        )
     return {
         "observedGeneration": generation,
         "conditions": render_conditions(conditions, previous_conditions, generation, now),

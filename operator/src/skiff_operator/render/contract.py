@@ -31,3 +31,10 @@ ENV_TENSORRT_PRECISION = "SKIFF_TENSORRT_PRECISION"
 ENV_TRT_CACHE_DIR = "SKIFF_TRT_CACHE_DIR"
 ENV_GRACE_PERIOD_S = "SKIFF_GRACE_PERIOD_S"
 ENV_LOG_LEVEL = "SKIFF_LOG_LEVEL"
+
+# TLS on the inference port (spec.tls): where the pod finds its certificate Secrets, and the variables naming them.
+TLS_DIR = "/etc/skiff/tls"  # a kubernetes.io/tls Secret: tls.crt, tls.key (and ca.crt)
+CLIENT_CA_DIR = "/etc/skiff/client-ca"  # mutual TLS: a Secret holding ca.crt
+ENV_TLS_CERT_FILE = "SKIFF_TLS_CERT_FILE"
+ENV_TLS_KEY_FILE = "SKIFF_TLS_KEY_FILE"
+ENV_TLS_CLIENT_CA_FILE = "SKIFF_TLS_CLIENT_CA_FILE"

@@ -10,6 +10,7 @@ from typing import Any
 from skiff_operator import names
 from skiff_operator.render import contract
 from skiff_operator.render.common import render_metadata
+from skiff_operator.render.tls import render_tls_annotations, render_tls_env, render_tls_mounts, render_tls_volumes
 from skiff_operator.spec import InferenceModel, ModelSpec, TensorRTPrecision, Toleration, Version
 
 CONFIG_HASH_ANNOTATION = "skiff.dev/config-hash"
@@ -31,6 +32,9 @@ def render_deployment(model: InferenceModel, version: Version) -> dict[str, Any]
     selector = names.selector_labels(model.ref.name, version.name)
     pod_spec = _render_pod_spec(model, version)
     pod_labels = names.object_labels(model.ref.name, version.name)
+    # Certificate content is not in the pod spec (only the Secret's name), so a renewal changes no hash: the
+    # runtime reloads the files. The TLS mode annotation is, so changing the mode rolls the pods.
+    tls_annotations = render_tls_annotations(model)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -38,6 +42,8 @@ def render_deployment(model: InferenceModel, version: Version) -> dict[str, Any]
         "spec": {
             "replicas": version.replicas,
             "revisionHistoryLimit": 3,
+            # Past this the Deployment reports ProgressDeadlineExceeded and a canary keeps 0% of traffic.
+            "progressDeadlineSeconds": version.progress_deadline_s,
             "selector": {"matchLabels": selector},
             # Never drop below the desired ready count; a surge pod that cannot get a GPU stays Pending
             # (reported as InsufficientGPU) while the old pods keep serving.
@@ -45,7 +51,10 @@ def render_deployment(model: InferenceModel, version: Version) -> dict[str, Any]
             "template": {
                 "metadata": {
                     "labels": pod_labels,
-                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash(pod_labels, pod_spec)},
+                    "annotations": {
+                        **tls_annotations,
+                        CONFIG_HASH_ANNOTATION: config_hash(pod_labels, pod_spec, tls_annotations),
+                    },
                 },
                 "spec": pod_spec,
             },
@@ -53,9 +62,12 @@ def render_deployment(model: InferenceModel, version: Version) -> dict[str, Any]
     }
 
 
-def config_hash(labels: dict[str, str], pod_spec: dict[str, Any]) -> str:
+def config_hash(labels: dict[str, str], pod_spec: dict[str, Any], annotations: dict[str, str] | None = None) -> str:
     """A short digest of everything the pod runs with; any change to it rolls the pods."""
-    document = json.dumps({"labels": labels, "spec": pod_spec}, sort_keys=True, separators=(",", ":"))
+    content: dict[str, Any] = {"labels": labels, "spec": pod_spec}
+    if annotations:  # absent when empty, so models without them keep the hash they had
+        content["annotations"] = annotations
+    document = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(document.encode()).hexdigest()[:16]
 
 
@@ -79,6 +91,7 @@ def _render_pod_spec(model: InferenceModel, version: Version) -> dict[str, Any]:
                 "persistentVolumeClaim": {"claimName": version.model_uri.claim, "readOnly": True},
             },
             {"name": "tmp", "emptyDir": {}},
+            *render_tls_volumes(model),
         ],
     }
     scheduling = spec.scheduling
@@ -133,7 +146,7 @@ def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]
             {"name": "metrics", "containerPort": contract.METRICS_PORT, "protocol": "TCP"},
         ],
         "resources": render_resources(version),
-        "volumeMounts": [mount, {"name": "tmp", "mountPath": contract.TMP_DIR}],
+        "volumeMounts": [mount, {"name": "tmp", "mountPath": contract.TMP_DIR}, *render_tls_mounts(model)],
         **render_probes(model.ref.name, model.spec),
         "securityContext": {
             "runAsNonRoot": True,
@@ -170,6 +183,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_TRT_CACHE_DIR, contract.TRT_CACHE_DIR if gpu and uses_tensorrt else None),
         (contract.ENV_GRACE_PERIOD_S, runtime.grace_period_s),
         (contract.ENV_LOG_LEVEL, runtime.log_level.value),
+        *render_tls_env(model),
     ]
     return [{"name": name, "value": _env_value(value)} for name, value in values if value is not None]
 

@@ -1,0 +1,116 @@
+{{/* Names, labels and the operator's RBAC rules, shared by the templates. Every helper is namespaced "skiff.". */}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "skiff.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The prefix of every resource name: fullnameOverride, else <release>-skiff (just <release> if it contains the chart name). */}}
+{{- define "skiff.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Cluster-scoped objects carry the release namespace too, so releases of the same name in two namespaces (one
+operator per team namespace) do not collide. */}}
+{{- define "skiff.clusterName" -}}
+{{- printf "%s-%s" (include "skiff.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "skiff.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The labels the operator Deployment selects its pod by; stable across upgrades. */}}
+{{- define "skiff.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "skiff.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The labels on every object of the release. */}}
+{{- define "skiff.labels" -}}
+helm.sh/chart: {{ include "skiff.chart" . }}
+{{ include "skiff.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "skiff.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "skiff.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "skiff.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* True (non-empty) when the operator watches every namespace. */}}
+{{- define "skiff.clusterwide" -}}
+{{- if not .Values.watchNamespaces }}true{{ end }}
+{{- end }}
+
+{{/* What the operator does in a namespace it watches (docs/operator.md, "The operator's RBAC needs"). The verbs
+are exactly what it calls; e2e/test_install.py runs the operator with only these and checks for no 403. */}}
+{{- define "skiff.namespacedRules" -}}
+# The InferenceModels: watched by kopf, patched for kopf's progress annotations; status written by the operator.
+- apiGroups: [skiff.dev]
+  resources: [inferencemodels]
+  verbs: [get, list, watch, patch]
+- apiGroups: [skiff.dev]
+  resources: [inferencemodels/status]
+  verbs: [patch]
+# The children, applied with server-side apply and watched. An apply (PATCH) that creates the object needs
+# create as well as patch; delete is for versions removed from a model.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, patch, delete]
+# Pod states and FailedScheduling events feed the model's status; Events are posted on the model.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [list, watch, create]
+# A version's Deployment is held back while the claim in its modelUri is missing.
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get]
+# TLS: the operator's self-signed CA and server certificates, or cert-manager Certificates.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, create, patch, update]
+- apiGroups: [cert-manager.io]
+  resources: [certificates]
+  verbs: [get, list, watch, create, patch]
+# Per-request traffic splits between versions.
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [grpcroutes]
+  verbs: [get, list, watch, create, patch, delete]
+{{- end }}
+
+{{/* Cluster-scoped reads, needed in both scopes: kopf watches CRDs to learn which resources exist (and which
+optional APIs, such as GRPCRoute and Certificate, are installed), and watches Namespaces to follow the ones it
+serves (without this rule kopf 1.45 retries for a minute, 403 after 403, before it starts handling models). */}}
+{{- define "skiff.clusterRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+{{- end }}

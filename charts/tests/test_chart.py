@@ -1,0 +1,285 @@
+"""The chart rendered by `helm template`: scope (every namespace vs listed ones), RBAC, image, resources, the
+restricted pod, the ServiceMonitor, the values schema; and the files generated from it or copied into it."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+from e2e.helm import CHART, CRD_SOURCE, KEEP, Helm, HelmError, documents, generated_files
+
+ALL_RULE_RESOURCES = {
+    "inferencemodels",
+    "inferencemodels/status",
+    "deployments",
+    "services",
+    "pods",
+    "events",
+    "persistentvolumeclaims",
+    "secrets",
+    "certificates",
+    "grpcroutes",
+}
+NAMESPACES_READ = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
+CRD_READ = {
+    "apiGroups": ["apiextensions.k8s.io"],
+    "resources": ["customresourcedefinitions"],
+    "verbs": ["get", "list", "watch"],
+}
+
+
+def render(helm: Helm, *set_json: str, namespace: str = "skiff-system") -> list[dict[str, Any]]:
+    return documents(helm.template(*set_json, namespace=namespace))
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = of_kind(docs, kind)
+    assert len(found) == 1, f"{len(found)} {kind}s rendered"
+    return found[0]
+
+
+def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return dict(containers[0])
+
+
+def rule_resources(rules: list[dict[str, Any]]) -> set[str]:
+    return {resource for rule in rules for resource in rule["resources"]}
+
+
+@pytest.mark.parametrize(
+    "set_json",
+    [(), ('watchNamespaces=["ml","nlp"]', "serviceMonitor.enabled=true", "crds.install=false")],
+    ids=["defaults", "namespaced-with-servicemonitor"],
+)
+def test_lint_strict_is_clean(helm: Helm, set_json: tuple[str, ...]) -> None:
+    args = [a for pair in set_json for a in ("--set-json", pair)]
+    done = helm.run("lint", "--strict", str(CHART), *args)
+    assert "0 chart(s) failed" in done.stdout
+    assert "[WARNING]" not in done.stdout
+    assert "[ERROR]" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("pair", "message"),
+    [
+        ('operator.logLevl="DEBUG"', "additional properties 'logLevl' not allowed"),
+        ('image.tgs="1"', "additional properties 'tgs' not allowed"),
+        ('watchNamespace=["ml"]', "additional properties 'watchNamespace' not allowed"),
+        ("serviceMonitor.enable=true", "additional properties 'enable' not allowed"),
+        ('operator.resources.requests.cpus="1"', "additional properties 'cpus' not allowed"),
+        ('operator.logLevel="LOUD"', "operator/logLevel"),
+        ('watchNamespaces=["Not_A_Namespace"]', "watchNamespaces/0"),
+    ],
+)
+def test_schema_rejects_typos_and_bad_values(helm: Helm, pair: str, message: str) -> None:
+    with pytest.raises(HelmError) as error:
+        helm.template(pair)
+    assert message in error.value.stderr
+
+
+def test_kube_version_below_1_27_is_refused(helm: Helm) -> None:
+    """The runtime's probes are grpc probes, GA in 1.27."""
+    with pytest.raises(HelmError, match="kubeVersion"):
+        helm.run("template", "x", str(CHART), "--kube-version", "1.26.9")
+    helm.run("template", "x", str(CHART), "--kube-version", "1.27.0")
+
+
+def test_one_kind_per_template_file(helm: Helm) -> None:
+    rendered = helm.template('watchNamespaces=["ml","nlp"]', "serviceMonitor.enabled=true")
+    kinds: dict[str, set[str]] = {}
+    for chunk in rendered.split("\n---\n"):
+        source = re.search(r"^# Source: (\S+)", chunk, re.MULTILINE)
+        body = yaml.safe_load(chunk)
+        if source and body:
+            kinds.setdefault(source.group(1), set()).add(body["kind"])
+    assert len(kinds) >= 8
+    assert all(len(k) == 1 for k in kinds.values()), kinds
+
+
+def test_default_scope_is_every_namespace_with_one_cluster_role(helm: Helm) -> None:
+    docs = render(helm)
+    assert of_kind(docs, "Role") == []
+    assert of_kind(docs, "RoleBinding") == []
+    role = one(docs, "ClusterRole")
+    assert CRD_READ in role["rules"]
+    assert NAMESPACES_READ in role["rules"]
+    assert rule_resources(role["rules"]) == ALL_RULE_RESOURCES | {"customresourcedefinitions", "namespaces"}
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    account = one(docs, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "skiff-system"}
+    ]
+    args = container(docs)["args"]
+    assert "--all-namespaces" in args
+    assert not any(a.startswith("--namespace") for a in args)
+
+
+def test_listed_namespaces_get_a_role_each_and_the_cluster_role_only_reads_crds(helm: Helm) -> None:
+    docs = render(helm, 'watchNamespaces=["ml","nlp"]', namespace="ops")
+    roles = {r["metadata"]["namespace"]: r for r in of_kind(docs, "Role")}
+    bindings = {b["metadata"]["namespace"]: b for b in of_kind(docs, "RoleBinding")}
+    assert set(roles) == set(bindings) == {"ml", "nlp"}
+    for namespace, role in roles.items():
+        assert rule_resources(role["rules"]) == ALL_RULE_RESOURCES
+        assert bindings[namespace]["roleRef"]["name"] == role["metadata"]["name"]
+        assert bindings[namespace]["subjects"][0]["namespace"] == "ops"
+    assert one(docs, "ClusterRole")["rules"] == [CRD_READ, NAMESPACES_READ]
+    args = container(docs)["args"]
+    assert "--all-namespaces" not in args
+    assert [a for a in args if a.startswith("--namespace")] == ["--namespace=ml", "--namespace=nlp"]
+
+
+def test_rules_are_explicit_no_wildcards(helm: Helm) -> None:
+    for docs in (render(helm), render(helm, 'watchNamespaces=["ml"]')):
+        for role in of_kind(docs, "ClusterRole") + of_kind(docs, "Role"):
+            for rule in role["rules"]:
+                assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+
+
+def test_rules_cover_every_resource_docs_operator_md_names(helm: Helm) -> None:
+    """docs/operator.md lists what the operator uses; each resource named there must be in the chart's rules
+    (kopfpeerings excepted: the chart runs the operator --standalone)."""
+    text = (CHART.parents[1] / "docs" / "operator.md").read_text()
+    section = text.split("The operator's RBAC needs:", 1)[1].split("\n#", 1)[0]
+    named = set(re.findall(r"`([a-z]+(?:/[a-z]+)?)`", section)) - {"kopfpeerings"}
+    named = {n for n in named if not n.startswith("--")}
+    assert {"inferencemodels", "deployments", "services", "pods", "events"} <= named
+    assert named <= rule_resources(one(render(helm), "ClusterRole")["rules"])
+    assert "--standalone" in container(render(helm))["args"]
+
+
+def test_image_defaults_to_app_version_and_can_be_overridden(helm: Helm) -> None:
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container(render(helm))["image"] == f"ghcr.io/skiff-dev/skiff-operator:{app_version}"
+    overridden = container(
+        render(helm, 'image.repository="registry.local/ops"', 'image.tag="dev-1"', 'image.pullPolicy="Always"')
+    )
+    assert overridden["image"] == "registry.local/ops:dev-1"
+    assert overridden["imagePullPolicy"] == "Always"
+
+
+def test_resources_default_and_override(helm: Helm) -> None:
+    assert container(render(helm))["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+    custom = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+    assert container(render(helm, f"operator.resources={json.dumps(custom)}"))["resources"] == custom
+
+
+def test_deployment_is_one_recreate_replica_with_a_restricted_pod(helm: Helm) -> None:
+    deployment = one(render(helm), "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert pod["serviceAccountName"] == one(render(helm), "ServiceAccount")["metadata"]["name"]
+
+
+@pytest.mark.parametrize("port", [8080, 9321])
+def test_liveness_probe_checks_the_endpoint_the_operator_serves(helm: Helm, port: int) -> None:
+    c = container(render(helm, f"operator.livenessPort={port}"))
+    assert f"--liveness=http://0.0.0.0:{port}/healthz" in c["args"]
+    assert c["ports"] == [{"name": "liveness", "containerPort": port, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+
+
+def test_operator_settings_reach_the_command_line(helm: Helm) -> None:
+    args = container(render(helm, 'operator.logLevel="DEBUG"', "operator.resyncSeconds=15"))["args"]
+    assert args[:2] == ["run", "--standalone"]
+    assert "--log-level=DEBUG" in args
+    assert "--resync-seconds=15" in args
+
+
+def test_service_monitor_is_off_by_default_and_scrapes_version_services_when_on(helm: Helm) -> None:
+    assert of_kind(render(helm), "ServiceMonitor") == []
+    monitor = one(
+        render(helm, "serviceMonitor.enabled=true", 'serviceMonitor.labels={"release":"prom"}'), "ServiceMonitor"
+    )
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    assert monitor["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "skiff-runtime",
+        "app.kubernetes.io/managed-by": "skiff-operator",
+    }
+    assert monitor["spec"]["selector"]["matchExpressions"] == [{"key": "skiff.dev/version", "operator": "Exists"}]
+    scoped = one(render(helm, "serviceMonitor.enabled=true", 'watchNamespaces=["ml"]'), "ServiceMonitor")
+    assert scoped["spec"]["namespaceSelector"] == {"matchNames": ["ml"]}
+
+
+def test_service_monitor_port_is_the_one_the_operator_renders() -> None:
+    from skiff_operator.render import contract
+    from skiff_operator.render.service import _PORTS
+
+    assert {k: v for k, v in next(p for p in _PORTS if p["name"] == "metrics").items() if k in ("name", "port")} == {
+        "name": "metrics",
+        "port": contract.METRICS_PORT,
+    }
+    assert contract.METRICS_PORT == 8003
+
+
+def test_crd_is_a_copy_of_crds_kept_on_uninstall_and_optional(helm: Helm) -> None:
+    crd = one(render(helm), "CustomResourceDefinition")
+    assert crd["metadata"].pop("annotations") == {KEEP: "keep"}
+    assert crd == yaml.safe_load(CRD_SOURCE.read_text())
+    assert of_kind(render(helm, "crds.install=false"), "CustomResourceDefinition") == []
+
+
+def test_cluster_scoped_names_carry_the_release_namespace(helm: Helm) -> None:
+    """Two releases of the same name in two namespaces (one operator per team) must not fight over one
+    ClusterRole."""
+    a = one(render(helm, namespace="team-a"), "ClusterRole")["metadata"]["name"]
+    b = one(render(helm, namespace="team-b"), "ClusterRole")["metadata"]["name"]
+    assert a != b
+
+
+@pytest.mark.parametrize("name", ["crd.yaml", "install.yaml"])
+def test_generated_files_are_current(helm: Helm, name: str) -> None:
+    """charts/skiff/templates/crd.yaml (from crds/) and manifests/install.yaml (the chart rendered): run
+    `make manifests` after changing either source."""
+    for path, text in generated_files(helm).items():
+        if path.name == name:
+            assert path.read_text() == text, f"{path} is out of date: run `make manifests`"
+            return
+    raise AssertionError(name)
+
+
+def test_install_bundle_is_the_namespace_then_the_default_chart() -> None:
+    from e2e.helm import INSTALL_BUNDLE
+
+    docs = [d for d in yaml.safe_load_all(INSTALL_BUNDLE.read_text()) if d]
+    assert docs[0]["kind"] == "Namespace"
+    assert docs[0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert {d["kind"] for d in docs[1:]} == {
+        "ServiceAccount",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+    }
+    assert all(d["metadata"].get("namespace", "skiff-system") == "skiff-system" for d in docs[1:])

@@ -1,0 +1,278 @@
+"""The chart against a real API server: `helm install` creates the CRD, the ServiceAccount and the RBAC; the
+operator, logged in with a token of the chart's ServiceAccount and nothing else, reconciles a model with no 403;
+with one rule removed it gets Forbidden (the negative control, so these tests can catch an RBAC gap); the chart's
+operator pod and the runtime pods are admitted under Pod Security "restricted"; upgrade and uninstall work.
+
+The operator runs here as a subprocess (kwok runs no containers) with exactly the arguments of the Deployment the
+chart installed, its liveness URL moved to a free local port.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.cluster import Kubectl, eventually, user_kubeconfig
+from e2e.harness import CRD_PATH, OPERATOR, free_port, install_crd, load_example
+from e2e.helm import CHART, HELM_HINT, Helm, helm_binary
+
+RELEASE = "skiff"
+CRD_NAME = "inferencemodels.skiff.dev"
+
+
+@pytest.fixture(scope="session")
+def helm(kube: Kubectl) -> Helm:
+    binary = helm_binary()
+    if binary is None:
+        pytest.fail(f"helm not found; run: {HELM_HINT}", pytrace=False)
+    return Helm(binary, kubeconfig=kube.kubeconfig)
+
+
+def install(helm: Helm, namespace: str, *set_json: str, command: str = "install") -> str:
+    args = [command, RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "120s"]
+    for pair in set_json:
+        args += ["--set-json", pair]
+    return helm.run(*args).stdout
+
+
+def service_account_kubeconfig(kube: Kubectl, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig with the cluster's server and CA and a token of the ServiceAccount: nothing of the admin's."""
+    token = kube.run("create", "token", account, "-n", namespace, "--duration=1h").strip()
+    cluster = json.loads(kube.run("config", "view", "--raw", "--minify", "-o", "json"))["clusters"][0]["cluster"]
+    ca = {k: v for k, v in cluster.items() if k in ("certificate-authority", "certificate-authority-data")}
+    assert ca, "the admin kubeconfig names no cluster CA"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], **ca}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": account, "namespace": namespace}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class ChartOperator:
+    """skiff-operator with the args of the chart's Deployment and the ServiceAccount's kubeconfig."""
+
+    def __init__(self, deployment: dict[str, Any], kubeconfig: Path, log_path: Path) -> None:
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"] == ["skiff-operator"]
+        self.liveness_port = free_port()
+        self.args = [a.replace("http://0.0.0.0:", "http://127.0.0.1:") for a in container["args"]]
+        self.args = [_with_port(a, self.liveness_port) if a.startswith("--liveness=") else a for a in self.args]
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ChartOperator:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.log_path.parent), "KUBECONFIG": str(self.kubeconfig)}
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [OPERATOR, *self.args], env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT
+            )
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        print(f"---- operator log ({' '.join(self.args)}) ----\n{self.log()[-15000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+
+def _with_port(argument: str, port: int) -> str:
+    flag, url = argument.split("=", 1)
+    scheme, rest = url.split("://", 1)
+    hostport, _, path = rest.partition("/")
+    return f"{flag}={scheme}://{hostport.rsplit(':', 1)[0]}:{port}/{path}"
+
+
+def chart_deployment(kube: Kubectl, namespace: str) -> dict[str, Any]:
+    found = kube.items("deployment", namespace, "app.kubernetes.io/component=operator")
+    assert len(found) == 1
+    return found[0]
+
+
+def operator_pod_running(kube: Kubectl, namespace: str) -> dict[str, Any]:
+    """The chart's operator pod, admitted under the namespace's Pod Security level and Running (kwok)."""
+
+    def running() -> dict[str, Any] | None:
+        pods = kube.items("pod", namespace, "app.kubernetes.io/component=operator")
+        return next((p for p in pods if p["status"].get("phase") == "Running"), None)
+
+    return eventually(running, timeout=60, what=f"the chart's operator pod in {namespace}")
+
+
+def wait_ready(kube: Kubectl, model: dict[str, Any]) -> None:
+    """`kubectl wait --for=condition=Ready`; on a timeout, the model, its Deployments and pods are printed."""
+    name, namespace = model["metadata"]["name"], model["metadata"]["namespace"]
+    done = kube.attempt("wait", "--for=condition=Ready", f"inferencemodel/{name}", "-n", namespace, "--timeout=90s")
+    if done.returncode != 0:
+        print(kube.run("get", "inferencemodel,deployment,pod,event", "-n", namespace, "-o", "yaml"))
+        raise AssertionError(f"{name} not Ready: {done.stderr}")
+
+
+def forbidden_lines(log: str, kube: Kubectl, model: dict[str, Any]) -> list[str]:
+    """Every 403 the operator met: in its log (kopf's own requests) or quoted in the model's status (an apply the
+    API server refused is reported there as ApplyFailed, not raised)."""
+    stored = kube.get("inferencemodel", model["metadata"]["name"], "-n", model["metadata"]["namespace"])
+    messages = [c.get("message", "") for c in stored.get("status", {}).get("conditions", [])]
+    return [line for line in [*log.splitlines(), *messages] if "403" in line or "forbidden" in line.lower()]
+
+
+def test_namespaced_install_runs_the_operator_with_only_its_rbac(
+    kube: Kubectl, helm: Helm, namespace: str, claims: list[str], simulated_nodes: None, tmp_path: Path
+) -> None:
+    assert kube.get("namespace", namespace)["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    notes = install(
+        helm, namespace, f'watchNamespaces=["{namespace}"]', "crds.install=false", "operator.resyncSeconds=10"
+    )
+    assert f"kubectl -n {namespace} rollout status deployment/{RELEASE}" in notes
+    assert "crds.install=false" in notes
+
+    account = kube.get("serviceaccount", RELEASE, "-n", namespace)["metadata"]["name"]
+    role = kube.get("role", RELEASE, "-n", namespace)
+    assert kube.get("rolebinding", RELEASE, "-n", namespace)["subjects"][0]["name"] == account
+    cluster_role = kube.get("clusterrole", f"{RELEASE}-{namespace}"[:63])
+    assert [r["resources"] for r in cluster_role["rules"]] == [["customresourcedefinitions"], ["namespaces"]]
+    assert kube.get("clusterrolebinding", f"{RELEASE}-{namespace}"[:63])["subjects"][0]["namespace"] == namespace
+    assert {"inferencemodels", "deployments", "services"} <= {x for r in role["rules"] for x in r["resources"]}
+    operator_pod_running(kube, namespace)
+
+    # What the chart grants, and only that: `kubectl auth can-i` as the ServiceAccount.
+    kubeconfig = service_account_kubeconfig(kube, namespace, account, tmp_path / "sa.kubeconfig")
+    as_account = Kubectl(kubeconfig, kube.binary)
+    assert as_account.run("auth", "can-i", "patch", "deployments", "-n", namespace).strip() == "yes"
+    assert as_account.attempt("auth", "can-i", "patch", "deployments", "-n", "default").stdout.strip() == "no"
+    assert as_account.attempt("auth", "can-i", "get", "secrets", "-n", "kube-system").stdout.strip() == "no"
+
+    model = load_example("cpu", namespace)
+    with ChartOperator(chart_deployment(kube, namespace), kubeconfig, tmp_path / "operator.log") as operator:
+        kube.apply(model)
+        wait_ready(kube, model)
+        eventually(operator.healthy, timeout=10, what="the operator's liveness endpoint")
+        # The runtime pods the operator created were admitted under "restricted" too, and run (kwok).
+        pods = kube.items("pod", namespace, f"skiff.dev/model={model['metadata']['name']}")
+        assert len(pods) == model["spec"]["versions"][0]["replicas"]
+        assert all(p["status"]["phase"] == "Running" for p in pods)
+        assert forbidden_lines(operator.log(), kube, model) == []
+        assert "Ran out of valid credentials" not in operator.log()
+
+
+def test_one_rule_removed_is_forbidden_and_helm_upgrade_restores_it(
+    kube: Kubectl, helm: Helm, namespace: str, claims: list[str], simulated_nodes: None, tmp_path: Path
+) -> None:
+    install(helm, namespace, f'watchNamespaces=["{namespace}"]', "crds.install=false", "operator.resyncSeconds=10")
+    # The negative control: the same install without the rule for Deployments.
+    role = kube.get("role", RELEASE, "-n", namespace)
+    role["rules"] = [r for r in role["rules"] if r["resources"] != ["deployments"]]
+    kube.run("replace", "-f", "-", stdin=json.dumps(role))
+    kubeconfig = service_account_kubeconfig(kube, namespace, RELEASE, tmp_path / "sa.kubeconfig")
+
+    model = load_example("cpu", namespace)
+    name = model["metadata"]["name"]
+    with ChartOperator(chart_deployment(kube, namespace), kubeconfig, tmp_path / "operator.log") as operator:
+        kube.apply(model)
+        eventually(
+            lambda: forbidden_lines(operator.log(), kube, model), timeout=60, what="Forbidden in the operator's log"
+        )
+        assert any("deployments" in line for line in forbidden_lines(operator.log(), kube, model))
+        assert kube.items("deployment", namespace, f"skiff.dev/model={name}") == []
+
+    # helm upgrade with changed values: the Deployment takes them, and the Role gets its rule back.
+    install(
+        helm,
+        namespace,
+        'operator.logLevel="DEBUG"',
+        'operator.resources={"requests":{"cpu":"50m","memory":"200Mi"},"limits":{"memory":"300Mi"}}',
+        command="upgrade",
+    )
+    container = chart_deployment(kube, namespace)["spec"]["template"]["spec"]["containers"][0]
+    assert "--log-level=DEBUG" in container["args"]
+    assert container["resources"] == {"requests": {"cpu": "50m", "memory": "200Mi"}, "limits": {"memory": "300Mi"}}
+    assert ["deployments"] in [r["resources"] for r in kube.get("role", RELEASE, "-n", namespace)["rules"]]
+    operator_pod_running(kube, namespace)
+    assert json.loads(helm.run("history", RELEASE, "-n", namespace, "-o", "json").stdout)[-1]["revision"] == 2
+
+    helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "60s")
+    for kind, name_, ns in [
+        ("serviceaccount", RELEASE, namespace),
+        ("role", RELEASE, namespace),
+        ("deployment", RELEASE, namespace),
+    ]:
+        assert kube.get_or_none(kind, name_, ns) is None, f"{kind} {name_} survived helm uninstall"
+    assert kube.attempt("get", "clusterrole", f"{RELEASE}-{namespace}"[:63]).returncode != 0
+
+
+@pytest.fixture
+def chart_owned_crd(kube: Kubectl) -> Iterator[None]:
+    """Removes the CRD the session installed from crds/, so the chart creates it; afterwards the CRD is the
+    chart's (kept on uninstall) or, whatever happened, crds/ applied again and published."""
+    if user_kubeconfig() is not None:
+        pytest.skip("would delete the InferenceModel CRD (and every model) of the user's cluster; local only")
+    kube.run("delete", "crd", CRD_NAME, "--wait=true", "--timeout=60s")
+    try:
+        yield
+    finally:
+        install_crd(kube)
+
+
+def test_cluster_wide_install_creates_the_crd_and_uninstall_keeps_it(
+    kube: Kubectl,
+    helm: Helm,
+    namespace: str,
+    claims: list[str],
+    simulated_nodes: None,
+    chart_owned_crd: None,
+    tmp_path: Path,
+) -> None:
+    assert kube.attempt("get", "crd", CRD_NAME).returncode != 0
+    install(helm, namespace, "operator.resyncSeconds=10")
+    crd = kube.get("crd", CRD_NAME)
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert crd["metadata"]["annotations"]["meta.helm.sh/release-namespace"] == namespace
+    assert crd["spec"]["versions"][0]["schema"] == yaml.safe_load(CRD_PATH.read_text())["spec"]["versions"][0]["schema"]
+    kube.run("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    cluster_role = kube.get("clusterrole", f"{RELEASE}-{namespace}"[:63])
+    assert {"inferencemodels", "deployments", "customresourcedefinitions"} <= {
+        x for r in cluster_role["rules"] for x in r["resources"]
+    }
+    assert kube.attempt("get", "role", RELEASE, "-n", namespace).returncode != 0
+    operator_pod_running(kube, namespace)
+
+    kubeconfig = service_account_kubeconfig(kube, namespace, RELEASE, tmp_path / "sa.kubeconfig")
+    model = load_example("cpu", namespace)
+    deployment = chart_deployment(kube, namespace)
+    assert "--all-namespaces" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    with ChartOperator(deployment, kubeconfig, tmp_path / "operator.log") as operator:
+        kube.apply(model)
+        wait_ready(kube, model)
+        assert forbidden_lines(operator.log(), kube, model) == []
+
+    helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "60s")
+    assert kube.get_or_none("serviceaccount", RELEASE, namespace) is None
+    assert kube.get("crd", CRD_NAME)["metadata"]["name"] == CRD_NAME, "helm uninstall deleted the kept CRD"
+    assert kube.get("inferencemodel", model["metadata"]["name"], "-n", namespace)["metadata"]["name"]

@@ -1,0 +1,137 @@
+"""Renders what TLS adds to a model: the SAN set, the pods' Secret volumes and env, and the certificate objects
+(the SelfSigned Secrets, the cert-manager Certificate)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from skiff_operator import certs, names
+from skiff_operator.render import contract
+from skiff_operator.render.common import render_metadata
+from skiff_operator.spec import InferenceModel, TLSMode
+
+TLS_VOLUME = "tls"
+CLIENT_CA_VOLUME = "client-ca"
+TLS_MODE_ANNOTATION = "skiff.dev/tls-mode"
+SECRET_FILE_MODE = 0o440  # owner and group (fsGroup) read; the runtime's uid is in that group
+CERT_MANAGER_API_VERSION = "cert-manager.io/v1"
+CERTIFICATE_CRD = "certificates.cert-manager.io"
+CERTIFICATE_CRD_VERSION = "v1"
+
+
+def model_service_names(model: InferenceModel) -> list[str]:
+    """Every Service of the model, model Service first: the names clients may dial."""
+    name = model.ref.name
+    return [names.model_service_name(name), *(names.version_service_name(name, v.name) for v in model.spec.versions)]
+
+
+def tls_dns_names(model: InferenceModel) -> list[str]:
+    """The certificate's SAN set: each Service short, namespaced, .svc and .svc.cluster.local."""
+    return certs.service_dns_names(model_service_names(model), model.ref.namespace)
+
+
+def tls_secret_name(model: InferenceModel) -> str | None:
+    """The kubernetes.io/tls Secret the pods mount: the user's in mode Secret, the operator's otherwise."""
+    tls = model.spec.tls
+    if tls.mode is TLSMode.DISABLED:
+        return None
+    if tls.mode is TLSMode.SECRET:
+        return tls.secret_name
+    return names.tls_secret_name(model.ref.name)
+
+
+def render_tls_volumes(model: InferenceModel) -> list[dict[str, Any]]:
+    secret = tls_secret_name(model)
+    if secret is None:
+        return []
+    volumes = [_secret_volume(TLS_VOLUME, secret)]
+    if model.spec.tls.client_ca_secret_name:
+        volumes.append(_secret_volume(CLIENT_CA_VOLUME, model.spec.tls.client_ca_secret_name))
+    return volumes
+
+
+def render_tls_mounts(model: InferenceModel) -> list[dict[str, Any]]:
+    if tls_secret_name(model) is None:
+        return []
+    mounts = [{"name": TLS_VOLUME, "mountPath": contract.TLS_DIR, "readOnly": True}]
+    if model.spec.tls.client_ca_secret_name:
+        mounts.append({"name": CLIENT_CA_VOLUME, "mountPath": contract.CLIENT_CA_DIR, "readOnly": True})
+    return mounts
+
+
+def render_tls_env(model: InferenceModel) -> list[tuple[str, str]]:
+    """File paths inside the mounted Secrets. The runtime re-reads them for new connections, so a renewed
+    Secret (the kubelet updates the files in place) needs no rollout."""
+    if tls_secret_name(model) is None:
+        return []
+    env = [
+        (contract.ENV_TLS_CERT_FILE, f"{contract.TLS_DIR}/{certs.TLS_CERT_KEY}"),
+        (contract.ENV_TLS_KEY_FILE, f"{contract.TLS_DIR}/{certs.TLS_KEY_KEY}"),
+    ]
+    if model.spec.tls.client_ca_secret_name:
+        env.append((contract.ENV_TLS_CLIENT_CA_FILE, f"{contract.CLIENT_CA_DIR}/{certs.CA_CERT_KEY}"))
+    return env
+
+
+def render_tls_annotations(model: InferenceModel) -> dict[str, str]:
+    """Pod template annotations: the mode, so that changing it rolls the pods even where the Secret name stays."""
+    mode = model.spec.tls.mode
+    return {} if mode is TLSMode.DISABLED else {TLS_MODE_ANNOTATION: mode.value}
+
+
+def render_ca_secret(model: InferenceModel, ca: certs.KeyPair) -> dict[str, Any]:
+    """The SelfSigned CA (Opaque: ca.crt, ca.key), owned by the model."""
+    return _secret(
+        model,
+        names.tls_ca_secret_name(model.ref.name),
+        "Opaque",
+        {certs.CA_CERT_KEY: ca.cert_pem, "ca.key": ca.key_pem},
+    )
+
+
+def render_tls_secret(model: InferenceModel, server: certs.KeyPair, ca_cert_pem: bytes) -> dict[str, Any]:
+    """The SelfSigned server certificate (kubernetes.io/tls: tls.crt, tls.key, ca.crt), owned by the model."""
+    return _secret(
+        model,
+        names.tls_secret_name(model.ref.name),
+        "kubernetes.io/tls",
+        {certs.TLS_CERT_KEY: server.cert_pem, certs.TLS_KEY_KEY: server.key_pem, certs.CA_CERT_KEY: ca_cert_pem},
+    )
+
+
+def render_certificate(model: InferenceModel) -> dict[str, Any]:
+    """A cert-manager Certificate for the SAN set, issued into the Secret the pods mount. cert-manager renews
+    it (by default at 2/3 of its lifetime) and reissues it when dnsNames change."""
+    issuer = model.spec.tls.issuer_ref
+    if issuer is None:
+        raise ValueError("a Certificate needs spec.tls.issuerRef")
+    secret = names.tls_secret_name(model.ref.name)
+    return {
+        "apiVersion": CERT_MANAGER_API_VERSION,
+        "kind": "Certificate",
+        "metadata": render_metadata(model, secret, None),
+        "spec": {
+            "secretName": secret,
+            "secretTemplate": {"labels": names.object_labels(model.ref.name)},
+            "dnsNames": tls_dns_names(model),
+            "issuerRef": {"name": issuer.name, "kind": issuer.kind.value, "group": issuer.group},
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "usages": ["server auth", "digital signature"],
+        },
+    }
+
+
+def _secret_volume(name: str, secret: str) -> dict[str, Any]:
+    return {"name": name, "secret": {"secretName": secret, "defaultMode": SECRET_FILE_MODE}}
+
+
+def _secret(model: InferenceModel, name: str, kind: str, data: Mapping[str, bytes]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": render_metadata(model, name, None),
+        "type": kind,
+        "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
+    }

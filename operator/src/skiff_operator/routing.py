@@ -1,0 +1,325 @@
+"""Routing: which provider enforces a model's traffic split, what the split may be now, and what to apply and
+prune for it. Pure: the children come in as values (kube.py reads them), manifests and decisions go out.
+
+Providers, one table (`PROVIDERS`), one entry per mode; a new one (e.g. an Istio VirtualService) is a class with
+the same three methods and a mode:
+- `Gateway`: a GRPCRoute (Gateway API v1) with one weighted backendRef per version Service; exact, per request.
+- `Service`: no route; the model Service selects the pods of every version and the replicas of all versions
+  are re-apportioned to the percentages. Clients are balanced per connection, so the split is approximate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from skiff_operator import names
+from skiff_operator.render.route import GATEWAY_GROUP, ParentGateway, render_grpc_route
+from skiff_operator.render.service import render_model_service
+from skiff_operator.spec import InferenceModel, Routing, RoutingMode, TrafficShare
+from skiff_operator.traffic import TOTAL, TrafficDecision, VersionTraffic, apportion_replicas, decide_traffic
+
+GRPC_ROUTE_CRD = f"grpcroutes.{GATEWAY_GROUP}"
+GRPC_ROUTE_KIND = "GRPCRoute"
+
+
+class Mode(enum.StrEnum):
+    """The routing mode in effect (spec.routing.mode Auto resolves to one of these)."""
+
+    GATEWAY = "Gateway"
+    SERVICE = "Service"
+
+
+@dataclass(frozen=True)
+class ModeChoice:
+    mode: Mode
+    message: str
+    problem: str | None = None  # the mode asked for cannot work as asked (Gateway without the Gateway API)
+
+
+def choose_mode(routing: Routing, grpc_route_served: bool) -> ModeChoice:
+    """Auto: Gateway when the GRPCRoute CRD is served and a gateway is named, else Service."""
+    named = ", ".join(_gateway_label(g.namespace, g.name) for g in routing.gateways)
+    if routing.mode is RoutingMode.SERVICE:
+        return ModeChoice(Mode.SERVICE, f"spec.routing.mode is Service; {_SERVICE_CAVEAT}")
+    if routing.mode is RoutingMode.GATEWAY and not grpc_route_served:
+        problem = f"spec.routing.mode is Gateway but the Gateway API is not installed ({GRPC_ROUTE_CRD} is not served)"
+        return ModeChoice(Mode.GATEWAY, problem, problem)
+    if routing.gateways and grpc_route_served:
+        return ModeChoice(Mode.GATEWAY, f"a GRPCRoute splits requests per request, attached to {named}")
+    why = "the Gateway API is not installed" if not grpc_route_served else "spec.routing names no gateway"
+    return ModeChoice(Mode.SERVICE, f"{why}; {_SERVICE_CAVEAT}")
+
+
+_SERVICE_CAVEAT = "the model Service spreads connections over the pods of every version (approximate split)"
+
+
+def _gateway_label(namespace: str | None, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
+
+
+# -- what the children show, and what the last reconcile applied -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OwnedChild:
+    """A Deployment, Service or GRPCRoute controlled by the model (as kube.list_owned reads it)."""
+
+    kind: str
+    name: str
+    version: str | None  # the skiff.dev/version label; None for model-wide objects
+    ready_replicas: int = 0
+    progress_deadline_exceeded: bool = False  # Deployment condition Progressing, reason ProgressDeadlineExceeded
+
+
+@dataclass(frozen=True)
+class PreviousTraffic:
+    """status.traffic as the previous reconcile wrote it."""
+
+    applied: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    not_ready_since: Mapping[str, datetime.datetime] = dataclasses.field(default_factory=dict)
+
+
+def previous_traffic(status: Any) -> PreviousTraffic:
+    traffic = status.get("traffic") if isinstance(status, Mapping) else None
+    entries = traffic.get("versions") if isinstance(traffic, Mapping) else None
+    applied: dict[str, int] = {}
+    since: dict[str, datetime.datetime] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            continue
+        name = entry["name"]
+        percent = entry.get("appliedPercent")
+        if isinstance(percent, int) and not isinstance(percent, bool):
+            applied[name] = percent
+        stamp = _parse_time(entry.get("notReadySince"))
+        if stamp is not None:
+            since[name] = stamp
+    return PreviousTraffic(applied, since)
+
+
+def _parse_time(value: Any) -> datetime.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def version_traffic(
+    model: InferenceModel,
+    owned: Sequence[OwnedChild],
+    previous: PreviousTraffic,
+    now: datetime.datetime,
+) -> tuple[tuple[VersionTraffic, ...], dict[str, datetime.datetime]]:
+    """The traffic inputs of every version (in the spec, or removed but still running or still routed), and
+    since when each version that wants traffic has had no ready pod (its own progress-deadline clock, which
+    also covers a version whose Deployment cannot be created)."""
+    deployments = {c.version: c for c in owned if c.kind == "Deployment" and c.version is not None}
+    result: list[VersionTraffic] = []
+    since: dict[str, datetime.datetime] = {}
+    for version in model.spec.versions:
+        desired = model.spec.percent_for(version.name)
+        child = deployments.get(version.name)
+        ready = child.ready_replicas if child else 0
+        exceeded = bool(child and child.progress_deadline_exceeded)
+        if desired > 0 and ready == 0:
+            since[version.name] = previous.not_ready_since.get(version.name, now)
+            waited = (now - since[version.name]).total_seconds()
+            exceeded = exceeded or waited >= version.progress_deadline_s
+        result.append(
+            VersionTraffic(
+                name=version.name,
+                desired=desired,
+                ready_replicas=ready,
+                deadline_exceeded=exceeded,
+                applied=previous.applied.get(version.name, 0),
+            )
+        )
+    in_spec = {v.name for v in model.spec.versions}
+    removed = sorted(({c.version for c in owned if c.version} | set(previous.applied)) - in_spec)
+    for name in removed:
+        child = deployments.get(name)
+        result.append(
+            VersionTraffic(
+                name=name,
+                desired=0,
+                in_spec=False,
+                ready_replicas=child.ready_replicas if child else 0,
+                applied=previous.applied.get(name, 0),
+            )
+        )
+    return tuple(result), since
+
+
+# -- providers -----------------------------------------------------------------------------------------------------
+
+
+class Provider(Protocol):
+    """Enforces a split: the replicas each version runs with, and the model-wide manifests (Service, routes)."""
+
+    mode: Mode
+
+    def replicas(self, model: InferenceModel, decision: TrafficDecision, ready: Mapping[str, int]) -> dict[str, int]:
+        """Replicas per version in the spec."""
+        ...
+
+    def manifests(self, model: InferenceModel, decision: TrafficDecision) -> list[dict[str, Any]]:
+        """The model Service and any routing objects, for the applied split."""
+        ...
+
+    def holds_removal(self, model: InferenceModel, ready: Mapping[str, int]) -> bool:
+        """True while a removed, drained version must keep running (its pods still carry traffic)."""
+        ...
+
+
+class GatewayProvider:
+    """Per-request split by a GRPCRoute; each version runs the replicas its spec asks for."""
+
+    mode = Mode.GATEWAY
+
+    def replicas(self, model: InferenceModel, decision: TrafficDecision, ready: Mapping[str, int]) -> dict[str, int]:
+        return _keep_carriers(model, decision, ready, {v.name: v.replicas for v in model.spec.versions})
+
+    def manifests(self, model: InferenceModel, decision: TrafficDecision) -> list[dict[str, Any]]:
+        routing = model.spec.routing
+        parents = [ParentGateway(g.name, g.namespace, g.section_name) for g in routing.gateways]
+        route = render_grpc_route(model, decision.applied, parents, routing.hostnames)
+        return [render_model_service(routed_model(model, decision.applied)), route]
+
+    def holds_removal(self, model: InferenceModel, ready: Mapping[str, int]) -> bool:
+        return False  # weight 0 in the route: its pods receive nothing
+
+
+class ServiceProvider:
+    """Per-connection split: the model Service selects every version's pods, pods are apportioned to weights."""
+
+    mode = Mode.SERVICE
+
+    def replicas(self, model: InferenceModel, decision: TrafficDecision, ready: Mapping[str, int]) -> dict[str, int]:
+        target = service_targets(model)
+        if any(ready.get(name, 0) < count for name, count in target.items() if count > 0):
+            # Still scaling: no version gives up ready pods until every version has its target ready.
+            target = {name: max(count, ready.get(name, 0)) for name, count in target.items()}
+        return _keep_carriers(model, decision, ready, target)
+
+    def manifests(self, model: InferenceModel, decision: TrafficDecision) -> list[dict[str, Any]]:
+        service = render_model_service(model)
+        service["spec"]["selector"] = names.selector_labels(model.ref.name)
+        return [service]
+
+    def holds_removal(self, model: InferenceModel, ready: Mapping[str, int]) -> bool:
+        target = service_targets(model)
+        return any(ready.get(name, 0) < count for name, count in target.items() if count > 0)
+
+
+PROVIDERS: Mapping[Mode, Provider] = {Mode.GATEWAY: GatewayProvider(), Mode.SERVICE: ServiceProvider()}
+
+
+def service_targets(model: InferenceModel) -> dict[str, int]:
+    """Service mode: all versions' replicas together, re-apportioned to spec.traffic (at least one pod for a
+    version with any weight; none for a version with 0%, since every pod behind the Service gets connections)."""
+    total = sum(v.replicas for v in model.spec.versions)
+    return apportion_replicas({v.name: model.spec.percent_for(v.name) for v in model.spec.versions}, total)
+
+
+def _keep_carriers(
+    model: InferenceModel, decision: TrafficDecision, ready: Mapping[str, int], replicas: Mapping[str, int]
+) -> dict[str, int]:
+    """A version carrying more than its desired share (another version is held) keeps its ready pods."""
+    result = dict(replicas)
+    for version in model.spec.versions:
+        if decision.applied.get(version.name, 0) > model.spec.percent_for(version.name):
+            result[version.name] = max(result[version.name], ready.get(version.name, 0))
+    return result
+
+
+def routed_model(model: InferenceModel, applied: Mapping[str, int], replicas: Mapping[str, int] | None = None) -> (
+    InferenceModel
+):  # fmt: skip
+    """The model as it runs now: spec.traffic replaced by the applied split (when it routes anywhere) and the
+    replicas by the provider's; status and the model Service are computed from it."""
+    spec = model.spec
+    in_spec = [v.name for v in spec.versions]
+    if sum(applied.get(name, 0) for name in in_spec) == TOTAL:
+        spec = dataclasses.replace(spec, traffic=tuple(TrafficShare(n, applied.get(n, 0)) for n in in_spec))
+    if replicas is not None:
+        versions = tuple(dataclasses.replace(v, replicas=replicas.get(v.name, v.replicas)) for v in spec.versions)
+        spec = dataclasses.replace(spec, versions=versions)
+    return dataclasses.replace(model, spec=spec)
+
+
+# -- the plan ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoutingPlan:
+    """Everything one reconcile does about traffic."""
+
+    choice: ModeChoice
+    owned: tuple[OwnedChild, ...]  # the children as read before this reconcile applied anything
+    inputs: tuple[VersionTraffic, ...]
+    decision: TrafficDecision
+    replicas: Mapping[str, int]  # per version in the spec
+    manifests: tuple[dict[str, Any], ...]  # the model Service, then routing objects (none if the mode cannot work)
+    delete_versions: frozenset[str]  # removed, drained versions whose children go now
+    not_ready_since: Mapping[str, datetime.datetime]
+
+    @property
+    def keep_versions(self) -> frozenset[str]:
+        """Removed versions whose children stay for now (draining, or held while others scale up)."""
+        return frozenset(v.name for v in self.inputs if not v.in_spec) - self.delete_versions
+
+
+def plan_routing(
+    model: InferenceModel,
+    owned: Sequence[OwnedChild],
+    previous: PreviousTraffic,
+    *,
+    grpc_route_served: bool,
+    now: datetime.datetime,
+) -> RoutingPlan:
+    choice = choose_mode(model.spec.routing, grpc_route_served)
+    provider = PROVIDERS[choice.mode]
+    inputs, since = version_traffic(model, owned, previous, now)
+    decision = decide_traffic(inputs)
+    ready = {v.name: v.ready_replicas for v in inputs}
+    replicas = provider.replicas(model, decision, ready)
+    manifests = provider.manifests(model, decision)
+    if choice.problem is not None:  # a route the API server cannot take: keep the model Service only
+        manifests = [m for m in manifests if m["kind"] == "Service"]
+    delete = frozenset() if provider.holds_removal(model, ready) else decision.removable
+    return RoutingPlan(choice, tuple(owned), inputs, decision, replicas, tuple(manifests), delete, since)
+
+
+def prune(
+    owned: Sequence[OwnedChild],
+    rendered: Collection[tuple[str, str]],
+    in_spec: Collection[str],
+    keep_versions: Collection[str],
+) -> list[OwnedChild]:
+    """Children to delete now: those of a version no longer in the spec (once drained; `keep_versions` are not
+    yet) and a GRPCRoute that is no longer rendered (the mode changed). Anything rendered stays."""
+    doomed = []
+    for child in owned:
+        if (child.kind, child.name) in rendered:
+            continue
+        removed_version = child.version is not None and child.version not in in_spec
+        if child.kind == GRPC_ROUTE_KIND or (removed_version and child.version not in keep_versions):
+            doomed.append(child)
+    return doomed
+
+
+class RoutingCluster(Protocol):
+    """What routing needs from the API server (kube.Kube in production, a fake in tests)."""
+
+    async def crd_serves(self, name: str, version: str) -> bool: ...
+
+    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]: ...
+
+    async def delete_child(self, namespace: str, child: OwnedChild) -> None: ...

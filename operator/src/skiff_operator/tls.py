@@ -1,0 +1,240 @@
+"""The TLS step of a reconcile: make sure the certificate Secret the pods mount exists and is good, per spec.tls.mode.
+
+Level-based like the rest of the reconcile: every run reads what exists, decides, and applies only what must
+change. SelfSigned issues a certificate only when `certs.decide_renewal` says so (missing, past 2/3 of its
+lifetime, SAN set or CA changed), never on every run; the periodic resync reaches the expiry-driven case.
+No message, event or status produced here carries key material.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cryptography import x509
+
+from skiff_operator import certs, names
+from skiff_operator.render.tls import (
+    CERTIFICATE_CRD,
+    CERTIFICATE_CRD_VERSION,
+    render_ca_secret,
+    render_certificate,
+    render_tls_secret,
+    tls_dns_names,
+)
+from skiff_operator.spec import InferenceModel, TLSMode
+from skiff_operator.status import Problem, Reason, StatusEvent
+
+CERTIFICATE_ISSUED = "CertificateIssued"
+CERTIFICATE_RENEWED = "CertificateRenewed"
+CA_KEY = "ca.key"
+CERT_MANAGER_INSTALL = "https://cert-manager.io/docs/installation/"
+
+
+class TLSCluster(Protocol):
+    """What the TLS step needs from the API server (kube.Kube in production, a fake in tests)."""
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None: ...
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None: ...
+
+    async def crd_serves(self, name: str, version: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class TLSState:
+    """Where the model's TLS stands: the Secret the pods mount, its certificate, or the problem holding it."""
+
+    mode: TLSMode
+    secret_name: str | None = None
+    certificate: certs.CertificateInfo | None = None
+    problem: Problem | None = None
+    events: tuple[StatusEvent, ...] = ()
+    applied: tuple[str, ...] = ()  # "Kind/name" of what this step applied
+
+
+async def reconcile_tls(model: InferenceModel, cluster: TLSCluster, now: datetime.datetime) -> TLSState:
+    """Brings the model's certificate Secrets in line with spec.tls. A problem in the returned state means the
+    Deployments must not change (their pods could not start, or would serve a bad certificate)."""
+    tls = model.spec.tls
+    if tls.mode is TLSMode.DISABLED:
+        return TLSState(TLSMode.DISABLED)
+    if tls.mode is TLSMode.SELF_SIGNED:
+        state = await _self_signed(model, cluster, now)
+    elif tls.mode is TLSMode.SECRET:
+        state = await _user_secret(model, cluster, now)
+    else:
+        state = await _cert_manager(model, cluster, now)
+    if state.problem is None and tls.client_ca_secret_name:
+        problem = await _client_ca_problem(model, cluster, tls.client_ca_secret_name)
+        if problem is not None:
+            state = TLSState(state.mode, state.secret_name, state.certificate, problem, state.events, state.applied)
+    return state
+
+
+def render_tls_status(state: TLSState) -> dict[str, Any]:
+    """`.status.tls`: the mode, the Secret and what its certificate says (null clears a stale field)."""
+    info = state.certificate
+    return {
+        "mode": state.mode.value,
+        "secretName": state.secret_name,
+        "notAfter": _timestamp(info.not_after) if info else None,
+        "dnsNames": list(info.dns_names) if info else None,
+    }
+
+
+async def _self_signed(model: InferenceModel, cluster: TLSCluster, now: datetime.datetime) -> TLSState:
+    namespace = model.ref.namespace
+    secret_name = names.tls_secret_name(model.ref.name)
+    ca_name = names.tls_ca_secret_name(model.ref.name)
+    events: list[StatusEvent] = []
+    applied: list[str] = []
+
+    ca = _usable_ca(await cluster.read_secret(namespace, ca_name), now)
+    if ca is None:
+        # A common name is at most 64 characters: the model's (at most 42), not the namespace's (up to 63).
+        ca = certs.issue_ca(f"{model.ref.name} skiff CA", now)
+        applied.append(await _apply(cluster, render_ca_secret(model, ca)))
+        until = _timestamp(certs.read_certificate(ca.cert_pem).not_after)
+        events.append(StatusEvent("Normal", CERTIFICATE_ISSUED, f"issued CA in Secret {ca_name}, valid until {until}"))
+
+    wanted = tls_dns_names(model)
+    stored = await cluster.read_secret(namespace, secret_name) or {}
+    decision = certs.decide_renewal(stored.get(certs.TLS_CERT_KEY), wanted, now, certs.ca_fingerprint(ca.cert_pem))
+    if not decision.renew:
+        problems = certs.check_tls_secret(stored, now)
+        if stored.get(certs.CA_CERT_KEY) != ca.cert_pem:
+            problems.append(f"{certs.CA_CERT_KEY!r} is not the current CA")
+        if problems:
+            decision = certs.RenewDecision(True, certs.RenewReason.UNREADABLE, "; ".join(problems))
+
+    certificate = stored.get(certs.TLS_CERT_KEY, b"")
+    if decision.renew:
+        server = certs.issue_server_certificate(ca, wanted, now)
+        applied.append(await _apply(cluster, render_tls_secret(model, server, ca.cert_pem)))
+        certificate = server.cert_pem
+        info = certs.read_certificate(certificate)
+        issued = decision.reason is certs.RenewReason.MISSING
+        events.append(
+            StatusEvent(
+                "Normal",
+                CERTIFICATE_ISSUED if issued else CERTIFICATE_RENEWED,
+                f"{'issued' if issued else 'renewed'} the certificate in Secret {secret_name} "
+                f"({decision.reason}: {decision.message}) for {len(info.dns_names)} DNS names, "
+                f"valid until {_timestamp(info.not_after)}",
+            )
+        )
+    return TLSState(
+        TLSMode.SELF_SIGNED,
+        secret_name,
+        certs.read_certificate(certificate),
+        events=tuple(events),
+        applied=tuple(applied),
+    )
+
+
+def _usable_ca(data: Mapping[str, bytes] | None, now: datetime.datetime) -> certs.KeyPair | None:
+    """The stored CA, unless it is missing, unreadable, not a CA, or past 2/3 of its lifetime."""
+    if not data or not data.get(certs.CA_CERT_KEY) or not data.get(CA_KEY):
+        return None
+    pair = certs.KeyPair(data[certs.CA_CERT_KEY], data[CA_KEY])
+    if certs.decide_renewal(pair.cert_pem, [], now).renew:
+        return None
+    if certs.check_tls_secret({certs.TLS_CERT_KEY: pair.cert_pem, certs.TLS_KEY_KEY: pair.key_pem}, now):
+        return None  # the key does not belong to the certificate, or cannot be read
+    try:
+        certs.ca_fingerprint(pair.cert_pem)
+    except x509.ExtensionNotFound:  # no SubjectKeyIdentifier: not one of ours
+        return None
+    return pair if certs.read_certificate(pair.cert_pem).is_ca else None
+
+
+async def _user_secret(model: InferenceModel, cluster: TLSCluster, now: datetime.datetime) -> TLSState:
+    secret_name = model.spec.tls.secret_name
+    assert secret_name is not None  # parse_tls requires it in mode Secret
+    namespace = model.ref.namespace
+    data = await cluster.read_secret(namespace, secret_name)
+    if data is None:
+        return TLSState(
+            TLSMode.SECRET,
+            secret_name,
+            problem=Problem(
+                Reason.TLS_SECRET_MISSING,
+                f"spec.tls.secretName: Secret {secret_name!r} not found in namespace {namespace}; create a "
+                "kubernetes.io/tls Secret with tls.crt and tls.key (kubectl create secret tls), or use tls.mode "
+                "SelfSigned",
+            ),
+        )
+    problems = certs.check_tls_secret(data, now)
+    if problems:
+        return TLSState(
+            TLSMode.SECRET,
+            secret_name,
+            problem=Problem(
+                Reason.TLS_SECRET_INVALID, f"spec.tls.secretName: Secret {secret_name!r}: {'; '.join(problems)}"
+            ),
+        )
+    return TLSState(TLSMode.SECRET, secret_name, certs.read_certificate(data[certs.TLS_CERT_KEY]))
+
+
+async def _cert_manager(model: InferenceModel, cluster: TLSCluster, now: datetime.datetime) -> TLSState:
+    secret_name = names.tls_secret_name(model.ref.name)
+    if not await cluster.crd_serves(CERTIFICATE_CRD, CERTIFICATE_CRD_VERSION):
+        return TLSState(
+            TLSMode.CERT_MANAGER,
+            secret_name,
+            problem=Problem(
+                Reason.CERT_MANAGER_NOT_INSTALLED,
+                f"tls.mode CertManager needs cert-manager, and the {CERTIFICATE_CRD} CRD is not installed: install "
+                f"cert-manager ({CERT_MANAGER_INSTALL}), or use tls.mode SelfSigned",
+            ),
+        )
+    applied = (await _apply(cluster, render_certificate(model)),)
+    stored = await cluster.read_secret(model.ref.namespace, secret_name) or {}
+    # Only what the pods need: a chain through an intermediate would fail a direct check against ca.crt.
+    problems = certs.check_tls_secret({k: v for k, v in stored.items() if k != certs.CA_CERT_KEY}, now)
+    if problems:
+        issuer = model.spec.tls.issuer_ref
+        assert issuer is not None  # parse_tls requires it in mode CertManager
+        return TLSState(
+            TLSMode.CERT_MANAGER,
+            secret_name,
+            problem=Problem(
+                Reason.CERTIFICATE_PENDING,
+                f"waiting for cert-manager to issue Certificate {secret_name} (issuer {issuer.kind.value} "
+                f"{issuer.name}) into Secret {secret_name}: {'; '.join(problems)}",
+            ),
+            applied=applied,
+        )
+    return TLSState(
+        TLSMode.CERT_MANAGER, secret_name, certs.read_certificate(stored[certs.TLS_CERT_KEY]), applied=applied
+    )
+
+
+async def _client_ca_problem(model: InferenceModel, cluster: TLSCluster, secret_name: str) -> Problem | None:
+    namespace = model.ref.namespace
+    data = await cluster.read_secret(namespace, secret_name)
+    where = f"spec.tls.clientCASecretName: Secret {secret_name!r}"
+    if data is None:
+        return Problem(
+            Reason.TLS_SECRET_MISSING,
+            f"{where} not found in namespace {namespace}; create it with the client CA in key {certs.CA_CERT_KEY!r}",
+        )
+    try:
+        certs.read_certificate(data.get(certs.CA_CERT_KEY) or b"")
+    except ValueError:
+        return Problem(
+            Reason.TLS_SECRET_INVALID, f"{where}: key {certs.CA_CERT_KEY!r} is missing or not a PEM certificate"
+        )
+    return None
+
+
+async def _apply(cluster: TLSCluster, manifest: Mapping[str, Any]) -> str:
+    await cluster.apply(manifest)
+    return f"{manifest['kind']}/{manifest['metadata']['name']}"
+
+
+def _timestamp(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,151 @@
+"""The traffic part of an InferenceModel's status: `status.traffic` (desired vs applied per version, the mode),
+the conditions a held canary or a draining version changes, and an Event for each shift. Pure."""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from skiff_operator.routing import GRPC_ROUTE_KIND, Mode, OwnedChild, PreviousTraffic, RoutingPlan
+from skiff_operator.spec import InferenceModel
+from skiff_operator.status import DEGRADED, PROGRESSING, Condition, Reason, StatusEvent, render_conditions
+from skiff_operator.traffic import HoldReason
+
+
+class TrafficReason(enum.StrEnum):
+    """Condition and Event reasons about traffic; docs/operator.md explains each."""
+
+    CANARY_NOT_READY = "CanaryNotReady"
+    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+    DRAINING = "Draining"
+    GATEWAY_API_MISSING = "GatewayAPIMissing"
+    TRAFFIC_SHIFTED = "TrafficShifted"
+    VERSION_DELETED = "VersionDeleted"
+
+
+# Progressing reasons a traffic hold may replace; anything else (PVCNotFound, RolloutStuck...) says more.
+_REPLACEABLE_PROGRESS = frozenset({Reason.ROLLING_OUT.value, Reason.ROLLOUT_COMPLETE.value})
+
+
+def split_names(model: InferenceModel, plan: RoutingPlan) -> list[str]:
+    """Versions shown in a split: the spec's, in order, then removed ones still routed."""
+    in_spec = [v.name for v in model.spec.versions]
+    return in_spec + sorted(set(plan.decision.applied) - set(in_spec))
+
+
+def format_split(weights: Mapping[str, int], order: Sequence[str], separator: str = ",") -> str:
+    return separator.join(f"{name}={weights.get(name, 0)}" for name in order)
+
+
+def render_traffic_status(model: InferenceModel, plan: RoutingPlan) -> dict[str, Any]:
+    holds = {hold.version: hold.reason for hold in plan.decision.holds}
+    listed = {v.name for v in model.spec.versions} | set(plan.decision.applied) | plan.keep_versions
+    versions = []
+    for entry in plan.inputs:
+        if entry.name not in listed:
+            continue
+        rendered: dict[str, Any] = {
+            "name": entry.name,
+            "desiredPercent": entry.desired,
+            "appliedPercent": plan.decision.applied.get(entry.name, 0),
+            "readyReplicas": entry.ready_replicas,
+        }
+        if entry.name in holds:
+            rendered["held"] = str(holds[entry.name])
+        elif not entry.in_spec:
+            rendered["held"] = str(HoldReason.REMOVED)
+        if entry.name in plan.not_ready_since:
+            rendered["notReadySince"] = _stamp(plan.not_ready_since[entry.name])
+        versions.append(rendered)
+    status: dict[str, Any] = {
+        "mode": str(plan.choice.mode),
+        "message": plan.choice.message,
+        "desiredSplit": ",".join(f"{s.version}={s.percent}" for s in model.spec.traffic),
+        "versions": versions,
+        "route": None,  # status is merge-patched: None removes a route left from Gateway mode
+    }
+    route = next((m for m in plan.manifests if m["kind"] == GRPC_ROUTE_KIND), None)
+    if plan.choice.mode is Mode.GATEWAY and route is not None:
+        status["route"] = route["metadata"]["name"]
+    return status
+
+
+def add_traffic_status(
+    status: Mapping[str, Any],
+    model: InferenceModel,
+    plan: RoutingPlan,
+    *,
+    previous_conditions: Sequence[Mapping[str, Any]],
+    now: datetime.datetime,
+) -> dict[str, Any]:
+    """`status` (from status.summarize_status) with status.traffic, the applied split in trafficSplit, and the
+    Progressing/Degraded conditions a traffic hold, a drain or an unusable mode changes."""
+    result = dict(status)
+    result["traffic"] = render_traffic_status(model, plan)
+    result["trafficSplit"] = format_split(plan.decision.applied, split_names(model, plan))
+    current = {c["type"]: c for c in result.get("conditions", [])}
+    overrides = traffic_conditions(plan, current)
+    if overrides:
+        generation = model.ref.generation
+        replaced = {c.type: render_conditions([c], previous_conditions, generation, now)[0] for c in overrides}
+        result["conditions"] = [replaced.get(c["type"], c) for c in result.get("conditions", [])]
+    return result
+
+
+def traffic_conditions(plan: RoutingPlan, current: Mapping[str, Mapping[str, Any]]) -> list[Condition]:
+    """Progressing and Degraded as traffic changes them (only the ones that change)."""
+    by_reason: dict[HoldReason, list[str]] = {}
+    for hold in plan.decision.holds:
+        by_reason.setdefault(hold.reason, []).append(hold.message)
+    progressing = current.get(PROGRESSING, {})
+    degraded = current.get(DEGRADED, {})
+    result: list[Condition] = []
+    problems: list[tuple[str, str]] = []
+    if plan.choice.problem is not None:
+        problems.append((TrafficReason.GATEWAY_API_MISSING, plan.choice.problem))
+    if HoldReason.PROGRESS_DEADLINE_EXCEEDED in by_reason:
+        message = "; ".join(by_reason[HoldReason.PROGRESS_DEADLINE_EXCEEDED])
+        result.append(Condition(PROGRESSING, "False", TrafficReason.PROGRESS_DEADLINE_EXCEEDED, message))
+        problems.append((TrafficReason.PROGRESS_DEADLINE_EXCEEDED, message))
+    elif progressing.get("reason") in _REPLACEABLE_PROGRESS:
+        for reason, condition_reason in (
+            (HoldReason.NOT_READY, TrafficReason.CANARY_NOT_READY),
+            (HoldReason.REMOVED, TrafficReason.DRAINING),
+        ):
+            if reason in by_reason:
+                result.append(Condition(PROGRESSING, "True", condition_reason, "; ".join(by_reason[reason])))
+                break
+    if problems:
+        messages = [message for _, message in problems]
+        if degraded.get("status") == "True" and degraded.get("message"):
+            messages.append(str(degraded["message"]))
+        result.append(Condition(DEGRADED, "True", problems[0][0], "; ".join(messages)))
+    return result
+
+
+def traffic_events(
+    model: InferenceModel, previous: PreviousTraffic, plan: RoutingPlan, deleted: Sequence[OwnedChild]
+) -> list[StatusEvent]:
+    """TrafficShifted when the applied split changes ("v1=90 v2=10 -> v1=50 v2=50"); VersionDeleted when a
+    removed version's children are deleted after draining."""
+    events: list[StatusEvent] = []
+    before = {name: percent for name, percent in previous.applied.items() if percent > 0}
+    after = {name: percent for name, percent in plan.decision.applied.items() if percent > 0}
+    if before != after:
+        order = split_names(model, plan)
+        order += sorted(set(previous.applied) - set(order))
+        old = format_split(previous.applied, [n for n in order if n in previous.applied], " ") or "none"
+        new = format_split(plan.decision.applied, [n for n in order if n in plan.decision.applied], " ")
+        mode = f" ({plan.choice.mode} mode)"
+        events.append(StatusEvent("Normal", TrafficReason.TRAFFIC_SHIFTED, f"{old} -> {new}{mode}"))
+    for version in sorted({child.version for child in deleted if child.version}):
+        objects = ", ".join(f"{c.kind}/{c.name}" for c in deleted if c.version == version)
+        message = f"version {version} was removed from the spec and has drained; deleted {objects}"
+        events.append(StatusEvent("Normal", TrafficReason.VERSION_DELETED, message))
+    return events
+
+
+def _stamp(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,327 @@
+"""Routing: mode selection, traffic inputs from child states, per-mode manifests and replicas, pruning,
+status.traffic and conditions, and whole canary lifecycles through reconcile against a fake cluster."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from skiff_operator.reconcile import reconcile
+from skiff_operator.routing import (
+    Mode,
+    OwnedChild,
+    PreviousTraffic,
+    choose_mode,
+    plan_routing,
+    previous_traffic,
+    prune,
+    service_targets,
+    version_traffic,
+)
+from skiff_operator.spec import GatewayRef, Routing, RoutingMode, parse_inference_model
+from skiff_operator.status import DeploymentState
+from skiff_operator.traffic import HoldReason
+from tests.test_reconcile import FakeCluster, condition
+
+NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
+Body = Callable[..., dict[str, Any]]
+GATEWAYS = [{"name": "public", "namespace": "infra", "sectionName": "grpc"}]
+
+
+def canary_body(make_body: Body, v1: int, v2: int | None, **extra: Any) -> dict[str, Any]:
+    versions = [{"name": "v1", "modelUri": "pvc://models/m/v1", "replicas": 3}]
+    traffic = [{"version": "v1", "percent": v1}]
+    if v2 is not None:
+        versions.append({"name": "v2", "modelUri": "pvc://models/m/v2", "replicas": 1})
+        traffic.append({"version": "v2", "percent": v2})
+    return make_body(name="fraud", versions=versions, traffic=traffic, **extra)
+
+
+def deployment(ready: int, *, deadline: bool = False) -> DeploymentState:
+    return DeploymentState(1, 1, ready, ready, ready, ready, progress_deadline_exceeded=deadline)
+
+
+# -- mode selection ----------------------------------------------------------------------------------------------
+
+GW = (GatewayRef("public", "infra"),)
+
+
+@pytest.mark.parametrize(
+    ("routing", "served", "mode", "problem", "says"),
+    [
+        (Routing(RoutingMode.AUTO, GW), True, Mode.GATEWAY, False, "GRPCRoute"),
+        (Routing(RoutingMode.AUTO, GW), False, Mode.SERVICE, False, "Gateway API is not installed"),
+        (Routing(RoutingMode.AUTO), True, Mode.SERVICE, False, "names no gateway"),
+        (Routing(RoutingMode.SERVICE, GW), True, Mode.SERVICE, False, "mode is Service"),
+        (Routing(RoutingMode.GATEWAY, GW), True, Mode.GATEWAY, False, "infra/public"),
+        (Routing(RoutingMode.GATEWAY, GW), False, Mode.GATEWAY, True, "not installed"),
+    ],
+)
+def test_mode_choice(routing: Routing, served: bool, mode: Mode, problem: bool, says: str) -> None:
+    choice = choose_mode(routing, served)
+    assert choice.mode is mode
+    assert (choice.problem is not None) == problem
+    assert says in choice.message
+
+
+# -- traffic inputs from child states ------------------------------------------------------------------------
+
+
+def test_version_traffic_reads_ready_replicas_deadlines_previous_split_and_removed_versions(make_body: Body) -> None:
+    model = parse_inference_model(canary_body(make_body, 90, 10))
+    owned = [
+        OwnedChild("Deployment", "fraud-v1", "v1", ready_replicas=3),
+        OwnedChild("Deployment", "fraud-v2", "v2", progress_deadline_exceeded=True),
+        OwnedChild("Deployment", "fraud-v0", "v0", ready_replicas=2),
+        OwnedChild("Service", "fraud", None),
+    ]
+    inputs, since = version_traffic(model, owned, PreviousTraffic({"v0": 20, "v1": 80}), NOW)
+    by_name = {v.name: v for v in inputs}
+    assert [v.name for v in inputs] == ["v1", "v2", "v0"]
+    assert (by_name["v1"].desired, by_name["v1"].ready_replicas, by_name["v1"].applied) == (90, 3, 80)
+    assert by_name["v2"].deadline_exceeded
+    assert by_name["v2"].ready_replicas == 0
+    assert (by_name["v0"].in_spec, by_name["v0"].desired, by_name["v0"].applied) == (False, 0, 20)
+    assert since == {"v2": NOW}  # wants traffic, no ready pod: its own deadline clock starts
+
+
+def test_own_deadline_clock_holds_a_version_with_no_deployment(make_body: Body) -> None:
+    body = canary_body(make_body, 90, 10)
+    body["spec"]["versions"][1]["progressDeadlineSeconds"] = 60
+    model = parse_inference_model(body)
+    started = NOW - datetime.timedelta(seconds=61)
+    owned = [OwnedChild("Deployment", "fraud-v1", "v1", ready_replicas=3)]
+    inputs, since = version_traffic(model, owned, PreviousTraffic({"v1": 100}, {"v2": started}), NOW)
+    assert since["v2"] == started
+    assert next(v for v in inputs if v.name == "v2").deadline_exceeded
+    fresh, _ = version_traffic(model, owned, PreviousTraffic({"v1": 100}, {"v2": NOW}), NOW)
+    assert not next(v for v in fresh if v.name == "v2").deadline_exceeded
+
+
+def test_previous_traffic_round_trips_from_status() -> None:
+    status = {
+        "traffic": {
+            "versions": [
+                {"name": "v1", "appliedPercent": 90},
+                {"name": "v2", "appliedPercent": 10, "notReadySince": "2026-05-01T11:59:00Z"},
+                {"name": 3},
+                "junk",
+            ]
+        }
+    }
+    previous = previous_traffic(status)
+    assert previous.applied == {"v1": 90, "v2": 10}
+    assert previous.not_ready_since == {"v2": NOW - datetime.timedelta(minutes=1)}
+    assert previous_traffic(None) == PreviousTraffic()
+
+
+# -- manifests and replicas per mode ---------------------------------------------------------------------------
+
+
+def test_gateway_mode_renders_a_route_with_the_applied_weights(make_body: Body) -> None:
+    model = parse_inference_model(canary_body(make_body, 90, 10, routing={"gateways": GATEWAYS}))
+    owned = [OwnedChild("Deployment", "fraud-v1", "v1", 3), OwnedChild("Deployment", "fraud-v2", "v2", 1)]
+    plan = plan_routing(model, owned, PreviousTraffic({"v1": 100}), grpc_route_served=True, now=NOW)
+    service, route = plan.manifests
+    assert route["kind"] == "GRPCRoute"
+    assert [(b["name"], b["weight"]) for b in route["spec"]["rules"][0]["backendRefs"]] == [
+        ("fraud-v1", 90),
+        ("fraud-v2", 10),
+    ]
+    assert route["spec"]["parentRefs"][0]["name"] == "public"
+    assert service["spec"]["selector"] == {"skiff.dev/model": "fraud"}  # split: all pods, per connection
+    assert plan.replicas == {"v1": 3, "v2": 1}  # the spec's replicas
+
+
+def test_gateway_mode_model_service_follows_the_applied_not_the_desired_split(make_body: Body) -> None:
+    model = parse_inference_model(canary_body(make_body, 0, 100, routing={"gateways": GATEWAYS}))
+    owned = [OwnedChild("Deployment", "fraud-v1", "v1", 3), OwnedChild("Deployment", "fraud-v2", "v2", 0)]
+    plan = plan_routing(model, owned, PreviousTraffic({"v1": 100}), grpc_route_served=True, now=NOW)
+    assert plan.decision.applied == {"v1": 100, "v2": 0}  # v2 not ready: v1 keeps it all
+    service, route = plan.manifests
+    assert service["spec"]["selector"] == {"skiff.dev/model": "fraud", "skiff.dev/version": "v1"}
+    assert [b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]] == [100, 0]
+    assert plan.replicas["v1"] == 3  # carries more than asked (0%): keeps its ready pods
+
+
+def test_gateway_mode_without_the_gateway_api_renders_no_route(make_body: Body) -> None:
+    body = canary_body(make_body, 90, 10, routing={"mode": "Gateway", "gateways": GATEWAYS})
+    plan = plan_routing(parse_inference_model(body), [], PreviousTraffic(), grpc_route_served=False, now=NOW)
+    assert [m["kind"] for m in plan.manifests] == ["Service"]
+    assert plan.choice.problem is not None
+
+
+@pytest.mark.parametrize(
+    ("v1", "v2", "ready", "replicas"),
+    [
+        (90, 10, {"v1": 3, "v2": 1}, {"v1": 3, "v2": 1}),  # 4 pods: 3.6/0.4, the canary keeps one
+        (50, 50, {"v1": 3, "v2": 1}, {"v1": 3, "v2": 2}),  # v2 short of its 2: v1 keeps its 3 ready pods
+        (50, 50, {"v1": 2, "v2": 2}, {"v1": 2, "v2": 2}),  # both at target
+        (0, 100, {"v1": 2, "v2": 2}, {"v1": 2, "v2": 4}),  # promotion: v1 stays until v2 has 4 ready
+        (0, 100, {"v1": 2, "v2": 4}, {"v1": 0, "v2": 4}),  # then goes
+        (100, 0, {"v1": 0, "v2": 4}, {"v1": 4, "v2": 4}),  # rollback: v2 carries until v1 is ready
+    ],
+)
+def test_service_mode_apportions_replicas_and_never_drops_ready_pods_early(
+    make_body: Body, v1: int, v2: int, ready: dict[str, int], replicas: dict[str, int]
+) -> None:
+    model = parse_inference_model(canary_body(make_body, v1, v2))
+    owned = [OwnedChild("Deployment", f"fraud-{n}", n, r) for n, r in ready.items()]
+    previous = PreviousTraffic({"v1": 0, "v2": 100} if v1 == 100 else {"v1": 100, "v2": 0})
+    plan = plan_routing(model, owned, previous, grpc_route_served=True, now=NOW)  # no gateways named: Service
+    assert plan.choice.mode is Mode.SERVICE
+    assert plan.replicas == replicas
+    (service,) = plan.manifests
+    assert service["spec"]["selector"] == {"skiff.dev/model": "fraud"}
+
+
+def test_service_targets_use_the_total_replicas(make_body: Body) -> None:
+    assert service_targets(parse_inference_model(canary_body(make_body, 75, 25))) == {"v1": 3, "v2": 1}
+
+
+# -- pruning -----------------------------------------------------------------------------------------------------
+
+
+def test_prune_removes_children_of_drained_versions_and_unused_routes_only() -> None:
+    owned = [
+        OwnedChild("Deployment", "m-v1", "v1"),
+        OwnedChild("Service", "m-v1", "v1"),
+        OwnedChild("Deployment", "m-v0", "v0"),
+        OwnedChild("Service", "m-v0", "v0"),
+        OwnedChild("Deployment", "m-old", "old"),
+        OwnedChild("Service", "m", None),
+        OwnedChild("GRPCRoute", "m", None),
+        OwnedChild("Service", "m-extra", None),  # not ours to judge: no version, not a route
+    ]
+    rendered = {("Deployment", "m-v1"), ("Service", "m-v1"), ("Service", "m")}
+    doomed = prune(owned, rendered, in_spec={"v1"}, keep_versions={"old"})
+    assert [(c.kind, c.name) for c in doomed] == [("Deployment", "m-v0"), ("Service", "m-v0"), ("GRPCRoute", "m")]
+    assert prune(owned, rendered | {("GRPCRoute", "m")}, {"v1"}, {"old", "v0"}) == []
+
+
+# -- whole lifecycles through reconcile --------------------------------------------------------------------------
+
+
+async def _step(body: dict[str, Any], cluster: FakeCluster, at: datetime.datetime = NOW) -> Any:
+    outcome = await reconcile(body, cluster, at)
+    body["status"] = outcome.status
+    return outcome
+
+
+def _route_weights(cluster: FakeCluster) -> dict[str, int]:
+    route = cluster.objects[("GRPCRoute", "fraud")]
+    return {b["name"]: b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]}
+
+
+def _traffic(status: dict[str, Any]) -> dict[str, tuple[int, int, str | None]]:
+    return {v["name"]: (v["desiredPercent"], v["appliedPercent"], v.get("held")) for v in status["traffic"]["versions"]}
+
+
+async def test_canary_lifecycle_in_gateway_mode(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.gateway_api = True
+    cluster.deployment_states["v1"] = deployment(3)
+    body = canary_body(make_body, 100, None, routing={"gateways": GATEWAYS})
+    await _step(body, cluster)
+    assert _route_weights(cluster) == {"fraud-v1": 0}  # nothing ran before this reconcile: no ready pod yet
+    await _step(body, cluster)
+    assert _route_weights(cluster) == {"fraud-v1": 100}
+
+    # Add v2 at 10%: held at 0% until it has a ready pod, with the reason in Progressing.
+    new = canary_body(make_body, 90, 10, routing={"gateways": GATEWAYS})
+    body["spec"] = new["spec"]
+    outcome = await _step(body, cluster)
+    assert _route_weights(cluster) == {"fraud-v1": 100, "fraud-v2": 0}
+    assert _traffic(outcome.status)["v2"] == (10, 0, "NotReady")
+    assert condition(outcome.status, "Progressing") == ("True", "CanaryNotReady")
+    assert condition(outcome.status, "Ready") == ("True", "AllVersionsReady")  # v1 serves everything
+    assert outcome.status["trafficSplit"] == "v1=100,v2=0"
+    assert outcome.status["traffic"]["desiredSplit"] == "v1=90,v2=10"
+    assert outcome.status["traffic"]["mode"] == "Gateway"
+    assert outcome.status["traffic"]["route"] == "fraud"
+
+    cluster.deployment_states["v2"] = deployment(1)
+    outcome = await _step(body, cluster)
+    assert _route_weights(cluster) == {"fraud-v1": 90, "fraud-v2": 10}
+    assert [e.message for e in outcome.events if e.reason == "TrafficShifted"] == [
+        "v1=100 v2=0 -> v1=90 v2=10 (Gateway mode)"
+    ]
+    assert outcome.status["trafficSplit"] == "v1=90,v2=10"
+
+    for v1, v2 in ((50, 50), (0, 100), (90, 10)):  # 50/50, promotion, rollback
+        body["spec"]["traffic"] = [{"version": "v1", "percent": v1}, {"version": "v2", "percent": v2}]
+        await _step(body, cluster)
+        assert _route_weights(cluster) == {"fraud-v1": v1, "fraud-v2": v2}
+
+    # Promote again, then remove v1 from the spec: it drains (weight 0 applied), then its children go.
+    body["spec"]["traffic"] = [{"version": "v2", "percent": 100}]
+    body["spec"]["versions"] = body["spec"]["versions"][1:]
+    outcome = await _step(body, cluster)
+    assert _route_weights(cluster) == {"fraud-v1": 0, "fraud-v2": 100}
+    assert ("Deployment", "fraud-v1") in cluster.objects
+    assert _traffic(outcome.status)["v1"] == (0, 0, "Removed")
+    assert condition(outcome.status, "Progressing")[1] == "Draining"
+    outcome = await _step(body, cluster)
+    assert set(cluster.deleted) == {("Deployment", "fraud-v1"), ("Service", "fraud-v1")}
+    assert _route_weights(cluster) == {"fraud-v2": 100}
+    assert "v1" not in _traffic(outcome.status)
+    assert [e.reason for e in outcome.events] == ["VersionDeleted"]
+    outcome = await _step(body, cluster)
+    assert outcome.events == ()
+
+
+async def test_canary_past_its_deadline_is_held_and_degraded(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.gateway_api = True
+    cluster.deployment_states.update(v1=deployment(3), v2=deployment(0, deadline=True))
+    body = canary_body(make_body, 90, 10, routing={"gateways": GATEWAYS})
+    await _step(body, cluster)  # creates the children; the next reconcile reads their state
+    outcome = await _step(body, cluster)
+    assert _route_weights(cluster) == {"fraud-v1": 100, "fraud-v2": 0}
+    assert _traffic(outcome.status)["v2"] == (10, 0, str(HoldReason.PROGRESS_DEADLINE_EXCEEDED))
+    assert condition(outcome.status, "Progressing") == ("False", "ProgressDeadlineExceeded")
+    assert condition(outcome.status, "Degraded") == ("True", "ProgressDeadlineExceeded")
+    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    assert "v2 did not become ready within its progress deadline" in message
+    assert ("Warning", "ProgressDeadlineExceeded") in [(e.type, e.reason) for e in outcome.events]
+
+
+async def test_switching_to_service_mode_deletes_the_route(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.gateway_api = True
+    cluster.deployment_states.update(v1=deployment(3), v2=deployment(1))
+    body = canary_body(make_body, 75, 25, routing={"gateways": GATEWAYS})
+    await _step(body, cluster)
+    await _step(body, cluster)
+    assert ("GRPCRoute", "fraud") in cluster.objects
+    body["spec"]["routing"] = {"mode": "Service"}
+    outcome = await _step(body, cluster)
+    assert ("GRPCRoute", "fraud") in cluster.deleted
+    assert outcome.status["traffic"]["mode"] == "Service"
+    assert outcome.status["traffic"]["route"] is None
+    assert cluster.objects[("Service", "fraud")]["spec"]["selector"] == {"skiff.dev/model": "fraud"}
+
+
+async def test_service_mode_without_the_gateway_api_says_so(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.deployment_states.update(v1=deployment(3), v2=deployment(1))
+    body = canary_body(make_body, 90, 10, routing={"gateways": GATEWAYS})
+    await _step(body, cluster)
+    outcome = await _step(body, cluster)
+    assert ("GRPCRoute", "fraud") not in cluster.objects
+    assert outcome.status["traffic"]["mode"] == "Service"
+    assert "Gateway API is not installed" in outcome.status["traffic"]["message"]
+    assert cluster.objects[("Deployment", "fraud-v1")]["spec"]["replicas"] == 3
+    assert cluster.objects[("Deployment", "fraud-v2")]["spec"]["replicas"] == 1
+
+
+async def test_explicit_gateway_mode_without_the_gateway_api_is_degraded(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.deployment_states.update(v1=deployment(3), v2=deployment(1))
+    body = canary_body(make_body, 90, 10, routing={"mode": "Gateway", "gateways": GATEWAYS})
+    outcome = await _step(body, cluster)
+    assert condition(outcome.status, "Degraded") == ("True", "GatewayAPIMissing")
+    assert ("Deployment", "fraud-v2") in cluster.objects  # the versions still run

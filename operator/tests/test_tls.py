@@ -1,0 +1,291 @@
+"""tls (the reconcile's TLS step): SelfSigned issues once and renews only when needed (2/3 of the lifetime, SAN
+set, CA), user Secrets and cert-manager give readable conditions, and no key material reaches status or Events."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cryptography import x509
+
+from skiff_operator import certs
+from skiff_operator.reconcile import reconcile
+from skiff_operator.routing import OwnedChild
+from skiff_operator.spec import InferenceModel, parse_inference_model
+from skiff_operator.tls import reconcile_tls
+from tests.test_reconcile import FakeCluster, condition
+
+NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
+Body = Callable[..., dict[str, Any]]
+SELF_SIGNED = {"mode": "SelfSigned"}
+TWO_VERSIONS = {
+    "versions": [{"name": "v1", "modelUri": "pvc://models/a"}, {"name": "v2", "modelUri": "pvc://models/b"}],
+    "traffic": [{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}],
+}
+
+
+class TLSFakeCluster(FakeCluster):
+    """FakeCluster plus Secrets (applied ones and the user's) and installed CRDs."""
+
+    def __init__(self, crds: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.crds = set(crds)
+        self.reads: list[str] = []
+
+    def put_secret(self, name: str, data: Mapping[str, bytes]) -> None:
+        encoded = {key: base64.b64encode(value).decode() for key, value in data.items()}
+        self.objects[("Secret", name)] = {"kind": "Secret", "metadata": {"name": name}, "data": encoded}
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        self.reads.append(name)
+        secret = self.objects.get(("Secret", name))
+        if secret is None:
+            return None
+        return {key: base64.b64decode(value) for key, value in secret.get("data", {}).items()}
+
+    async def crd_serves(self, name: str, version: str) -> bool:
+        return name in self.crds
+
+    # Until FakeCluster learns routing's reads (issue 6 is adding them), the TLS tests bring their own.
+    if not hasattr(FakeCluster, "list_owned"):
+
+        async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
+            return tuple(
+                OwnedChild(kind, name, (obj["metadata"].get("labels") or {}).get("skiff.dev/version"))
+                for (kind, name), obj in self.objects.items()
+                if kind in ("Deployment", "Service")
+            )
+
+        async def delete_child(self, namespace: str, child: OwnedChild) -> None:
+            self.objects.pop((child.kind, child.name), None)
+
+    def secret(self, name: str) -> dict[str, bytes]:
+        data = self.objects[("Secret", name)]["data"]
+        return {key: base64.b64decode(value) for key, value in data.items()}
+
+    def certificate(self, name: str = "demo-tls") -> x509.Certificate:
+        return x509.load_pem_x509_certificate(self.secret(name)["tls.crt"])
+
+
+def dns_names(cert: x509.Certificate) -> set[str]:
+    extension = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return set(extension.get_values_for_type(x509.DNSName))
+
+
+def applied_secrets(applied: tuple[str, ...]) -> list[str]:
+    return [item for item in applied if item.startswith("Secret/")]
+
+
+async def test_self_signed_creates_the_ca_and_the_server_secret(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    outcome = await reconcile(make_body(tls=SELF_SIGNED), cluster, NOW)
+    assert applied_secrets(outcome.applied) == ["Secret/demo-tls-ca", "Secret/demo-tls"]
+    assert outcome.applied[-3:] == ("Deployment/demo-v1", "Service/demo-v1", "Service/demo")
+    assert sorted(cluster.secret("demo-tls-ca")) == ["ca.crt", "ca.key"]
+    server = cluster.certificate()
+    assert dns_names(server) == {"demo", "demo.ml", "demo.ml.svc", "demo.ml.svc.cluster.local"} | {
+        "demo-v1", "demo-v1.ml", "demo-v1.ml.svc", "demo-v1.ml.svc.cluster.local"
+    }  # fmt: skip
+    ca = x509.load_pem_x509_certificate(cluster.secret("demo-tls-ca")["ca.crt"])
+    server.verify_directly_issued_by(ca)
+    assert cluster.secret("demo-tls")["ca.crt"] == cluster.secret("demo-tls-ca")["ca.crt"]
+    assert [e.reason for e in outcome.events][:2] == ["CertificateIssued", "CertificateIssued"]
+    assert outcome.status["tls"] == {
+        "mode": "SelfSigned",
+        "secretName": "demo-tls",
+        "notAfter": (NOW + certs.SERVER_LIFETIME).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "dnsNames": sorted(dns_names(server), key=list(outcome.status["tls"]["dnsNames"]).index),
+    }
+
+
+async def test_self_signed_is_not_reissued_on_every_reconcile(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    body = make_body(tls=SELF_SIGNED)
+    await reconcile(body, cluster, NOW)
+    before = copy.deepcopy(cluster.objects)
+    later = await reconcile(body, cluster, NOW + datetime.timedelta(days=30))
+    assert applied_secrets(later.applied) == []
+    assert [e.reason for e in later.events if e.reason.startswith("Certificate")] == []
+    assert cluster.objects == before
+    assert {"demo-tls-ca", "demo-tls"} <= set(cluster.reads)  # it did look
+
+
+async def test_renewal_at_two_thirds_of_the_lifetime_keeps_the_ca_and_the_deployment(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    body = make_body(tls=SELF_SIGNED)
+    await reconcile(body, cluster, NOW)
+    ca_before = cluster.secret("demo-tls-ca")
+    serial = cluster.certificate().serial_number
+    deployment = copy.deepcopy(cluster.objects[("Deployment", "demo-v1")])
+
+    just_before = NOW + certs.SERVER_LIFETIME * 2 / 3 - datetime.timedelta(hours=1)
+    assert applied_secrets((await reconcile(body, cluster, just_before)).applied) == []
+    after = NOW + certs.SERVER_LIFETIME * 2 / 3 + datetime.timedelta(hours=1)
+    renewed = await reconcile(body, cluster, after)
+
+    assert applied_secrets(renewed.applied) == ["Secret/demo-tls"]  # the CA stays
+    assert cluster.secret("demo-tls-ca") == ca_before
+    assert cluster.certificate().serial_number != serial
+    assert cluster.certificate().not_valid_after_utc > after + datetime.timedelta(days=80)
+    (event,) = [e for e in renewed.events if e.reason == "CertificateRenewed"]
+    assert "NearExpiry" in event.message
+    # The pods are not rolled: the runtime reloads the renewed files.
+    assert cluster.objects[("Deployment", "demo-v1")] == deployment
+
+
+async def test_adding_a_version_renews_for_the_new_service_names(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    await reconcile(make_body(tls=SELF_SIGNED), cluster, NOW)
+    outcome = await reconcile(make_body(tls=SELF_SIGNED, **TWO_VERSIONS), cluster, NOW + datetime.timedelta(hours=1))
+    assert applied_secrets(outcome.applied) == ["Secret/demo-tls"]
+    assert {"demo-v2", "demo-v2.ml.svc.cluster.local"} <= dns_names(cluster.certificate())
+    (event,) = [e for e in outcome.events if e.reason == "CertificateRenewed"]
+    assert "SANsChanged" in event.message
+    assert "demo-v2" in event.message
+    assert "demo-v2.ml.svc" in outcome.status["tls"]["dnsNames"]
+
+
+async def test_a_deleted_ca_is_recreated_and_the_server_certificate_follows(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    body = make_body(tls=SELF_SIGNED)
+    await reconcile(body, cluster, NOW)
+    del cluster.objects[("Secret", "demo-tls-ca")]
+    outcome = await reconcile(body, cluster, NOW + datetime.timedelta(minutes=1))
+    assert applied_secrets(outcome.applied) == ["Secret/demo-tls-ca", "Secret/demo-tls"]
+    ca = x509.load_pem_x509_certificate(cluster.secret("demo-tls-ca")["ca.crt"])
+    cluster.certificate().verify_directly_issued_by(ca)
+
+
+async def test_a_tampered_server_secret_is_replaced(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    body = make_body(tls=SELF_SIGNED)
+    await reconcile(body, cluster, NOW)
+    data = cluster.secret("demo-tls")
+    cluster.put_secret("demo-tls", {"tls.crt": data["tls.crt"], "ca.crt": data["ca.crt"]})  # key gone
+    outcome = await reconcile(body, cluster, NOW)
+    assert applied_secrets(outcome.applied) == ["Secret/demo-tls"]
+    assert certs.check_tls_secret(cluster.secret("demo-tls"), NOW) == []
+
+
+async def test_missing_user_secret_holds_the_deployment_with_a_readable_condition(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    outcome = await reconcile(make_body(tls={"mode": "Secret", "secretName": "my-cert"}), cluster, NOW)
+    assert ("Deployment", "demo-v1") not in cluster.objects
+    assert condition(outcome.status, "Ready") == ("False", "TLSSecretMissing")
+    assert condition(outcome.status, "Degraded") == ("True", "TLSSecretMissing")
+    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert "'my-cert' not found in namespace ml" in message
+    assert outcome.status["tls"] == {"mode": "Secret", "secretName": "my-cert", "notAfter": None, "dnsNames": None}
+    assert [e.reason for e in outcome.events] == ["TLSSecretMissing"]
+
+
+def user_secret(now: datetime.datetime, lifetime: datetime.timedelta) -> dict[str, bytes]:
+    ca = certs.issue_ca("user CA", now - datetime.timedelta(days=400))
+    server = certs.issue_server_certificate(ca, ["demo.ml.svc"], now - datetime.timedelta(days=1), lifetime)
+    return {"tls.crt": server.cert_pem, "tls.key": server.key_pem, "ca.crt": ca.cert_pem}
+
+
+async def test_bad_user_secrets_are_invalid_and_never_quote_the_key(make_body: Body) -> None:
+    good = user_secret(NOW, datetime.timedelta(days=30))
+    cases = {
+        "missing key 'tls.key'": {"tls.crt": good["tls.crt"]},
+        "certificate expired at": user_secret(NOW, datetime.timedelta(hours=1)),
+        "'tls.crt' is not a PEM certificate": {"tls.crt": b"nonsense", "tls.key": good["tls.key"]},
+    }
+    for expected, data in cases.items():
+        cluster = TLSFakeCluster()
+        cluster.put_secret("my-cert", data)
+        body = make_body(tls={"mode": "Secret", "secretName": "my-cert"})
+        outcome = await reconcile(body, cluster, NOW)
+        assert ("Deployment", "demo-v1") not in cluster.objects, expected
+        assert condition(outcome.status, "Ready") == ("False", "TLSSecretInvalid"), expected
+        message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+        assert expected in message
+        assert "Secret 'my-cert'" in message
+        everything = json.dumps(outcome.status) + "".join(e.message for e in outcome.events)
+        key_body = good["tls.key"].decode().splitlines()[1]
+        assert key_body not in everything
+        assert "PRIVATE KEY" not in everything
+
+
+async def test_good_user_secret_is_mounted_and_reported(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    cluster.put_secret("my-cert", user_secret(NOW, datetime.timedelta(days=30)))
+    outcome = await reconcile(make_body(tls={"mode": "Secret", "secretName": "my-cert"}), cluster, NOW)
+    assert condition(outcome.status, "Ready") == ("False", "RollingOut")
+    volumes = cluster.objects[("Deployment", "demo-v1")]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "my-cert", "defaultMode": 0o440}} in volumes
+    assert outcome.status["tls"]["dnsNames"] == ["demo.ml.svc"]
+    assert applied_secrets(outcome.applied) == []  # the user's Secret is never written
+
+
+async def test_cert_manager_not_installed_says_what_to_install(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    body = make_body(tls={"mode": "CertManager", "issuerRef": {"name": "corp", "kind": "ClusterIssuer"}})
+    outcome = await reconcile(body, cluster, NOW)
+    assert condition(outcome.status, "Ready") == ("False", "CertManagerNotInstalled")
+    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert "certificates.cert-manager.io" in message
+    assert "install cert-manager" in message
+    assert cluster.objects == {}
+
+
+async def test_cert_manager_certificate_is_applied_and_its_secret_used_once_issued(make_body: Body) -> None:
+    cluster = TLSFakeCluster(crds=("certificates.cert-manager.io",))
+    body = make_body(tls={"mode": "CertManager", "issuerRef": {"name": "corp"}})
+    pending = await reconcile(body, cluster, NOW)
+    certificate = cluster.objects[("Certificate", "demo-tls")]
+    assert certificate["spec"]["issuerRef"] == {"name": "corp", "kind": "Issuer", "group": "cert-manager.io"}
+    assert "demo-v1.ml.svc.cluster.local" in certificate["spec"]["dnsNames"]
+    assert ("Deployment", "demo-v1") not in cluster.objects
+    assert condition(pending.status, "Ready") == ("False", "CertificatePending")
+    assert condition(pending.status, "Progressing") == ("True", "CertificatePending")
+    assert condition(pending.status, "Degraded") == ("False", "AsExpected")
+
+    # cert-manager issues it (through an intermediate: ca.crt is the root, which must not matter).
+    root = certs.issue_ca("root", NOW)
+    intermediate = certs.issue_ca("intermediate", NOW)
+    leaf = certs.issue_server_certificate(intermediate, certificate["spec"]["dnsNames"], NOW)
+    chain = leaf.cert_pem + intermediate.cert_pem
+    cluster.put_secret("demo-tls", {"tls.crt": chain, "tls.key": leaf.key_pem, "ca.crt": root.cert_pem})
+    body["status"] = pending.status
+    issued = await reconcile(body, cluster, NOW)
+    assert ("Deployment", "demo-v1") in cluster.objects
+    assert condition(issued.status, "Ready") == ("False", "RollingOut")
+    assert issued.status["tls"]["secretName"] == "demo-tls"
+
+
+async def test_mutual_tls_needs_the_client_ca_secret(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    body = make_body(tls={"mode": "SelfSigned", "clientCASecretName": "clients"})
+    missing = await reconcile(body, cluster, NOW)
+    assert condition(missing.status, "Ready") == ("False", "TLSSecretMissing")
+    assert "clientCASecretName" in next(c["message"] for c in missing.status["conditions"])
+    cluster.put_secret("clients", {"ca.crt": b"not pem"})
+    assert condition((await reconcile(body, cluster, NOW)).status, "Ready") == ("False", "TLSSecretInvalid")
+    cluster.put_secret("clients", {"ca.crt": certs.issue_ca("clients", NOW).cert_pem})
+    ok = await reconcile(body, cluster, NOW)
+    assert ("Deployment", "demo-v1") in cluster.objects
+    assert ok.status["tls"]["mode"] == "SelfSigned"
+
+
+async def test_disabled_reads_no_secret(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    state = await reconcile_tls(parse_inference_model(make_body()), cluster, NOW)
+    assert (state.problem, state.applied, cluster.reads) == (None, (), [])
+    outcome = await reconcile(make_body(), cluster, NOW)
+    assert outcome.status["tls"] == {"mode": "Disabled", "secretName": None, "notAfter": None, "dnsNames": None}
+
+
+async def test_longest_names_fit_in_a_certificate(make_body: Body) -> None:
+    """A common name is at most 64 characters (found by the e2e suite: namespaces are long)."""
+    cluster = TLSFakeCluster()
+    body = make_body(name="m" * 42, namespace="n" * 63, tls=SELF_SIGNED)
+    body["spec"]["versions"][0]["name"] = "v" * 20
+    outcome = await reconcile(body, cluster, NOW)
+    assert condition(outcome.status, "Ready") == ("False", "RollingOut")
+    assert f"{'m' * 42}-{'v' * 20}.{'n' * 63}.svc.cluster.local" in outcome.status["tls"]["dnsNames"]
