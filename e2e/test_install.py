@@ -22,7 +22,7 @@ import yaml
 
 from e2e.cluster import Kubectl, eventually, user_kubeconfig
 from e2e.harness import CRD_PATH, OPERATOR, free_port, install_crd, load_example
-from e2e.helm import CHART, HELM_HINT, Helm, helm_binary
+from e2e.helm import CHART, HELM_HINT, Helm, HelmError, helm_binary
 
 RELEASE = "skiff"
 CRD_NAME = "inferencemodels.skiff.dev"
@@ -36,8 +36,8 @@ def helm(kube: Kubectl) -> Helm:
     return Helm(binary, kubeconfig=kube.kubeconfig)
 
 
-def install(helm: Helm, namespace: str, *set_json: str, command: str = "install") -> str:
-    args = [command, RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "120s"]
+def install(helm: Helm, namespace: str, *set_json: str, command: str = "install", extra: tuple[str, ...] = ()) -> str:
+    args = [command, RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "120s", *extra]
     for pair in set_json:
         args += ["--set-json", pair]
     return helm.run(*args).stdout
@@ -197,25 +197,31 @@ def test_one_rule_removed_is_forbidden_and_helm_upgrade_restores_it(
     with ChartOperator(chart_deployment(kube, namespace), kubeconfig, tmp_path / "operator.log") as operator:
         kube.apply(model)
         eventually(
-            lambda: forbidden_lines(operator.log(), kube, model), timeout=60, what="Forbidden in the operator's log"
+            lambda: forbidden_lines(operator.log(), kube, model),
+            timeout=60,
+            what="Forbidden in the operator's log or the model's status",
         )
         assert any("deployments" in line for line in forbidden_lines(operator.log(), kube, model))
         assert kube.items("deployment", namespace, f"skiff.dev/model={name}") == []
 
-    # helm upgrade with changed values: the Deployment takes them, and the Role gets its rule back.
-    install(
-        helm,
-        namespace,
+    # helm upgrade with changed values. Helm 4 applies server-side: the hand edit of the Role is a conflict it
+    # refuses to overwrite, and --force-conflicts takes the Role back. The Deployment takes the new values.
+    values = (
+        f'watchNamespaces=["{namespace}"]',
+        "crds.install=false",
         'operator.logLevel="DEBUG"',
         'operator.resources={"requests":{"cpu":"50m","memory":"200Mi"},"limits":{"memory":"300Mi"}}',
-        command="upgrade",
     )
+    with pytest.raises(HelmError, match='conflict with "kubectl-replace"'):
+        install(helm, namespace, *values, command="upgrade")
+    install(helm, namespace, *values, command="upgrade", extra=("--force-conflicts",))
     container = chart_deployment(kube, namespace)["spec"]["template"]["spec"]["containers"][0]
     assert "--log-level=DEBUG" in container["args"]
     assert container["resources"] == {"requests": {"cpu": "50m", "memory": "200Mi"}, "limits": {"memory": "300Mi"}}
     assert ["deployments"] in [r["resources"] for r in kube.get("role", RELEASE, "-n", namespace)["rules"]]
     operator_pod_running(kube, namespace)
-    assert json.loads(helm.run("history", RELEASE, "-n", namespace, "-o", "json").stdout)[-1]["revision"] == 2
+    history = json.loads(helm.run("history", RELEASE, "-n", namespace, "-o", "json").stdout)
+    assert [(h["revision"], h["status"]) for h in history] == [(1, "superseded"), (2, "failed"), (3, "deployed")]
 
     helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "60s")
     for kind, name_, ns in [

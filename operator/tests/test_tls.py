@@ -14,8 +14,7 @@ from cryptography import x509
 
 from skiff_operator import certs
 from skiff_operator.reconcile import reconcile
-from skiff_operator.routing import OwnedChild
-from skiff_operator.spec import InferenceModel, parse_inference_model
+from skiff_operator.spec import parse_inference_model
 from skiff_operator.tls import reconcile_tls
 from tests.test_reconcile import FakeCluster, condition
 
@@ -49,19 +48,6 @@ class TLSFakeCluster(FakeCluster):
 
     async def crd_serves(self, name: str, version: str) -> bool:
         return name in self.crds
-
-    # Until FakeCluster learns routing's reads (issue 6 is adding them), the TLS tests bring their own.
-    if not hasattr(FakeCluster, "list_owned"):
-
-        async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
-            return tuple(
-                OwnedChild(kind, name, (obj["metadata"].get("labels") or {}).get("skiff.dev/version"))
-                for (kind, name), obj in self.objects.items()
-                if kind in ("Deployment", "Service")
-            )
-
-        async def delete_child(self, namespace: str, child: OwnedChild) -> None:
-            self.objects.pop((child.kind, child.name), None)
 
     def secret(self, name: str) -> dict[str, bytes]:
         data = self.objects[("Secret", name)]["data"]
