@@ -61,17 +61,19 @@ def test_workers_answer_like_the_in_process_predictor(runtime_factory, model_dir
     runtime.wait_serving()
     spawned = [cmd for _, cmd in _children(runtime.proc.pid) if "spawn_main" in cmd]
     assert len(spawned) == (0 if workers == "1" else 2)
-    failures: list[int] = []
+    # Expected outputs are computed up front, on this thread: the in-process predictor must not be shared
+    # by the client threads (a shared Paddle predictor silently returns wrong answers).
+    seeds = [offset * 100 + i for offset in range(8) for i in range(25)]
+    expected = {seed: engine.run({"image": _images(seed, 1 + seed % 3)})["fetch_name_0"] for seed in seeds}
+    failures: list[tuple[int, float]] = []
 
     def client(offset: int) -> None:
         with SkiffClient(runtime.target) as c:
             for i in range(25):
                 seed = offset * 100 + i
-                batch = 1 + seed % 3
-                got = c.infer("conv", {"image": _images(seed, batch)})["fetch_name_0"]
-                want = engine.run({"image": _images(seed, batch)})["fetch_name_0"]
-                if not np.allclose(got, want, rtol=1e-5, atol=1e-6):
-                    failures.append(seed)
+                got = c.infer("conv", {"image": _images(seed, 1 + seed % 3)})["fetch_name_0"]
+                if got.shape != expected[seed].shape or not np.allclose(got, expected[seed], rtol=1e-5, atol=1e-6):
+                    failures.append((seed, float(np.abs(got - expected[seed]).max())))
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
     for thread in threads:
