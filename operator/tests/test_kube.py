@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import aiohttp
+import pytest
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
-from skiff_operator.kube import deployment_state, owned_by, pod_event, pod_state, translate_error
+from skiff_operator.kube import (
+    DeadlineApiClient,
+    Kube,
+    deployment_state,
+    owned_by,
+    pod_event,
+    pod_state,
+    translate_error,
+)
 
 
 def test_deployment_state_reads_status_and_progressing_reason() -> None:
@@ -113,3 +125,22 @@ def test_secret_data_is_decoded_and_bad_base64_reads_as_missing() -> None:
 
     assert secret_data({"tls.crt": "UEVN", "tls.key": "not base64!"}) == {"tls.crt": b"PEM", "tls.key": b""}
     assert secret_data(None) == {}
+
+
+async def test_a_hung_api_server_times_out_into_a_retryable_error() -> None:
+    """An API server that accepts connections and never answers must not stall a reconcile forever."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # read nothing, answer nothing
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    async with DeadlineApiClient(configuration, request_timeout_s=0.5) as api:
+        with pytest.raises(ClusterUnavailable, match="InferenceModel m"):
+            await Kube(api).read_inference_model("ns", "m")
+    assert time.monotonic() - started < 5
+    assert accepted, "the request reached the hung server"
+    server.close()

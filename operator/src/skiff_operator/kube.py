@@ -24,12 +24,28 @@ FIELD_MANAGER = "skiff-operator"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 _RETRYABLE_STATUS = frozenset({409, 429, 500, 502, 503, 504})
+# Every request gets a deadline: the client library's default is none, so an API server that accepts a
+# connection and never answers would stall a model's reconcile forever. A timeout becomes ClusterUnavailable,
+# which kopf retries with backoff.
+REQUEST_TIMEOUT_S = 30.0
 _NOT_FOUND = 404
 # Custom resources the operator applies: (apiVersion, kind) -> plural.
 _CUSTOM_PLURALS = {
     ("cert-manager.io/v1", "Certificate"): "certificates",
     (GRPC_ROUTE_API_VERSION, GRPC_ROUTE_KIND): "grpcroutes",
 }
+
+
+class DeadlineApiClient(client.ApiClient):
+    """An ApiClient whose requests default to a total timeout instead of none."""
+
+    def __init__(self, *args: Any, request_timeout_s: float = REQUEST_TIMEOUT_S, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.request_timeout_s = request_timeout_s
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["_request_timeout"] = kwargs.get("_request_timeout") or self.request_timeout_s
+        return super().request(*args, **kwargs)
 
 
 class Kube:
@@ -49,7 +65,7 @@ class Kube:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
         except config.ConfigException:
             await config.load_kube_config()
-        async with client.ApiClient() as api:
+        async with DeadlineApiClient() as api:
             yield cls(api)
 
     async def apply(self, manifest: Mapping[str, Any]) -> None:
