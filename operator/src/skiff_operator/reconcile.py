@@ -55,6 +55,34 @@ class Outcome:
 async def reconcile(body: Mapping[str, Any], cluster: Cluster, now: datetime.datetime) -> Outcome:
     """Brings the children in line with the spec and reports where they stand; the same on every call.
 
+    The split is decided from the children as they were when the pass started. When a version became ready
+    during the pass (its status shows ready replicas but no applied weight yet), a second pass routes to it
+    at once: otherwise status would say Ready while no traffic reaches it until the next watch event.
+    """
+    outcome = await _reconcile_once(body, cluster, now)
+    if not traffic_lags_readiness(outcome.status):
+        return outcome
+    second = await _reconcile_once({**body, "status": outcome.status}, cluster, now)
+    return dataclasses.replace(
+        second, events=(*outcome.events, *second.events), applied=(*outcome.applied, *second.applied)
+    )
+
+
+def traffic_lags_readiness(status: Mapping[str, Any]) -> bool:
+    """A version wants traffic and has ready pods, yet the split applied in this pass gave it none."""
+    ready = {v.get("name"): int(v.get("readyReplicas") or 0) for v in status.get("versions") or []}
+    traffic = status.get("traffic") or {}
+    return any(
+        int(v.get("desiredPercent") or 0) > 0
+        and int(v.get("appliedPercent") or 0) == 0
+        and ready.get(v.get("name"), 0) > 0
+        for v in traffic.get("versions") or []
+    )
+
+
+async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: datetime.datetime) -> Outcome:
+    """One pass: parse, TLS, plan routing, apply, prune, read children, summarize.
+
     A spec that cannot be rendered or applied ends in a status with a reason, not an exception: retrying it
     unchanged would fail the same way. Only ClusterUnavailable escapes, for the caller to retry with backoff.
     """
