@@ -286,3 +286,15 @@ def test_version_image_overrides_the_runtime_image(make_body: Body) -> None:
     )
     assert deployment(body, 0)["spec"]["template"]["spec"]["containers"][0]["image"] == "base:1"
     assert deployment(body, 1)["spec"]["template"]["spec"]["containers"][0]["image"] == "x:1"
+
+
+@pytest.mark.parametrize(
+    ("cpu", "threads", "gpu", "workers"),
+    [("4", None, 0, 4), ("4", 2, 0, 2), ("500m", None, 0, 1), ("1.5", None, 0, 1), ("3", 4, 0, 1), ("8", None, 1, 1)],
+)
+def test_worker_processes_follow_the_cpu_request(cpu: str, threads: int | None, gpu: int, workers: int) -> None:
+    from skiff_operator.render.deployment import worker_count
+    from skiff_operator.spec import ModelUri, Resources, Version
+
+    version = Version("v1", ModelUri("c", "p"), 1, "img", Resources(gpu, "nvidia.com/gpu", cpu, "1Gi"))
+    assert worker_count(version, threads) == workers

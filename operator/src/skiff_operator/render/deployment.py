@@ -177,6 +177,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_DEVICE, "gpu:0" if gpu else "cpu"),
         (contract.ENV_MAX_BATCH_SIZE, runtime.max_batch_size),
         (contract.ENV_CPU_THREADS, runtime.cpu_threads),
+        (contract.ENV_WORKERS, worker_count(version, runtime.cpu_threads)),
         (contract.ENV_ENABLE_MKLDNN, runtime.enable_mkldnn),
         (contract.ENV_GPU_MEMORY_POOL_MB, runtime.gpu_memory_pool_mb if gpu else None),
         (contract.ENV_TENSORRT_PRECISION, runtime.tensorrt_precision.value if gpu else None),
@@ -186,6 +187,20 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         *render_tls_env(model),
     ]
     return [{"name": name, "value": _env_value(value)} for name, value in values if value is not None]
+
+
+def cpu_cores(quantity: str) -> float:
+    """A Kubernetes CPU quantity ("2", "1.5", "500m") in cores."""
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def worker_count(version: Version, cpu_threads: int | None) -> int:
+    """Runtime worker processes (one predictor each): one per GPU pod; on CPU, the requested cores divided by
+    the threads each predictor uses. Set explicitly: in a pod without a CPU limit the runtime would see every
+    core of the node."""
+    if version.resources.gpu > 0:
+        return 1
+    return max(1, int(cpu_cores(version.resources.cpu) // (cpu_threads or 1)))
 
 
 def _env_value(value: object) -> str:
