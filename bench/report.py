@@ -220,6 +220,7 @@ def render(report: Mapping[str, Any]) -> str:
     settings = report["settings"]
     load = report["load"]
     concurrencies = [int(c) for c in settings["concurrency"]]
+    waited = f", including {load['waited_s'] / 60:.0f} min waiting for the load" if load.get("waited_s") else ""
     out = [
         "# Skiff benchmark results",
         "",
@@ -232,7 +233,8 @@ def render(report: Mapping[str, Any]) -> str:
         f"- CPU: {machine['cpu_model']} — `nproc` {machine['nproc']}; RAM {machine['ram_gib']:.1f} GiB; "
         f"kernel {machine['kernel']}",
         f"- Python {machine['python']}; " + ", ".join(f"{k} {v}" for k, v in machine["packages"].items()),
-        f"- Command: `{report['command']}` (started {report['started']}, took {report['duration_min']:.1f} min)",
+        f"- Command: `{report['command']}` (started {report['started']}, took {report['duration_min']:.1f} min"
+        f"{waited})",
         f"- Mode: {'GPU (' + settings['device'] + ')' if settings['device'] != 'cpu' else 'CPU'}"
         f"{', --quick' if settings['quick'] else ''}; warm-up {settings['warmup_s']} s and a "
         f"{settings['seconds']} s window per cell; Skiff: {settings['skiff_workers']} worker processes, "

@@ -185,3 +185,45 @@ def test_bearer_token_guards_inference_but_not_health(runtime_factory, model_dir
         client.infer("conv", image)
     assert token not in runtime.log_path.read_text()
     assert runtime.terminate() == 0
+
+
+def test_an_overload_burst_is_refused_quickly_and_admitted_requests_succeed(runtime_factory, model_dirs) -> None:
+    """40 clients x 20 requests against a queue of 4 and one worker: the excess gets RESOURCE_EXHAUSTED (from the
+    batcher or from gRPC's core concurrency limit), never another error, and the server stays healthy."""
+    import threading
+    import time
+
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--max-queue-size", "4", "--workers", "1",
+                              "--max-batch-size", "2")  # fmt: skip
+    runtime.wait_serving()
+    codes: dict[str, int] = {}
+    refusal_seconds: list[float] = []
+    lock = threading.Lock()
+    image = {"image": np.ones((2, 3, 32, 32), np.float32)}
+
+    def client() -> None:
+        with SkiffClient(runtime.target, channel=grpc.insecure_channel(runtime.target)) as c:
+            for _ in range(20):
+                started = time.perf_counter()
+                try:
+                    c.infer("conv", image)
+                    code = "OK"
+                except grpc.RpcError as exc:
+                    code = exc.code().name
+                    if code == "RESOURCE_EXHAUSTED":
+                        refusal_seconds.append(time.perf_counter() - started)
+                with lock:
+                    codes[code] = codes.get(code, 0) + 1
+
+    threads = [threading.Thread(target=client) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert set(codes) == {"OK", "RESOURCE_EXHAUSTED"}, codes
+    assert sum(codes.values()) == 800
+    print(f"overload: {codes}, refusal p50 {1000 * float(np.median(refusal_seconds)):.1f} ms")
+    with SkiffClient(runtime.target) as c:
+        assert c.infer("conv", image)["fetch_name_0"].shape == (2, 10)
+        assert c.health("conv") == "SERVING"
+    assert runtime.terminate() == 0

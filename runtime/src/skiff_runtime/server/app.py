@@ -69,7 +69,15 @@ class RuntimeServer:
         if settings.auth_token_file is not None:
             interceptors.append(BearerTokenAuth(TokenFile(settings.auth_token_file)))
         interceptors.append(ErrorInterceptor())
-        self.grpc_server = grpc.aio.server(interceptors=interceptors, options=_channel_options(settings))
+        # Past this many RPCs in flight gRPC's core answers RESOURCE_EXHAUSTED itself, before Python reads the
+        # message: overload is refused in microseconds instead of after decoding megabytes. The bound covers
+        # a full queue plus a full batch per worker, so the batcher's own QueueFull still fires first.
+        self.max_concurrent_rpcs = settings.max_queue_size + workers.count * settings.max_batch_size + 16
+        self.grpc_server = grpc.aio.server(
+            interceptors=interceptors,
+            options=_channel_options(settings),
+            maximum_concurrent_rpcs=self.max_concurrent_rpcs,
+        )
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.service), self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.grpc_server)
         self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
