@@ -321,7 +321,17 @@ def install_crd(kube: Kubectl, field_manager: str = "skiff-e2e") -> None:
     """Applies crds/ and waits until it is Established and published in the OpenAPI document, which the API
     server does a few seconds later (until then `kubectl explain` cannot find it)."""
     kube.run("apply", "--server-side", f"--field-manager={field_manager}", "-f", str(CRD_PATH))
-    kube.run("wait", "--for=condition=Established", "crd/inferencemodels.skiff.dev", "--timeout=60s")
+    # Right after an apply the condition list can still be empty, and `kubectl wait` then fails at once.
+    eventually(
+        lambda: (
+            kube.attempt(
+                "wait", "--for=condition=Established", "crd/inferencemodels.skiff.dev", "--timeout=10s"
+            ).returncode
+            == 0
+        ),
+        timeout=60,
+        what="the CRD to be Established",
+    )
     eventually(
         lambda: kube.attempt("explain", "inferencemodel.spec").returncode == 0,
         timeout=60,

@@ -4,6 +4,7 @@ exists (and .dockerignore keeps it), they run as a non-root uid, and they instal
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import tomllib
 from dataclasses import dataclass
@@ -136,8 +137,7 @@ def test_runtime_image_contract() -> None:
 
     final = final_stage(DOCKERFILES["runtime"])
     volumes = [ins.args for ins in final if ins.keyword == "VOLUME"]
-    assert volumes == ['["/models", "/etc/skiff/tls"]']
-    assert contract.MODEL_ROOT == "/models"
+    assert volumes == [json.dumps([contract.MODEL_ROOT, contract.TLS_DIR, contract.CLIENT_CA_DIR])]
     entry = [ins.args for ins in final if ins.keyword == "ENTRYPOINT"]
     assert entry == [f'["{contract.COMMAND[0]}", "{contract.COMMAND[1]}"]']
     env = " ".join(ins.args for ins in final if ins.keyword == "ENV")
