@@ -66,3 +66,21 @@ def test_render_manifests_lists_every_child_once(make_body: Body) -> None:
         ("Service", "bert"),
     ]
     assert all(len(name) <= 63 for _, name in kinds_and_names)
+
+
+def test_tls_drops_the_plaintext_http2_hint() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from skiff_operator.render.service import render_model_service
+    from skiff_operator.spec import parse_inference_model
+
+    root = Path(__file__).resolve().parents[3]
+    body = yaml.safe_load((root / "manifests" / "examples" / "tls.yaml").read_text())
+    body["metadata"].update(namespace="ns", uid="u", generation=1)
+    secure = render_model_service(parse_inference_model(body))
+    assert "appProtocol" not in secure["spec"]["ports"][0]
+    body["spec"]["tls"] = {"mode": "Disabled"}
+    plain = render_model_service(parse_inference_model(body))
+    assert plain["spec"]["ports"][0]["appProtocol"] == "kubernetes.io/h2c"

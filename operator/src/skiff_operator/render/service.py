@@ -7,7 +7,7 @@ from typing import Any
 from skiff_operator import names
 from skiff_operator.render import contract
 from skiff_operator.render.common import render_metadata
-from skiff_operator.spec import InferenceModel, Version
+from skiff_operator.spec import InferenceModel, TLSMode, Version
 
 _PORTS = [
     # h2c tells meshes and Gateway implementations the port speaks plaintext HTTP/2 (gRPC).
@@ -47,6 +47,15 @@ def _render_service(model: InferenceModel, name: str, version: str | None, selec
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
-            "ports": [dict(port) for port in _PORTS],
+            "ports": [_port(model, port) for port in _PORTS],
         },
     }
+
+
+def _port(model: InferenceModel, port: dict[str, Any]) -> dict[str, Any]:
+    """With TLS on, the gRPC port is no longer plaintext HTTP/2: drop the h2c hint rather than mislead a mesh
+    or Gateway into speaking cleartext to it (no well-known appProtocol names gRPC over TLS)."""
+    rendered = dict(port)
+    if model.spec.tls.mode is not TLSMode.DISABLED and rendered.get("appProtocol") == "kubernetes.io/h2c":
+        del rendered["appProtocol"]
+    return rendered
