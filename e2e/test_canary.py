@@ -18,10 +18,9 @@ import pytest
 
 from e2e.cluster import REPO, Kubectl, eventually, user_kubeconfig
 from e2e.harness import OperatorProcess, condition
+from e2e.vendor import gateway_api_dir
 
-GATEWAY_API_DIR = Path(
-    os.environ.get("SKIFF_GATEWAY_API_DIR", str(REPO.parent / "shared" / "vendor-data" / "gateway-api-v1.6.1"))
-)
+GATEWAY_API_DIR = gateway_api_dir() or REPO.parent / "shared" / "vendor-data" / "gateway-api-v1.6.1"
 # The standard-channel CRDs a GRPCRoute and its parent Gateway need.
 GATEWAY_API_CRDS = ("gatewayclasses", "gateways", "grpcroutes", "referencegrants")
 GRPC_ROUTE_CRD = "grpcroutes.gateway.networking.k8s.io"

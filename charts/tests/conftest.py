@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from e2e.helm import HELM_HINT, REPO, Helm, helm_binary
+from e2e.vendor import skaffold_schema as find_skaffold_schema
 
 SKAFFOLD_SCHEMA_DEFAULT = REPO.parent / "shared" / "vendor-data" / "skaffold-schema-v4beta14" / "v4beta14.json"
 
@@ -30,8 +31,8 @@ def helm() -> Helm:
 
 @pytest.fixture(scope="session")
 def skaffold_schema() -> Path:
-    """$SKIFF_SKAFFOLD_SCHEMA, else ../shared/vendor-data/skaffold-schema-v4beta14/v4beta14.json."""
-    path = Path(os.environ.get("SKIFF_SKAFFOLD_SCHEMA") or SKAFFOLD_SCHEMA_DEFAULT)
+    """$SKIFF_SKAFFOLD_SCHEMA, else shared/vendor-data/skaffold-schema-v4beta14/v4beta14.json (see e2e/vendor.py)."""
+    path = find_skaffold_schema() or SKAFFOLD_SCHEMA_DEFAULT
     if not path.is_file():
         missing(f"the skaffold/v4beta14 JSON schema is not at {path}; set $SKIFF_SKAFFOLD_SCHEMA to its path")
     return path

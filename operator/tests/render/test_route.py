@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
+from e2e.vendor import gateway_api_dir
 
 from skiff_operator.render.route import ParentGateway, render_grpc_route
 from skiff_operator.spec import parse_inference_model
 
 ROOT = Path(__file__).resolve().parents[3]
-VENDOR_CANDIDATES = [
-    Path(os.environ["SKIFF_VENDOR_DATA"]) if os.environ.get("SKIFF_VENDOR_DATA") else None,
-    ROOT.parent / "shared" / "vendor-data",
-    Path("/work/shared/vendor-data"),
-]
-GRPCROUTE_CRD = "gateway-api-v1.6.1/gateway.networking.k8s.io_grpcroutes.yaml"
-GATEWAY_CRD = next(
-    (p / GRPCROUTE_CRD for p in VENDOR_CANDIDATES if p is not None and (p / GRPCROUTE_CRD).exists()),
-    ROOT.parent / "shared" / "vendor-data" / GRPCROUTE_CRD,
-)
+GRPCROUTE_CRD = "gateway.networking.k8s.io_grpcroutes.yaml"
+GATEWAY_CRD = (gateway_api_dir() or ROOT.parent / "shared" / "vendor-data" / "gateway-api-v1.6.1") / GRPCROUTE_CRD
 
 
 @pytest.fixture(scope="module")
