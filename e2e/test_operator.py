@@ -59,7 +59,9 @@ def test_example_is_rendered_scheduled_and_ready(
         service = kube.get("service", plan.deployment, "-n", namespace)
         assert _owner(service) == owner
         grpc_port = next(p for p in service["spec"]["ports"] if p["name"] == "grpc")
-        assert (grpc_port["port"], grpc_port["appProtocol"]) == (8001, "kubernetes.io/h2c")
+        # Plaintext gRPC is labelled h2c; with TLS on the hint is dropped (it would mislead a mesh).
+        tls_on = (model["spec"].get("tls") or {}).get("mode", "Disabled") != "Disabled"
+        assert (grpc_port["port"], grpc_port.get("appProtocol")) == (8001, None if tls_on else "kubernetes.io/h2c")
 
     model_service = kube.get("service", name, "-n", namespace)
     assert _owner(model_service) == owner
