@@ -9,10 +9,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import yaml
@@ -23,6 +23,44 @@ from e2e.cluster import REPO, Kubectl, eventually
 CRD_PATH = REPO / "crds" / "skiff.dev_inferencemodels.yaml"
 EXAMPLES_DIR = REPO / "manifests" / "examples"
 OPERATOR = str(Path(sys.executable).parent / "skiff-operator")
+CHILD_KINDS = ("deployments", "replicasets", "services", "pods")
+
+T = TypeVar("T")
+
+
+def wait_model_ready(kube: Kubectl, namespace: str, name: str, timeout_s: int = 120) -> None:
+    kube.run("wait", "--for=condition=Ready", f"inferencemodel/{name}", "-n", namespace, f"--timeout={timeout_s}s")
+
+
+def model_children(kube: Kubectl, namespace: str, model: str) -> dict[str, list[dict[str, Any]]]:
+    """Every Deployment, ReplicaSet, Service and Pod of a model, with their managed fields."""
+    selector = f"skiff.dev/model={model}"
+    return {
+        kind: kube.get(kind, "-n", namespace, "-l", selector, "--show-managed-fields")["items"] for kind in CHILD_KINDS
+    }
+
+
+def apply_and_interrupt(
+    kube: Kubectl, namespace: str, manifest: Mapping[str, Any], interrupt: Callable[[], T]
+) -> tuple[str, T]:
+    """Applies `manifest` and calls `interrupt` the moment its first Deployment appears, mid-reconcile.
+    Returns the Deployment the watch saw and what `interrupt` returned."""
+    watch = subprocess.Popen(
+        [kube.binary, "get", "deployments", "-n", namespace, "--watch", "-o", "name"],
+        env=kube.env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        kube.apply(manifest)
+        assert watch.stdout is not None
+        first = watch.stdout.readline().strip()
+        result = interrupt()
+        assert first, "the watch ended without an event"
+    finally:
+        watch.kill()
+        watch.wait()
+    return first, result
 
 
 def create_model_claims(kube: Kubectl, namespace: str, claims: list[str]) -> None:

@@ -3,31 +3,24 @@ children of a deleted model, and an operator killed mid-reconcile converges on r
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 from e2e.cluster import Kubectl, eventually
-from e2e.harness import OperatorProcess, load_example
-
-CHILD_KINDS = ("deployments", "replicasets", "services", "pods")
-
-
-def _ready(kube: Kubectl, namespace: str, name: str) -> None:
-    kube.run("wait", "--for=condition=Ready", f"inferencemodel/{name}", "-n", namespace, "--timeout=120s")
-
-
-def _children(kube: Kubectl, namespace: str, model: str) -> dict[str, list[dict[str, Any]]]:
-    selector = f"skiff.dev/model={model}"
-    return {
-        kind: kube.get(kind, "-n", namespace, "-l", selector, "--show-managed-fields")["items"] for kind in CHILD_KINDS
-    }
+from e2e.harness import (
+    CHILD_KINDS,
+    OperatorProcess,
+    apply_and_interrupt,
+    load_example,
+    model_children,
+    wait_model_ready,
+)
 
 
 def test_deleted_deployment_is_recreated(
     kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
 ) -> None:
     kube.apply(load_example("cpu", namespace))
-    _ready(kube, namespace, "resnet50-cpu")
+    wait_model_ready(kube, namespace, "resnet50-cpu")
     old_uid = kube.get("deployment", "resnet50-cpu-v1", "-n", namespace)["metadata"]["uid"]
 
     kube.run("delete", "deployment", "resnet50-cpu-v1", "-n", namespace, "--wait=true")
@@ -38,14 +31,14 @@ def test_deleted_deployment_is_recreated(
 
     restored = eventually(recreated, timeout=60, what="the operator to recreate the Deployment")
     assert restored["spec"]["replicas"] == 2
-    _ready(kube, namespace, "resnet50-cpu")
+    wait_model_ready(kube, namespace, "resnet50-cpu")
 
 
 def test_edited_replicas_are_restored(
     kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
 ) -> None:
     kube.apply(load_example("cpu", namespace))
-    _ready(kube, namespace, "resnet50-cpu")
+    wait_model_ready(kube, namespace, "resnet50-cpu")
 
     kube.run("scale", "deployment", "resnet50-cpu-v1", "-n", namespace, "--replicas=5")
 
@@ -59,15 +52,15 @@ def test_edited_replicas_are_restored(
         timeout=60,
         what="the extra pods to go",
     )
-    _ready(kube, namespace, "resnet50-cpu")
+    wait_model_ready(kube, namespace, "resnet50-cpu")
 
 
 def test_deleting_the_model_removes_every_child_through_the_garbage_collector(
     kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
 ) -> None:
     kube.apply(load_example("canary", namespace))
-    _ready(kube, namespace, "fraud-scorer")
-    before = _children(kube, namespace, "fraud-scorer")
+    wait_model_ready(kube, namespace, "fraud-scorer")
+    before = model_children(kube, namespace, "fraud-scorer")
     assert [len(before[kind]) for kind in CHILD_KINDS] == [2, 2, 3, 4]
     # Stop the operator first: what deletes the children is the garbage collector, not a handler.
     operator.stop()
@@ -75,7 +68,7 @@ def test_deleting_the_model_removes_every_child_through_the_garbage_collector(
     kube.run("delete", "inferencemodel", "fraud-scorer", "-n", namespace, "--wait=true", timeout=120)
 
     eventually(
-        lambda: not any(_children(kube, namespace, "fraud-scorer").values()),
+        lambda: not any(model_children(kube, namespace, "fraud-scorer").values()),
         timeout=90,
         what="the garbage collector to delete every child",
     )
@@ -86,31 +79,17 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(
 ) -> None:
     # Watch for the first Deployment and SIGKILL the operator the moment it appears: the rest of the reconcile
     # (more Deployments and Services, the status) has not happened yet.
-    watch = subprocess.Popen(
-        [kube.binary, "get", "deployments", "-n", namespace, "--watch", "-o", "name"],
-        env=kube.env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        kube.apply(load_example("canary", namespace))
-        assert watch.stdout is not None
-        first = watch.stdout.readline().strip()
-        operator.kill()
-        assert first, "the watch ended without an event"
-    finally:
-        watch.kill()
-        watch.wait()
-    at_kill = _children(kube, namespace, "fraud-scorer")
+    first, _ = apply_and_interrupt(kube, namespace, load_example("canary", namespace), operator.kill)
+    at_kill = model_children(kube, namespace, "fraud-scorer")
     print(f"killed after {first}; children then: { {k: len(v) for k, v in at_kill.items()} }")
     model = kube.get("inferencemodel", "fraud-scorer", "-n", namespace)
     assert "conditions" not in model.get("status", {}), "the operator finished before it was killed"
 
     operator.start()
-    _ready(kube, namespace, "fraud-scorer")
+    wait_model_ready(kube, namespace, "fraud-scorer")
 
     def settled() -> dict[str, list[dict[str, Any]]] | None:
-        children = _children(kube, namespace, "fraud-scorer")
+        children = model_children(kube, namespace, "fraud-scorer")
         return children if len(children["pods"]) == 4 else None
 
     children = eventually(settled, timeout=60, what="exactly 3 + 1 pods")

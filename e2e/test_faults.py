@@ -5,7 +5,6 @@ and Secret data kept out of the operator's log. Requests are counted from the AP
 from __future__ import annotations
 
 import base64
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +20,16 @@ from e2e.faults import (
     count_by_verb_and_resource,
     secret_values,
 )
-from e2e.harness import OperatorProcess, condition, load_example
+from e2e.harness import (
+    CHILD_KINDS,
+    OperatorProcess,
+    apply_and_interrupt,
+    condition,
+    load_example,
+    model_children,
+    wait_model_ready,
+)
 
-CHILD_KINDS = ("deployments", "replicasets", "services", "pods")
 MODELS = 100
 READY_BOUND_S = 240  # measured 67 s on 2 shared cores (other engineers' tests running)
 IDLE_WINDOW_S = 60
@@ -40,15 +46,6 @@ def plane(kube: Kubectl) -> LocalControlPlane:
     return found
 
 
-def _ready(kube: Kubectl, namespace: str, name: str, timeout_s: int = 120) -> None:
-    kube.run("wait", "--for=condition=Ready", f"inferencemodel/{name}", "-n", namespace, f"--timeout={timeout_s}s")
-
-
-def _children(kube: Kubectl, namespace: str, model: str) -> dict[str, list[dict[str, Any]]]:
-    selector = f"skiff.dev/model={model}"
-    return {kind: kube.items(kind, namespace, selector) for kind in CHILD_KINDS}
-
-
 def _alive(operator: OperatorProcess) -> None:
     assert operator.process is not None
     assert operator.process.poll() is None, "the operator process exited"
@@ -60,21 +57,9 @@ def test_api_server_killed_mid_reconcile_operator_recovers_and_converges(
 ) -> None:
     # Kill kube-apiserver the moment the first Deployment appears: the reconcile (one more Deployment, three
     # Services, the status) is under way.
-    watch = subprocess.Popen(
-        [kube.binary, "get", "deployments", "-n", namespace, "--watch", "-o", "name"],
-        env=kube.env,
-        stdout=subprocess.PIPE,
-        text=True,
+    _, argv = apply_and_interrupt(
+        kube, namespace, load_example("canary", namespace), lambda: plane.kill_component("kube-apiserver")
     )
-    try:
-        kube.apply(load_example("canary", namespace))
-        assert watch.stdout is not None
-        first = watch.stdout.readline().strip()
-        argv = plane.kill_component("kube-apiserver")
-        assert first, "the watch ended without an event"
-    finally:
-        watch.kill()
-        watch.wait()
     killed = time.monotonic()
     time.sleep(3)  # down long enough for every watch and request of the operator to fail
     plane.start_component("kube-apiserver", argv)
@@ -86,12 +71,12 @@ def test_api_server_killed_mid_reconcile_operator_recovers_and_converges(
     )
     back = time.monotonic()
 
-    _ready(kube, namespace, "fraud-scorer")
+    wait_model_ready(kube, namespace, "fraud-scorer")
     converged = time.monotonic()
     print(f"API server down {back - killed:.1f}s; the model Ready {converged - back:.1f}s after it was back")
 
     def settled() -> dict[str, list[dict[str, Any]]] | None:
-        children = _children(kube, namespace, "fraud-scorer")
+        children = model_children(kube, namespace, "fraud-scorer")
         return children if len(children["pods"]) == 4 else None
 
     children = eventually(settled, timeout=60, what="exactly 3 + 1 pods")
@@ -115,7 +100,7 @@ def test_conflicts_and_timeouts_are_retried_with_backoff_not_a_tight_loop(
         faults.mode = "timeout"
         time.sleep(phase_s)
         faults.mode = "allow"
-        _ready(kube, namespace, "resnet50-cpu")
+        wait_model_ready(kube, namespace, "resnet50-cpu")
     conflicts, timeouts = faults.operator_calls("conflict"), faults.operator_calls("timeout")
     print(f"operator writes answered 409: {len(conflicts)}, timed out: {len(timeouts)} ({phase_s:.0f}s each)")
     # The API server really answered the operator's apply with 409, and with an error for the timeout.
@@ -244,7 +229,7 @@ def test_restricted_pod_security_is_enforced_and_no_secret_data_reaches_the_oper
         model = load_example("tls", namespace)  # spec.tls SelfSigned: the operator writes the key Secrets
         name = model["metadata"]["name"]
         kube.apply(model)
-        _ready(kube, namespace, name)
+        wait_model_ready(kube, namespace, name)
         (pod,) = kube.items("pods", namespace, f"skiff.dev/model={name}")
         assert pod["status"]["phase"] == "Running"
         time.sleep(2)  # let a child event's reconcile (which reads the Secrets) run and log
