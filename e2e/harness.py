@@ -323,6 +323,18 @@ def start_local_pod(pod: LocalPod, scratch: Path, log_path: Path) -> subprocess.
         return subprocess.Popen(pod.argv, env=env, cwd=scratch, stdout=log, stderr=subprocess.STDOUT)
 
 
+def stop_local_pod(process: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 60) -> int:
+    """SIGTERM, as the kubelet sends; prints the end of the runtime's log; returns the exit code."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    finally:
+        print(log_path.read_text(errors="replace")[-5000:])
+
+
 def grpc_health_check(target: str, service: str, timeout_s: float) -> str:
     """One kubelet-style gRPC probe: grpc.health.v1 Check(service) with the probe's timeout, plaintext.
 

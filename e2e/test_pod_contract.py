@@ -8,7 +8,6 @@ about a flag, a variable, a port, a path or the health service name, this test f
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from e2e.harness import (
     local_pod,
     secret_data,
     start_local_pod,
+    stop_local_pod,
     wait_for_startup_probe,
 )
 from skiff_runtime.client import SkiffClient
@@ -84,13 +84,7 @@ def test_runtime_started_from_the_operators_deployment_passes_its_probes_and_ser
         np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-4)
         print(f"startup probe passed after {startup_s:.1f}s; outputs {[o.name for o in outputs]}")
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-        print(log.read_text(errors="replace")[-5000:])
+        code = stop_local_pod(process, log)
     assert code == 0, f"the runtime exited {code} on SIGTERM"
 
 
@@ -136,11 +130,5 @@ def test_runtime_from_a_tls_deployment_serves_inference_over_tls_with_the_cluste
             plaintext.metadata(name)
         assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-        print(log.read_text(errors="replace")[-5000:])
+        code = stop_local_pod(process, log)
     assert code == 0, f"the runtime exited {code} on SIGTERM"
