@@ -7,29 +7,21 @@ one JSON line `{"port": N}` once the model is loaded and warm. One predictor beh
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import sys
 import threading
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 import numpy as np
 
 from bench.baseline_proto import METHOD, PredictRequest, PredictResponse
-from bench.predictor import Predictor
+from bench.predictor import predictor_from_command_line
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("model_dir", type=Path)
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-    predictor = Predictor(args.model_dir, args.device)
-    predictor.warm_up()
+    predictor, port = predictor_from_command_line(__doc__)
 
     def predict(request: PredictRequest, context: grpc.ServicerContext) -> PredictResponse:
         batch = np.array(list(request.data), dtype=np.float32).reshape(list(request.shape))
@@ -50,7 +42,7 @@ def main() -> None:
     options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=10), options=options)
     server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port(f"127.0.0.1:{args.port}")
+    port = server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -7,26 +7,18 @@ prints one JSON line `{"port": N}` once the model is loaded and warm.
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import numpy as np
 
-from bench.predictor import Predictor
+from bench.predictor import predictor_from_command_line
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("model_dir", type=Path)
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-    predictor = Predictor(args.model_dir, args.device)
-    predictor.warm_up()
+    predictor, port = predictor_from_command_line(__doc__)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -46,7 +38,7 @@ def main() -> None:
             pass
 
     ThreadingHTTPServer.request_queue_size = 128  # the listen backlog werkzeug/Flask use (stdlib default: 5)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -6,6 +6,7 @@ same engine configuration. Imports only numpy and paddle: it also loads inside M
 
 from __future__ import annotations
 
+import argparse
 import os
 import threading
 import warnings
@@ -60,3 +61,16 @@ class Predictor:
     def warm_up(self, shape: tuple[int, ...] = (1, 3, 224, 224), runs: int = 3) -> None:
         for _ in range(runs):
             self.run(np.zeros(shape, dtype=np.float32))
+
+
+def predictor_from_command_line(description: str | None) -> tuple[Predictor, int]:
+    """The baseline servers' shared command line (MODEL_DIR [--port N] [--device D]): a warmed predictor and
+    the port to listen on (0 = any)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    predictor = Predictor(args.model_dir, args.device)
+    predictor.warm_up()
+    return predictor, int(args.port)
