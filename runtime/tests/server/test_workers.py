@@ -137,7 +137,10 @@ def test_a_dead_worker_fails_its_batch_and_stops_the_server(runtime_factory, mod
                 c.infer("conv", {"image": _images(0)}, timeout_s=5)
                 outcomes.add("OK")
             except grpc.RpcError as exc:
+                # Stop at the first refusal, as a client behind a Service would move on: one that keeps
+                # sending into a stopping server can meet gRPC's own CANCELLED at the instant it closes.
                 outcomes.add(exc.code().name)
+                break
     assert runtime.proc.wait(timeout=30) == 1
     assert outcomes <= {"OK", "UNAVAILABLE", "INTERNAL"}
     exited = [e for e in runtime.logs() if e.get("msg") == "worker process exited; stopping so the pod restarts"]
