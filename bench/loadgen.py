@@ -232,64 +232,111 @@ def run_clients(spec: ClientSpec, concurrency: int, warmup_s: float, duration_s:
     return Window(latencies, completed, duration_s, errors)
 
 
-def _burst_process(spec: ClientSpec, total: int, out: Any) -> None:
-    """Sends `total` ModelInfer requests at once on one connection while a probe on a second connection asks
-    every 2 ms. Requests are encoded beforehand (the message tritonclient builds) and sent as bytes, so the
-    burst measures the server, not the client encoding 10x the requests. A burst request's latency includes
-    waiting behind the others on its connection; a probe's does not, so a rejected probe shows how fast a
-    request that meets a full queue is refused."""
-    import grpc
+def _encoded_request(spec: ClientSpec) -> bytes:
+    """The ModelInferRequest tritonclient would send for one image, serialised once."""
     from tritonclient.grpc import service_pb2
 
     request = service_pb2.ModelInferRequest(model_name=spec.model)
     request.inputs.add(name=spec.input_name, datatype="FP32", shape=list(spec.shape))
     request.raw_input_contents.append(_image(spec.shape, 0).tobytes())
-    payload = request.SerializeToString()
-    options = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
-    method = "/inference.GRPCInferenceService/ModelInfer"
+    return bytes(request.SerializeToString())
 
-    async def timed(infer: Any) -> Record:
-        started = time.monotonic()
-        try:
-            await infer(payload)
-        except grpc.aio.AioRpcError as exc:
-            return started, time.monotonic(), exc.code().name
-        return started, time.monotonic(), ""
 
-    async def main() -> tuple[list[Record], list[Record]]:
-        probe_options = [*options, ("grpc.use_local_subchannel_pool", 1)]  # its own TCP connection
-        async with (
-            grpc.aio.insecure_channel(spec.target, options=options) as channel,
-            grpc.aio.insecure_channel(spec.target, options=probe_options) as probe_channel,
-        ):
-            infer = channel.unary_unary(method)
-            probe = probe_channel.unary_unary(method)
-            await infer(payload)
-            await probe(payload)
-            burst = asyncio.gather(*(timed(infer) for _ in range(total)))
-            probes: list[asyncio.Task[Record]] = []
-            while not burst.done():
-                probes.append(asyncio.ensure_future(timed(probe)))
-                await asyncio.sleep(0.002)
-            return list(await burst), list(await asyncio.gather(*probes))
+_GRPC_OPTIONS = [
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.use_local_subchannel_pool", 1),  # every channel its own TCP connection
+]
+_INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+async def _timed(infer: Any, payload: bytes) -> Record:
+    import grpc
+
+    started = time.monotonic()
+    try:
+        await infer(payload)
+    except grpc.aio.AioRpcError as exc:
+        return started, time.monotonic(), exc.code().name
+    return started, time.monotonic(), ""
+
+
+def _burst_process(spec: ClientSpec, total: int, connections: int, ready: Any, go: Any, done: Any, out: Any) -> None:
+    """Sends `total` pre-encoded ModelInfer requests at once, spread over `connections` TCP connections (many
+    clients arriving together), and reports each one's (start, end, code)."""
+    import grpc
+
+    payload = _encoded_request(spec)
+
+    async def main() -> list[Record]:
+        channels = [grpc.aio.insecure_channel(spec.target, options=_GRPC_OPTIONS) for _ in range(connections)]
+        calls = [channel.unary_unary(_INFER) for channel in channels]
+        for call in calls:
+            await call(payload)  # connect and warm every connection before the clock starts
+        ready.set()
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        records = await asyncio.gather(*(_timed(calls[i % connections], payload) for i in range(total)))
+        done.set()
+        for channel in channels:
+            await channel.close()
+        return list(records)
 
     try:
-        out.put(("ok", asyncio.run(main())))
+        out.put(("burst", asyncio.run(main())))
     except BaseException as exc:
-        out.put(("error", f"{type(exc).__name__}: {exc}"))
+        done.set()
+        out.put(("error", f"burst client: {type(exc).__name__}: {exc}"))
 
 
-def run_burst(spec: ClientSpec, total: int) -> tuple[list[Record], list[Record]]:
-    """`total` requests sent at once from one asyncio gRPC client, and the probes sent meanwhile."""
+def _probe_process(spec: ClientSpec, ready: Any, go: Any, done: Any, out: Any) -> None:
+    """One request at a time on its own connection, from go until the burst is answered: a probe adds no load of
+    its own, so a rejected probe's latency is how long a request that meets a full queue waits for its answer."""
+    import grpc
+
+    payload = _encoded_request(spec)
+
+    async def main() -> list[Record]:
+        async with grpc.aio.insecure_channel(spec.target, options=_GRPC_OPTIONS) as channel:
+            call = channel.unary_unary(_INFER)
+            await call(payload)
+            ready.set()
+            await asyncio.get_running_loop().run_in_executor(None, go.wait)
+            records: list[Record] = []
+            while not done.is_set():
+                records.append(await _timed(call, payload))
+            return records
+
+    try:
+        out.put(("probe", asyncio.run(main())))
+    except BaseException as exc:
+        out.put(("error", f"probe client: {type(exc).__name__}: {exc}"))
+
+
+def run_burst(spec: ClientSpec, total: int, connections: int = 8) -> tuple[list[Record], list[Record]]:
+    """`total` requests sent at once over `connections` connections (one client process), and the probes that a
+    second client process sent one at a time meanwhile."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
-    worker = context.Process(target=_burst_process, args=(spec, total, out), daemon=True)
-    worker.start()
-    status, payload = out.get(timeout=600)
-    worker.join(timeout=30)
-    if status != "ok":
-        raise RuntimeError(f"burst client failed: {payload}")
-    return payload
+    burst_ready, probe_ready, go, done = (context.Event() for _ in range(4))
+    processes = [
+        context.Process(target=_burst_process, args=(spec, total, connections, burst_ready, go, done, out)),
+        context.Process(target=_probe_process, args=(spec, probe_ready, go, done, out)),
+    ]
+    for process in processes:
+        process.daemon = True
+        process.start()
+    if not (burst_ready.wait(120) and probe_ready.wait(120)):
+        raise RuntimeError("burst clients did not connect within 120 s")
+    go.set()
+    results: dict[str, list[Record]] = {}
+    for _ in processes:
+        status, payload = out.get(timeout=600)
+        if status == "error":
+            raise RuntimeError(payload)
+        results[status] = payload
+    for process in processes:
+        process.join(timeout=30)
+    return results["burst"], results["probe"]
 
 
 def encode_costs(shape: tuple[int, ...] = (1, 3, 224, 224), reps: int = 20) -> dict[str, float]:

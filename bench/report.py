@@ -65,22 +65,18 @@ def targets(model: Mapping[str, Any]) -> list[Target]:
             1.5,
         ),
         Target(
-            "overload: slowest RESOURCE_EXHAUSTED for a request meeting the full queue (probes)",
+            "overload: slowest RESOURCE_EXHAUSTED answer to a client arriving at a full queue (probe)",
             float(overload.get("probe_reject_max_ms", math.nan)),
             "<=",
             10,
             " ms",
         ),
         Target(
-            "overload: first RESOURCE_EXHAUSTED after the burst started (worst burst)",
-            float(overload.get("first_reject_ms", math.nan)),
-            "<=",
-            10,
-            " ms",
-        ),
-        Target(
-            "overload: admitted p99 / unloaded p99",
-            ratio(float(overload.get("admitted_p99_ms", math.nan)), float(overload.get("unloaded_p99_ms", math.nan))),
+            "overload: admitted probe p99 / unloaded p99",
+            ratio(
+                float(overload.get("probe_admitted_p99_ms", math.nan)),
+                float(overload.get("unloaded_p99_ms", math.nan)),
+            ),
             "<=",
             2,
         ),
@@ -183,6 +179,7 @@ def overload_table(model: Mapping[str, Any]) -> str:
                 f"{burst['probes_rejected']}/{burst['probes']}",
                 fmt(burst["probe_reject_p50_ms"], 1),
                 fmt(burst["probe_reject_max_ms"], 1),
+                fmt(burst.get("probe_admitted_p99_ms", math.nan), 1),
                 fmt(burst["admitted_p50_ms"], 1),
                 fmt(burst["admitted_p99_ms"], 1),
                 fmt(burst["memory_after_mib"], 0),
@@ -200,15 +197,18 @@ def overload_table(model: Mapping[str, Any]) -> str:
         "probes rejected",
         "probe reject p50 ms",
         "probe reject max ms",
+        "probe admitted p99 ms",
         "admitted p50 ms",
         "admitted p99 ms",
         "memory after MiB",
     ]
     intro = (
         f"`--max-queue-size {o['queue_size']}`, batching on; each burst sends {o['burst_size']} requests at once "
-        "on one gRPC connection (pre-encoded ModelInferRequest bytes), while a probe request on a second "
-        "connection is sent every 2 ms until the burst is answered. Burst latencies include waiting behind the "
-        "other requests on the same connection; probe latencies do not. "
+        "from one client process over 8 gRPC connections (pre-encoded ModelInferRequest bytes), while a second "
+        "client process (the probe) sends one request at a time on its own connection until the burst is "
+        "answered, so the probe adds no load. Burst latencies include waiting in the client and the kernel "
+        "behind the other requests of the burst (2 cores carry the client, the front and the workers); a probe's "
+        "latency is what a client arriving during the overload sees. "
         f"Unloaded (sequential) p50 {fmt(o['unloaded_p50_ms'], 2)} ms, "
         f"p99 {fmt(o['unloaded_p99_ms'], 2)} ms; server memory before the bursts {fmt(o['memory_before_mib'], 0)} MiB."
     )

@@ -246,7 +246,8 @@ class Bench:
                     f"   burst {i + 1}: {b['sent']} sent, {b['admitted']} admitted, {b['rejected']} "
                     f"RESOURCE_EXHAUSTED (first after {b['first_reject_ms']:.1f} ms), admitted p99 "
                     f"{b['admitted_p99_ms']:.1f} ms; probes {b['probes']}: {b['probes_rejected']} rejected in "
-                    f"p50 {b['probe_reject_p50_ms']:.1f} / max {b['probe_reject_max_ms']:.1f} ms; "
+                    f"p50 {b['probe_reject_p50_ms']:.1f} / max {b['probe_reject_max_ms']:.1f} ms, admitted p99 "
+                    f"{b['probe_admitted_p99_ms']:.1f} ms; "
                     f"memory {b['memory_after_mib']:.0f} MiB"
                 )
         finally:
@@ -256,6 +257,8 @@ class Bench:
         rejected_probes = [b["probe_reject_max_ms"] for b in bursts if b["probes_rejected"]]
         out["probe_reject_max_ms"] = max(rejected_probes, default=float("nan"))
         out["admitted_p99_ms"] = max(b["admitted_p99_ms"] for b in bursts)
+        admitted_probes = [b["probe_admitted_p99_ms"] for b in bursts if b.get("probes_admitted")]
+        out["probe_admitted_p99_ms"] = max(admitted_probes, default=float("nan"))
         out["memory_first_mib"] = bursts[0]["memory_after_mib"]
         out["memory_last_mib"] = bursts[-1]["memory_after_mib"]
         return out
@@ -267,6 +270,7 @@ class Bench:
         rejected = [(e - s) * 1000 for s, e, code in records if code == "RESOURCE_EXHAUSTED"]
         first = min((e for _, e, code in records if code == "RESOURCE_EXHAUSTED"), default=float("nan"))
         probe_rejects = [(e - s) * 1000 for s, e, code in probes if code == "RESOURCE_EXHAUSTED"]
+        probe_admitted = [(e - s) * 1000 for s, e, code in probes if not code]
         other: dict[str, int] = {}
         for _, _, code in records:
             if code and code != "RESOURCE_EXHAUSTED":
@@ -285,6 +289,9 @@ class Bench:
             "probes_rejected": len(probe_rejects),
             "probe_reject_p50_ms": percentile(probe_rejects, 50),
             "probe_reject_max_ms": max(probe_rejects, default=float("nan")),
+            "probes_admitted": len(probe_admitted),
+            "probe_admitted_p50_ms": percentile(probe_admitted, 50),
+            "probe_admitted_p99_ms": percentile(probe_admitted, 99),
             "memory_after_mib": memory_mib,
         }
 

@@ -77,6 +77,7 @@ def _report() -> dict[str, object]:
         "first_reject_ms": 8.0,
         "probe_reject_max_ms": 4.0,
         "admitted_p99_ms": 60.0,
+        "probe_admitted_p99_ms": 9.0,
         "memory_first_mib": 1100.0,
         "memory_last_mib": 1105.0,
         "bursts": [
@@ -92,6 +93,9 @@ def _report() -> dict[str, object]:
                 "probes_rejected": 4,
                 "probe_reject_p50_ms": 2.0,
                 "probe_reject_max_ms": 4.0,
+                "probes_admitted": 6,
+                "probe_admitted_p50_ms": 7.0,
+                "probe_admitted_p99_ms": 9.0,
                 "admitted_p50_ms": 30.0,
                 "admitted_p99_ms": 60.0,
                 "memory_after_mib": 1100.0,
@@ -140,7 +144,8 @@ def test_added_latency_and_targets_follow_the_issue() -> None:
     assert verdicts["Skiff throughput, 8 concurrent clients"] is True  # 300 req/s
     assert verdicts["Skiff / MLServer throughput, 8 clients"] is False  # 300 / 100 = 3.0 < 4
     assert verdicts["Skiff batching on / off throughput, 32 clients"] is True  # 420 / 260 = 1.6
-    assert verdicts["overload: admitted p99 / unloaded p99"] is False  # 60 / 5
+    assert verdicts["overload: admitted probe p99 / unloaded p99"] is True  # 9 / 5
+    assert verdicts["overload: slowest RESOURCE_EXHAUSTED answer to a client arriving at a full queue (probe)"]
 
 
 def test_render_writes_every_section() -> None:

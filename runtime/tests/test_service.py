@@ -298,3 +298,49 @@ async def test_stopped_service_is_not_ready(engine: FakeEngine, service: ModelSe
     with pytest.raises(ModelNotReady, match="stopping"):
         await service.infer(x_request())
     assert len(engine.calls) == WARMUP_CALLS
+
+
+async def test_admission_counts_arriving_requests_against_the_queue(engine: FakeEngine, service: ModelService) -> None:
+    """A request admitted when its headers arrive holds a queue place until its message reaches the queue."""
+    first, second = service.admit(), service.admit()
+    assert service.arriving == 2
+    with pytest.raises(QueueFull, match=r"queue full \(2 requests waiting or arriving"):
+        service.admit()
+    first.release()
+    first.release()  # released at most once
+    assert service.arriving == 1
+    third = service.admit()
+    with pytest.raises(QueueFull):
+        service.admit()
+    second.release()
+    third.release()
+    assert service.arriving == 0
+
+
+async def test_an_admitted_request_hands_its_place_to_the_queue(engine: FakeEngine, service: ModelService) -> None:
+    gate = engine.block()
+    running = asyncio.create_task(service.infer(x_request(batch=1)))
+    await wait_entered(engine)
+    admission = service.admit()
+    queued = asyncio.create_task(service.infer(x_request(batch=1), admission=admission))
+    await asyncio.sleep(0)
+    assert (service.arriving, service.queue_depth) == (0, 1)
+    service.admit().release()  # one place left of two
+    with pytest.raises(QueueFull), service.admit():
+        service.admit()
+    gate.set()
+    await asyncio.gather(running, queued)
+    assert (service.arriving, service.queue_depth) == (0, 0)
+
+
+async def test_a_failed_admitted_request_gives_its_place_back(engine: FakeEngine, service: ModelService) -> None:
+    admission = service.admit()
+    with pytest.raises(ModelNotFound):
+        await service.infer(x_request(name="other"), admission=admission)
+    assert service.arriving == 0
+
+
+async def test_admission_needs_a_ready_model(engine: FakeEngine) -> None:
+    svc = ModelService("m", "1", ThreadWorker(lambda: engine), LIMITS)
+    with pytest.raises(ModelNotReady):
+        svc.admit()

@@ -47,7 +47,7 @@ def build_workers(settings: RuntimeSettings, on_worker_exit: Callable[[int, int 
     # A merged batch may exceed one message: size each worker's buffers for the largest batch of the largest
     # requests the server accepts (memfd pages cost memory only once touched).
     buffer_bytes = settings.max_message_bytes * 2
-    return ProcessPool(count, load_engine, settings, buffer_bytes, on_worker_exit)
+    return ProcessPool(count, load_engine, settings, buffer_bytes, on_worker_exit, settings.worker_nice)
 
 
 def _parse_input(text: str) -> tuple[str, np.ndarray]:

@@ -3,6 +3,10 @@
 Workers own the engines (one engine per worker, created and run on that worker only), so no predictor is
 ever shared between threads and no inference runs on the event loop. The batcher bounds the queue
 (QueueFull past the limit) and never runs a request whose deadline has passed.
+
+Admission comes before the request's bytes: `admit()` is asked when an RPC's headers arrive and counts the
+request against max_queue_size while its message is still being received, so a server whose queue is full
+refuses at once instead of after reading and decoding megabytes it will not run.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 
 from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
 from skiff_runtime.codec import InferRequest, InferResponse, validate_request
-from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, ModelNotFound, ModelNotReady
+from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, ModelNotFound, ModelNotReady, QueueFull
 from skiff_runtime.tensors import Array, ModelSignature, Tensor, datatype_of
 from skiff_runtime.workers.base import Workers, is_batchable
 
@@ -48,6 +52,25 @@ def select_outputs(
     return tuple(Tensor(name, datatype_of(outputs[name]), outputs[name]) for name in names)
 
 
+class Admission:
+    """A place in the queue held for one request whose message is still arriving; given up when the request
+    enters the queue (or fails before it does). A context manager, released at most once."""
+
+    def __init__(self, service: ModelService) -> None:
+        self._service: ModelService | None = service
+
+    def release(self) -> None:
+        if self._service is not None:
+            self._service._arriving -= 1
+            self._service = None
+
+    def __enter__(self) -> Admission:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
 class ModelService:
     """Serves one model version: readiness, validation, and the batcher in front of the workers."""
 
@@ -67,6 +90,7 @@ class ModelService:
         self._batcher: Batcher | None = None
         self.state = ModelState.LOADING
         self.error: str | None = None
+        self._arriving = 0  # admitted requests whose message has not reached the queue yet
 
     @property
     def ready(self) -> bool:
@@ -144,8 +168,33 @@ class ModelService:
             await self._batcher.close()
         await self.workers.close()
 
-    async def infer(self, request: InferRequest, deadline: float | None = None) -> InferResponse:
-        """Run one request. `deadline` is on the event loop's clock (loop.time())."""
+    @property
+    def arriving(self) -> int:
+        return self._arriving
+
+    def admit(self) -> Admission:
+        """Hold a queue place for a request whose message has not been read yet; QueueFull (or ModelNotReady) at
+        once when the requests queued plus those still arriving already fill max_queue_size."""
+        if self._batcher is None or self.state is not ModelState.READY:
+            raise ModelNotReady(f"model {self.name!r} is {self.state.value.lower()}; retry when it is SERVING")
+        limit = self.limits.max_queue_size
+        if self._arriving + self._batcher.depth >= limit:
+            raise QueueFull(f"queue full ({limit} requests waiting or arriving, max_queue_size); retry with backoff")
+        self._arriving += 1
+        return Admission(self)
+
+    async def infer(
+        self, request: InferRequest, deadline: float | None = None, admission: Admission | None = None
+    ) -> InferResponse:
+        """Run one request. `deadline` is on the event loop's clock (loop.time()); `admission`, when the request
+        was admitted before its message arrived, is handed over to the queue entry (or released on failure)."""
+        try:
+            return await self._infer(request, deadline, admission)
+        finally:
+            if admission is not None:
+                admission.release()
+
+    async def _infer(self, request: InferRequest, deadline: float | None, admission: Admission | None) -> InferResponse:
         self.check_model(request.model_name, request.model_version)
         if self._batcher is None or self.state is not ModelState.READY:
             raise ModelNotReady(f"model {self.name!r} is {self.state.value.lower()}; retry when it is SERVING")
@@ -153,6 +202,8 @@ class ModelService:
         validate_request(request, signature, self.limits.max_batch_size)
         if deadline is not None and asyncio.get_running_loop().time() >= deadline:
             raise DeadlineExceeded("the request's deadline had passed on arrival; it was not run")
+        if admission is not None:
+            admission.release()  # its place passes to the queue entry that submit() appends without yielding
         outputs = await self._batcher.submit({t.name: t.data for t in request.inputs}, deadline)
         missing = [s.name for s in signature.outputs if s.name not in outputs]
         if missing:

@@ -114,6 +114,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _niceness(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 19:
+        raise ValueError(f"expected a niceness 0-19 (0 = same priority as the front), got {text!r}")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -143,6 +150,7 @@ class RuntimeSettings:
     trt_shape_ranges: Mapping[str, ShapeRange] = field(default_factory=dict)
     trt_cache_dir: Path | None = None
     workers: int = 0
+    worker_nice: int = 10
     max_batch_size: int = 32
     dynamic_batching: bool = True
     max_queue_delay_us: int = 0
@@ -211,6 +219,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("trt_cache_dir", Path, "directory where TensorRT engines are cached across restarts"),
     Option(
         "workers", _non_negative, "inference worker processes, one engine each (default 0 = auto: CPU cores, 1 on GPU)"
+    ),
+    Option(
+        "worker_nice",
+        _niceness,
+        "niceness added to worker processes so the front (gRPC, admission, batching) keeps answering under "
+        "full load (default 10; 0 = off)",
     ),
     Option("max_batch_size", _positive, "largest batch a request may carry and the batcher may form (default 32)"),
     Option("dynamic_batching", _bool, "merge concurrent requests into batches (default true)"),

@@ -227,3 +227,58 @@ def test_an_overload_burst_is_refused_quickly_and_admitted_requests_succeed(runt
         assert c.infer("conv", image)["fetch_name_0"].shape == (2, 10)
         assert c.health("conv") == "SERVING"
     assert runtime.terminate() == 0
+
+
+def test_a_full_queue_is_refused_when_the_headers_arrive(runtime_factory, model_dirs) -> None:
+    """Calls whose message is still arriving hold their queue places; the next call is refused RESOURCE_EXHAUSTED
+    before it has sent any of its message, and the places come back when the silent calls go away."""
+    import threading
+    import time
+
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--max-queue-size", "2", "--workers", "1")
+    runtime.wait_serving()
+    image = {"image": np.ones((1, 3, 32, 32), np.float32)}
+    channel = grpc.insecure_channel(runtime.target)
+    silent_call = channel.stream_unary(
+        "/inference.GRPCInferenceService/ModelInfer",
+        request_serializer=pb.ModelInferRequest.SerializeToString,
+        response_deserializer=pb.ModelInferResponse.FromString,
+    )
+    release = threading.Event()
+    sent: list[int] = []
+
+    def silent():  # headers only: the message never comes until the test ends
+        release.wait(60)
+        sent.append(1)
+        return
+        yield  # a generator that yields nothing
+
+    hanging = [silent_call.future(silent()) for _ in range(2)]
+
+    def attempt(client: SkiffClient) -> str:
+        try:
+            client.infer("conv", image)
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
+        return "OK"
+
+    with SkiffClient(runtime.target) as client:
+        deadline = time.monotonic() + 10
+        while (outcome := attempt(client)) == "OK" and time.monotonic() < deadline:  # until both hold places
+            time.sleep(0.02)
+        assert outcome.startswith("RESOURCE_EXHAUSTED: queue full (2 requests waiting or arriving"), outcome
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as refused:
+            silent_call(silent(), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert time.monotonic() - started < 2
+        assert not sent  # answered on its headers: no message was sent
+        for call in hanging:
+            call.cancel()
+        deadline = time.monotonic() + 10
+        while (outcome := attempt(client)) != "OK" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert outcome == "OK"
+    release.set()
+    channel.close()
+    assert runtime.terminate() == 0

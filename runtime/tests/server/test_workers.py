@@ -39,6 +39,10 @@ def _children(pid: int) -> list[tuple[int, str]]:
     return found
 
 
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def _metrics(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return response.read().decode()
@@ -59,8 +63,10 @@ def test_workers_answer_like_the_in_process_predictor(runtime_factory, model_dir
     engine = PaddleEngine(RuntimeSettings(model_dir=model_dirs["conv"], model_name="conv"))
     runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", workers, "--max-batch-size", "8")
     runtime.wait_serving()
-    spawned = [cmd for _, cmd in _children(runtime.proc.pid) if "spawn_main" in cmd]
+    spawned = [pid for pid, cmd in _children(runtime.proc.pid) if "spawn_main" in cmd]
     assert len(spawned) == (0 if workers == "1" else 2)
+    # Workers run below the front's priority (--worker-nice, default 10), so the front answers under full load.
+    assert [_nice(pid) - _nice(runtime.proc.pid) for pid in spawned] == [10] * len(spawned)
     # Expected outputs are computed up front, on this thread: the in-process predictor must not be shared
     # by the client threads (a shared Paddle predictor silently returns wrong answers).
     seeds = [offset * 100 + i for offset in range(8) for i in range(25)]

@@ -18,11 +18,10 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from skiff_runtime.metrics import RuntimeMetrics
-from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 from skiff_runtime.server.auth import BearerTokenAuth, TokenFile
 from skiff_runtime.server.health import ModelHealth
 from skiff_runtime.server.rpcs import RpcObserver
-from skiff_runtime.server.servicer import InferenceServicer
+from skiff_runtime.server.servicer import InferenceServicer, register
 from skiff_runtime.server.status_codes import ErrorInterceptor
 from skiff_runtime.server.tls import ReloadingCredentials, TlsFiles
 from skiff_runtime.service import ModelService, ServiceLimits
@@ -78,7 +77,7 @@ class RuntimeServer:
             options=_channel_options(settings),
             maximum_concurrent_rpcs=self.max_concurrent_rpcs,
         )
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.service), self.grpc_server)
+        register(InferenceServicer(self.service), self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.grpc_server)
         self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.health_server)

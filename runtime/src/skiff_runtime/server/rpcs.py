@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from skiff_runtime.server.interceptors import Continuation, is_unary, with_unary
+from skiff_runtime.server.interceptors import Continuation, behaviour_of, is_unary, with_unary
 
 QUIET_PERIOD_S = 0.25
 
@@ -36,7 +36,7 @@ class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(handler_call_details)
         if not is_unary(handler):
             return handler
-        inner = handler.unary_unary
+        inner = behaviour_of(handler)
         method = handler_call_details.method
 
         async def observed(request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
 from skiff_runtime import __version__
 from skiff_runtime.codec import decode_request, encode_response
+from skiff_runtime.errors import DeadlineExceeded, InvalidInput
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 from skiff_runtime.service import ModelService
 from skiff_runtime.tensors import Datatype, TensorSpec
 
 SERVER_NAME = "skiff"
+# An admitted request holds a queue place while its message arrives; one that has not arrived by then gives it
+# back (a client that opens calls and never sends cannot hold the queue).
+MESSAGE_ARRIVAL_TIMEOUT_S = 30.0
 EXTENSIONS = ("model_configuration",)
 
 # Model-config datatype per OIP datatype (Triton's model_config.proto enum).
@@ -96,9 +102,51 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         )
         return pb.ModelConfigResponse(config=config)
 
-    async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
+    async def ModelInfer(  # type: ignore[override]  # client-streaming on purpose, see register()
+        self, requests: AsyncIterator[pb.ModelInferRequest], context: grpc.aio.ServicerContext
     ) -> pb.ModelInferResponse:
-        self.service.check_model(request.model_name, request.model_version)
-        response = await self.service.infer(decode_request(request), _deadline(context))
+        """Registered client-streaming (see `register`): this runs when the headers arrive, so a full queue is
+        refused before the request's megabytes are read; then the one request message is read."""
+        with self.service.admit() as admission:
+            try:
+                async with asyncio.timeout(MESSAGE_ARRIVAL_TIMEOUT_S):
+                    request = await context.read()
+            except TimeoutError:
+                raise DeadlineExceeded(
+                    f"the request message did not arrive within {MESSAGE_ARRIVAL_TIMEOUT_S:.0f} s of its headers"
+                ) from None
+            if request is grpc.aio.EOF:
+                raise InvalidInput("ModelInfer carried no ModelInferRequest message")
+            self.service.check_model(request.model_name, request.model_version)
+            response = await self.service.infer(decode_request(request), _deadline(context), admission)
         return encode_response(response)
+
+
+class _Captured:
+    """Stands in for a server to collect the method handlers that generated code registers."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.service, self.handlers = service, dict(handlers)
+
+
+def register(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
+    """Adds the inference service to `server` with ModelInfer as client-streaming: unary and client-streaming
+    calls are the same bytes on the wire (headers, one message, end of stream), so every unary client, tritonclient
+    included, works unchanged, while the handler can answer RESOURCE_EXHAUSTED before reading the message."""
+    captured = _Captured()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, captured)
+    unary = captured.handlers["ModelInfer"]
+    captured.handlers["ModelInfer"] = grpc.stream_unary_rpc_method_handler(
+        servicer.ModelInfer,
+        request_deserializer=unary.request_deserializer,
+        response_serializer=unary.response_serializer,
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(captured.service, captured.handlers),))
+    server.add_registered_method_handlers(captured.service, captured.handlers)

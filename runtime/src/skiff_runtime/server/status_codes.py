@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from skiff_runtime import errors
-from skiff_runtime.server.interceptors import Continuation, is_unary, with_unary
+from skiff_runtime.server.interceptors import Continuation, behaviour_of, is_unary, with_unary
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(handler_call_details)
         if not is_unary(handler):
             return handler
-        inner: Handler = handler.unary_unary
+        inner: Handler = behaviour_of(handler)
         method = handler_call_details.method
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:

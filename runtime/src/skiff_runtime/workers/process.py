@@ -38,9 +38,13 @@ def _map(fd: int, size: int) -> mmap.mmap:
     return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
 
 
-def worker_main(conn: Connection, factory: EngineFactory, settings: Any, buffer_bytes: int) -> None:
+def worker_main(conn: Connection, factory: EngineFactory, settings: Any, buffer_bytes: int, nice: int = 0) -> None:
     """Entry point of a worker process: load, warm, then run batches until told to stop or the front dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front decides when workers stop
+    if nice:
+        # Lower priority than the front: when every core is busy with inference, the front still gets the CPU
+        # it needs to read requests, refuse overload at once and hand out the next batch (bench/RESULTS.md).
+        os.nice(nice)
     in_fd, out_fd = recv_handle(conn), recv_handle(conn)
     inputs_buf, outputs_buf = _map(in_fd, buffer_bytes), _map(out_fd, buffer_bytes)
     try:
@@ -91,8 +95,10 @@ class ProcessPool:
         settings: Any,
         buffer_bytes: int,
         on_worker_exit: Callable[[int, int | None], None] | None = None,
+        nice: int = 0,
     ) -> None:
         self.count = count
+        self._nice = nice
         self._factory = factory
         self._settings = settings
         self._buffer_bytes = buffer_bytes
@@ -122,7 +128,7 @@ class ProcessPool:
         front, back = context.Pipe(duplex=True)
         process = context.Process(
             target=worker_main,
-            args=(back, self._factory, self._settings, self._buffer_bytes),
+            args=(back, self._factory, self._settings, self._buffer_bytes, self._nice),
             name=f"skiff-worker-{index}",
             daemon=True,
         )
