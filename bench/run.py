@@ -178,6 +178,8 @@ class Bench:
         summary = summarize(lat, sum(lat))
         out = {"p50_ms": summary.p50_ms, "p99_ms": summary.p99_ms, "throughput": len(lat) / sum(lat)}
         out["batch8_ips"] = data["batch8_images_per_s"]
+        paced = summarize(data["paced_latencies_s"], sum(data["paced_latencies_s"]))
+        out["paced_p50_ms"], out["paced_p99_ms"], out["pace_ms"] = paced.p50_ms, paced.p99_ms, data["pace_s"] * 1000
         say(f"   p50 {out['p50_ms']:.2f} ms  p99 {out['p99_ms']:.2f} ms  batch 8: {out['batch8_ips']:.0f} img/s")
         return out
 

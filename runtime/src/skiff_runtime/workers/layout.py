@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -28,7 +29,7 @@ def plan(shapes: Mapping[str, tuple[np.dtype[np.generic], tuple[int, ...]]], cap
             raise InferenceFailed(f"tensor {name!r} holds Python objects; it cannot cross to a worker process")
         offset = _aligned(offset)
         descriptors.append((name, dtype.str, shape, offset))
-        offset += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        offset += math.prod(shape) * dtype.itemsize  # Python ints: exact, and ~10x cheaper than np.prod
     if offset > capacity:
         raise InferenceFailed(
             f"batch needs {offset} bytes of worker shared memory, which holds {capacity}; "
@@ -42,7 +43,7 @@ def views(buffer: memoryview, descriptors: Sequence[Descriptor]) -> dict[str, Ar
     out: dict[str, Array] = {}
     for name, dtype_str, shape, offset in descriptors:
         dtype = np.dtype(dtype_str)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         out[name] = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset).reshape(shape)
     return out
 
