@@ -261,36 +261,10 @@ async def _timed(infer: Any, payload: bytes) -> Record:
     return started, time.monotonic(), ""
 
 
-def _burst_process(spec: ClientSpec, total: int, connections: int, ready: Any, go: Any, done: Any, out: Any) -> None:
-    """Sends `total` pre-encoded ModelInfer requests at once, spread over `connections` TCP connections (many
-    clients arriving together), and reports each one's (start, end, code)."""
-    import grpc
-
-    payload = _encoded_request(spec)
-
-    async def main() -> list[Record]:
-        channels = [grpc.aio.insecure_channel(spec.target, options=_GRPC_OPTIONS) for _ in range(connections)]
-        calls = [channel.unary_unary(_INFER) for channel in channels]
-        for call in calls:
-            await call(payload)  # connect and warm every connection before the clock starts
-        ready.set()
-        await asyncio.get_running_loop().run_in_executor(None, go.wait)
-        records = await asyncio.gather(*(_timed(calls[i % connections], payload) for i in range(total)))
-        done.set()
-        for channel in channels:
-            await channel.close()
-        return list(records)
-
-    try:
-        out.put(("burst", asyncio.run(main())))
-    except BaseException as exc:
-        done.set()
-        out.put(("error", f"burst client: {type(exc).__name__}: {exc}"))
-
-
-def _probe_process(spec: ClientSpec, ready: Any, go: Any, done: Any, out: Any) -> None:
-    """One request at a time on its own connection, from go until the burst is answered: a probe adds no load of
-    its own, so a rejected probe's latency is how long a request that meets a full queue waits for its answer."""
+def _probe_process(spec: ClientSpec, seconds: float, barrier: Any, out: Any) -> None:
+    """One request at a time on its own connection for `seconds` after the barrier: the probe adds almost no load,
+    and its own event loop is idle, so its latencies are what one more client arriving during the overload sees
+    (the load processes' latencies also include waiting for their own busy event loops)."""
     import grpc
 
     payload = _encoded_request(spec)
@@ -299,44 +273,56 @@ def _probe_process(spec: ClientSpec, ready: Any, go: Any, done: Any, out: Any) -
         async with grpc.aio.insecure_channel(spec.target, options=_GRPC_OPTIONS) as channel:
             call = channel.unary_unary(_INFER)
             await call(payload)
-            ready.set()
-            await asyncio.get_running_loop().run_in_executor(None, go.wait)
+            await asyncio.get_running_loop().run_in_executor(None, barrier.wait)
+            end = time.monotonic() + seconds
             records: list[Record] = []
-            while not done.is_set():
+            while time.monotonic() < end:
                 records.append(await _timed(call, payload))
             return records
 
     try:
         out.put(("probe", asyncio.run(main())))
     except BaseException as exc:
+        barrier.abort()
         out.put(("error", f"probe client: {type(exc).__name__}: {exc}"))
 
 
-def run_burst(spec: ClientSpec, total: int, connections: int = 8) -> tuple[list[Record], list[Record]]:
-    """`total` requests sent at once over `connections` connections (one client process), and the probes that a
-    second client process sent one at a time meanwhile."""
+@dataclass(frozen=True)
+class Overload:
+    """What an overload window recorded: every load request and every probe request, as (start, end, code)."""
+
+    load: list[Record]
+    probes: list[Record]
+    seconds: float
+
+
+def run_overload(spec: ClientSpec, concurrency: int, seconds: float) -> Overload:
+    """`concurrency` closed-loop clients (2 processes) start together from idle, so the first moment is a burst of
+    `concurrency` requests and the rest a sustained overload; a third process probes one request at a time."""
     context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(4)
     out = context.Queue()
-    burst_ready, probe_ready, go, done = (context.Event() for _ in range(4))
+    half = [concurrency // 2, concurrency - concurrency // 2]
     processes = [
-        context.Process(target=_burst_process, args=(spec, total, connections, burst_ready, go, done, out)),
-        context.Process(target=_probe_process, args=(spec, probe_ready, go, done, out)),
+        context.Process(target=_client_process, args=(spec, n, 0.0, seconds, barrier, out), daemon=True) for n in half
     ]
+    processes.append(context.Process(target=_probe_process, args=(spec, seconds, barrier, out), daemon=True))
     for process in processes:
-        process.daemon = True
         process.start()
-    if not (burst_ready.wait(120) and probe_ready.wait(120)):
-        raise RuntimeError("burst clients did not connect within 120 s")
-    go.set()
-    results: dict[str, list[Record]] = {}
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait(timeout=300)
+    load: list[Record] = []
+    probes: list[Record] = []
     for _ in processes:
-        status, payload = out.get(timeout=600)
+        status, payload = out.get(timeout=seconds + 600)
         if status == "error":
             raise RuntimeError(payload)
-        results[status] = payload
+        (probes if status == "probe" else load).extend(payload)
     for process in processes:
         process.join(timeout=30)
-    return results["burst"], results["probe"]
+        if process.is_alive():
+            process.kill()
+    return Overload(load, probes, seconds)
 
 
 def encode_costs(shape: tuple[int, ...] = (1, 3, 224, 224), reps: int = 20) -> dict[str, float]:

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from math import nan
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +221,8 @@ class Bench:
 
     def overload(self, model: str) -> dict[str, Any]:
         queue = self.args.overload_queue
-        burst_size = 10 * queue
+        clients = 10 * queue
+        seconds = min(5.0, self.seconds)
         server = self.skiff(model, True, ["--max-queue-size", str(queue)])
         server.name = f"skiff (on, --max-queue-size {queue})"
         say(f"{model} · overload · starting {server.name}")
@@ -231,7 +233,8 @@ class Bench:
             unloaded = summarize(window.latencies_s, window.seconds)
             out: dict[str, Any] = {
                 "queue_size": queue,
-                "burst_size": burst_size,
+                "clients": clients,
+                "burst_seconds": seconds,
                 "unloaded_p50_ms": unloaded.p50_ms,
                 "unloaded_p99_ms": unloaded.p99_ms,
                 "memory_before_mib": server.memory_mib(),
@@ -240,57 +243,56 @@ class Bench:
             say(f"   unloaded p50 {unloaded.p50_ms:.2f} ms p99 {unloaded.p99_ms:.2f} ms; "
                 f"memory {out['memory_before_mib']:.0f} MiB")  # fmt: skip
             for i in range(self.args.bursts):
-                records, probes = loadgen.run_burst(spec, burst_size)
+                result = loadgen.run_overload(spec, clients, seconds)
                 time.sleep(1.0)
-                out["bursts"].append(self._burst_stats(records, probes, server.memory_mib()))
+                out["bursts"].append(self._burst_stats(result, server.memory_mib()))
                 b = out["bursts"][-1]
                 say(
-                    f"   burst {i + 1}: {b['sent']} sent, {b['admitted']} admitted, {b['rejected']} "
-                    f"RESOURCE_EXHAUSTED (first after {b['first_reject_ms']:.1f} ms), admitted p99 "
-                    f"{b['admitted_p99_ms']:.1f} ms; probes {b['probes']}: {b['probes_rejected']} rejected in "
-                    f"p50 {b['probe_reject_p50_ms']:.1f} / max {b['probe_reject_max_ms']:.1f} ms, admitted p99 "
-                    f"{b['probe_admitted_p99_ms']:.1f} ms; "
+                    f"   burst {i + 1}: {clients} clients for {seconds:.0f} s: {b['admitted']} OK, {b['rejected']} "
+                    f"RESOURCE_EXHAUSTED (p50 {b['reject_p50_ms']:.1f} ms), OK p99 {b['admitted_p99_ms']:.1f} ms; "
+                    f"probe {b['probes']}: {b['probes_rejected']} refused in p50 {b['probe_reject_p50_ms']:.1f} / "
+                    f"p99 {b['probe_reject_p99_ms']:.1f} ms, OK p99 {b['probe_admitted_p99_ms']:.1f} ms; "
                     f"memory {b['memory_after_mib']:.0f} MiB"
                 )
         finally:
             server.stop()
         bursts = out["bursts"]
-        out["first_reject_ms"] = max(b["first_reject_ms"] for b in bursts)
-        rejected_probes = [b["probe_reject_max_ms"] for b in bursts if b["probes_rejected"]]
-        out["probe_reject_max_ms"] = max(rejected_probes, default=float("nan"))
+        out["probe_reject_p99_ms"] = max(
+            (b["probe_reject_p99_ms"] for b in bursts if b["probes_rejected"]), default=nan
+        )
+        out["probe_admitted_p99_ms"] = max(
+            (b["probe_admitted_p99_ms"] for b in bursts if b["probes_admitted"]), default=nan
+        )
         out["admitted_p99_ms"] = max(b["admitted_p99_ms"] for b in bursts)
-        admitted_probes = [b["probe_admitted_p99_ms"] for b in bursts if b.get("probes_admitted")]
-        out["probe_admitted_p99_ms"] = max(admitted_probes, default=float("nan"))
         out["memory_first_mib"] = bursts[0]["memory_after_mib"]
         out["memory_last_mib"] = bursts[-1]["memory_after_mib"]
         return out
 
     @staticmethod
-    def _burst_stats(records: list[loadgen.Record], probes: list[loadgen.Record], memory_mib: float) -> dict[str, Any]:
-        start = min(r[0] for r in records)
-        admitted = [(e - s) * 1000 for s, e, code in records if not code]
-        rejected = [(e - s) * 1000 for s, e, code in records if code == "RESOURCE_EXHAUSTED"]
-        first = min((e for _, e, code in records if code == "RESOURCE_EXHAUSTED"), default=float("nan"))
-        probe_rejects = [(e - s) * 1000 for s, e, code in probes if code == "RESOURCE_EXHAUSTED"]
-        probe_admitted = [(e - s) * 1000 for s, e, code in probes if not code]
+    def _burst_stats(result: loadgen.Overload, memory_mib: float) -> dict[str, Any]:
+        def ms(records: list[loadgen.Record], code: str) -> list[float]:
+            return [(e - s) * 1000 for s, e, c in records if c == code]
+
+        admitted, rejected = ms(result.load, ""), ms(result.load, "RESOURCE_EXHAUSTED")
+        probe_admitted, probe_rejected = ms(result.probes, ""), ms(result.probes, "RESOURCE_EXHAUSTED")
         other: dict[str, int] = {}
-        for _, _, code in records:
+        for _, _, code in result.load + result.probes:
             if code and code != "RESOURCE_EXHAUSTED":
                 other[code] = other.get(code, 0) + 1
         return {
-            "sent": len(records),
+            "sent": len(result.load),
             "admitted": len(admitted),
             "rejected": len(rejected),
             "other_errors": other,
-            "first_reject_ms": (first - start) * 1000,
             "reject_p50_ms": percentile(rejected, 50),
             "reject_p99_ms": percentile(rejected, 99),
             "admitted_p50_ms": percentile(admitted, 50),
             "admitted_p99_ms": percentile(admitted, 99),
-            "probes": len(probes),
-            "probes_rejected": len(probe_rejects),
-            "probe_reject_p50_ms": percentile(probe_rejects, 50),
-            "probe_reject_max_ms": max(probe_rejects, default=float("nan")),
+            "probes": len(result.probes),
+            "probes_rejected": len(probe_rejected),
+            "probe_reject_p50_ms": percentile(probe_rejected, 50),
+            "probe_reject_p99_ms": percentile(probe_rejected, 99),
+            "probe_reject_max_ms": max(probe_rejected, default=nan),
             "probes_admitted": len(probe_admitted),
             "probe_admitted_p50_ms": percentile(probe_admitted, 50),
             "probe_admitted_p99_ms": percentile(probe_admitted, 99),

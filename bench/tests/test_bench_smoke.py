@@ -70,34 +70,34 @@ def _report() -> dict[str, object]:
     }
     overload = {
         "queue_size": 32,
-        "burst_size": 320,
+        "clients": 320,
+        "burst_seconds": 5.0,
         "unloaded_p50_ms": 4.0,
         "unloaded_p99_ms": 5.0,
         "memory_before_mib": 1000.0,
-        "first_reject_ms": 8.0,
-        "probe_reject_max_ms": 4.0,
-        "admitted_p99_ms": 60.0,
+        "probe_reject_p99_ms": 4.0,
         "probe_admitted_p99_ms": 9.0,
+        "admitted_p99_ms": 60.0,
         "memory_first_mib": 1100.0,
         "memory_last_mib": 1105.0,
         "bursts": [
             {
-                "sent": 320,
-                "admitted": 40,
-                "rejected": 280,
+                "sent": 900,
+                "admitted": 300,
+                "rejected": 600,
                 "other_errors": {},
-                "first_reject_ms": 8.0,
                 "reject_p50_ms": 3.0,
                 "reject_p99_ms": 9.0,
+                "admitted_p50_ms": 30.0,
+                "admitted_p99_ms": 60.0,
                 "probes": 10,
                 "probes_rejected": 4,
                 "probe_reject_p50_ms": 2.0,
+                "probe_reject_p99_ms": 4.0,
                 "probe_reject_max_ms": 4.0,
                 "probes_admitted": 6,
                 "probe_admitted_p50_ms": 7.0,
                 "probe_admitted_p99_ms": 9.0,
-                "admitted_p50_ms": 30.0,
-                "admitted_p99_ms": 60.0,
                 "memory_after_mib": 1100.0,
             }
         ],
@@ -144,8 +144,10 @@ def test_added_latency_and_targets_follow_the_issue() -> None:
     assert verdicts["Skiff throughput, 8 concurrent clients"] is True  # 300 req/s
     assert verdicts["Skiff / MLServer throughput, 8 clients"] is False  # 300 / 100 = 3.0 < 4
     assert verdicts["Skiff batching on / off throughput, 32 clients"] is True  # 420 / 260 = 1.6
-    assert verdicts["overload: admitted probe p99 / unloaded p99"] is True  # 9 / 5
-    assert verdicts["overload: slowest RESOURCE_EXHAUSTED answer to a client arriving at a full queue (probe)"]
+    assert verdicts["overload: admitted p99 of that client (probe) / unloaded p99"] is True  # 9 / 5
+    assert verdicts[
+        "overload: p99 time to RESOURCE_EXHAUSTED for a client arriving at the overloaded server (probe)"
+    ]  # 4 ms
 
 
 def test_render_writes_every_section() -> None:
