@@ -157,3 +157,10 @@ def test_render_writes_every_section() -> None:
     assert "| in-process predictor (floor) | 3.00 | 3.50 | 0 (floor) | 320.0 |" in text
     assert "Test CPU" in text
     assert "- a note" in text
+
+
+def test_breakdown_says_how_to_get_the_models(tmp_path) -> None:
+    from bench.breakdown import main as breakdown
+
+    with pytest.raises(SystemExit, match=r"run `python -m bench` once"):
+        breakdown(["--cache-dir", str(tmp_path)])
