@@ -1,7 +1,7 @@
 """Where Skiff's batch-1 latency goes: each stage between the engine and a tritonclient, measured in one run.
 
-`python -m bench.breakdown [--model mobilenet_v3_small] [--calls 600]` (after `python -m bench` exported the
-models, or with --cache-dir pointing at them) prints a table:
+`python -m bench.breakdown [--model mobilenet_v3_small] [--calls 600] [--seconds 4]` (after `python -m bench`
+exported the models, or with --cache-dir pointing at them) prints a table:
 
 1. the engine in-process, tight loop on one image (the floor `python -m bench` compares against);
 2. the engine in-process with a new image copied in and 2 ms idle before each call (how a served request meets it);
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import servers
+from bench import inprocess, servers
 from bench.stats import percentile
 
-PAUSE_S = 0.002
+PAUSE_S = inprocess.PACE_S
 SHAPE = (1, 3, 224, 224)
 
 
@@ -42,28 +42,10 @@ def _images(count: int = 8) -> list[np.ndarray]:
     return [np.random.default_rng(seed).random(SHAPE, dtype=np.float32) for seed in range(count)]
 
 
-def in_process(model_dir: Path, calls: int) -> tuple[list[float], list[float]]:
-    from skiff_runtime.predictor.paddle import PaddleEngine
-    from skiff_runtime.settings import RuntimeSettings
-
-    engine = PaddleEngine(RuntimeSettings(model_dir=model_dir, model_name="m"))
-    name = engine.signature.inputs[0].name
-    images = _images()
-    image = images[0].copy()
-    for _ in range(50):
-        engine.run({name: image})
-    tight, paced = [], []
-    for _ in range(calls):
-        started = time.perf_counter()
-        engine.run({name: image})
-        tight.append(time.perf_counter() - started)
-    for i in range(calls):
-        time.sleep(PAUSE_S)
-        np.copyto(image, images[i % len(images)])
-        started = time.perf_counter()
-        engine.run({name: image})
-        paced.append(time.perf_counter() - started)
-    return tight, paced
+def in_process(model_dir: Path, seconds: float) -> tuple[list[float], list[float]]:
+    """Tight-loop and paced engine latencies from `python -m bench.inprocess` (the benchmark's own floor)."""
+    data = inprocess.measure(model_dir, seconds, warmup_seconds=1)
+    return data["latencies_s"], data["paced_latencies_s"]
 
 
 def process_pool(model_dir: Path, calls: int) -> list[float]:
@@ -150,7 +132,8 @@ def ensure_trivial_model(cache: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mobilenet_v3_small")
-    parser.add_argument("--calls", type=int, default=600)
+    parser.add_argument("--calls", type=int, default=600, help="calls per row that goes through a pool or Skiff")
+    parser.add_argument("--seconds", type=float, default=4, help="time per in-process row (bench.inprocess)")
     parser.add_argument("--cache-dir", type=Path, default=Path(__file__).resolve().parent.parent / ".cache" / "bench")
     args = parser.parse_args(argv)
     model_dir = args.cache_dir / "models" / args.model
@@ -165,14 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         latencies, note = measure()
         rows.append(_row(label, latencies, note))
 
-    tight, paced = in_process(model_dir, args.calls)
+    tight, paced = in_process(model_dir, args.seconds)
     rows.append(_row(f"{args.model}: engine in-process, tight loop (the floor)", tight))
     rows.append(_row(f"{args.model}: engine in-process, new image + {PAUSE_S * 1000:.0f} ms idle per call", paced))
     stage(
         f"{args.model}: engine behind the process pool, {PAUSE_S * 1000:.0f} ms idle per call",
         lambda: (process_pool(model_dir, args.calls), "shared memory in, pipe descriptors, copy out"),
     )
-    trivial_tight, _ = in_process(trivial, args.calls)
+    trivial_tight, _ = in_process(trivial, args.seconds)
     rows.append(_row("trivial conv model: engine in-process, tight loop", trivial_tight))
     for workers in (1, 2):
         stage(

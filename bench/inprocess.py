@@ -1,25 +1,41 @@
 """The floor: Skiff's own engine (PaddleEngine: the runtime's predictor config) called in-process, no transport.
 
 `python -m bench.inprocess MODEL_DIR --seconds S [--device gpu:0]` prints one JSON line: sequential batch-1
-latencies (s) and batch-8 images per second.
+latencies (s) in a tight loop and paced (a new image and PACE_S idle before each call), and batch-8 images per
+second. `measure()` runs it in a fresh process (Paddle is imported there only) and returns that line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-
-from skiff_runtime.predictor.paddle import PaddleEngine
-from skiff_runtime.settings import parse_settings
 
 PACE_S = 0.002
 
 
+def measure(
+    model_dir: Path, seconds: float, warmup_seconds: float, device: str = "cpu", python: str = sys.executable
+) -> dict[str, Any]:
+    """Runs `python -m bench.inprocess` in its own process and returns what it printed."""
+    cmd = [python, "-m", "bench.inprocess", str(model_dir), "--seconds", str(seconds),
+           "--warmup-seconds", str(warmup_seconds), "--device", device]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode:
+        raise RuntimeError(f"in-process engine run failed:\n{result.stderr[-3000:]}")
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
 def main() -> None:
+    from skiff_runtime.predictor.paddle import PaddleEngine
+    from skiff_runtime.settings import parse_settings
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("--seconds", type=float, default=10)

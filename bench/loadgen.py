@@ -293,7 +293,6 @@ class Overload:
 
     load: list[Record]
     probes: list[Record]
-    seconds: float
 
 
 def run_overload(spec: ClientSpec, concurrency: int, seconds: float) -> Overload:
@@ -322,7 +321,7 @@ def run_overload(spec: ClientSpec, concurrency: int, seconds: float) -> Overload
         process.join(timeout=30)
         if process.is_alive():
             process.kill()
-    return Overload(load, probes, seconds)
+    return Overload(load, probes)
 
 
 def encode_costs(shape: tuple[int, ...] = (1, 3, 224, 224), reps: int = 20) -> dict[str, float]:

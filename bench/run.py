@@ -25,7 +25,7 @@ from math import nan
 from pathlib import Path
 from typing import Any
 
-from bench import loadgen, servers
+from bench import inprocess, loadgen, servers
 from bench.export_models import MODELS
 from bench.report import render
 from bench.stats import percentile, summarize
@@ -169,12 +169,7 @@ class Bench:
     # ---- measurements ---------------------------------------------------------------------------------------
     def floor(self, model: str) -> dict[str, Any]:
         say(f"{model} · in-process predictor (floor) · {self.seconds:.0f} s sequential batch 1, then batch 8")
-        cmd = [self.python, "-m", "bench.inprocess", str(self.cache / "models" / model), "--seconds",
-               str(self.seconds), "--warmup-seconds", str(self.warmup), "--device", self.device]  # fmt: skip
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if result.returncode:
-            raise RuntimeError(f"in-process floor failed:\n{result.stderr[-3000:]}")
-        data = json.loads(result.stdout.strip().splitlines()[-1])
+        data = inprocess.measure(self.cache / "models" / model, self.seconds, self.warmup, self.device, self.python)
         lat = data["latencies_s"]
         summary = summarize(lat, sum(lat))
         out = {"p50_ms": summary.p50_ms, "p99_ms": summary.p99_ms, "throughput": len(lat) / sum(lat)}
@@ -263,7 +258,6 @@ class Bench:
         out["probe_admitted_p99_ms"] = max(
             (b["probe_admitted_p99_ms"] for b in bursts if b["probes_admitted"]), default=nan
         )
-        out["admitted_p99_ms"] = max(b["admitted_p99_ms"] for b in bursts)
         out["memory_first_mib"] = bursts[0]["memory_after_mib"]
         out["memory_last_mib"] = bursts[-1]["memory_after_mib"]
         return out
