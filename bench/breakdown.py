@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=4, help="time per in-process row (bench.inprocess)")
     parser.add_argument("--cache-dir", type=Path, default=Path(__file__).resolve().parent.parent / ".cache" / "bench")
     args = parser.parse_args(argv)
+    from skiff_runtime.allocator import tune_current_process
+
+    tune_current_process()  # this process is the tritonclient client of rows 4-5 (same settings as bench clients)
     model_dir = args.cache_dir / "models" / args.model
     if not (model_dir / "inference.pdiparams").exists():
         raise SystemExit(f"no exported model in {model_dir}: run `python -m bench` once (it exports the models)")

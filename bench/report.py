@@ -15,7 +15,7 @@ from bench.stats import Target, fmt, markdown_table, ratio, render_targets
 DESIGNS = {
     "skiff_off": "Skiff, batching off (tritonclient gRPC)",
     "skiff_on": "Skiff, batching on (tritonclient gRPC)",
-    "skiff_on_malloc": "Skiff, batching on + glibc malloc env",
+    "skiff_on_plain_client": "Skiff, batching on, clients without allocator tuning",
     "repeated": "gRPC `repeated float` tutorial server",
     "json": "HTTP/1.1 + JSON tutorial server",
     "mlserver": "MLServer 1.7.1 + Paddle MLModel (tritonclient gRPC)",
@@ -32,9 +32,15 @@ def _get(model: Mapping[str, Any], design: str, concurrency: int, key: str) -> f
     return math.nan if value is None else float(value)
 
 
+def floor_p50(model: Mapping[str, Any], design: str) -> float:
+    """The in-process p50 measured right before this design's server started, else the model's first floor."""
+    beside = model.get("floor_beside", {}).get(design, {}).get("p50_ms")
+    return float(model.get("floor", {}).get("p50_ms", math.nan) if beside is None else beside)
+
+
 def added_p50(model: Mapping[str, Any], design: str) -> float:
-    """p50 at concurrency 1 minus the in-process predictor's p50: what the transport and server add."""
-    return _get(model, design, 1, "p50_ms") - float(model.get("floor", {}).get("p50_ms", math.nan))
+    """p50 at concurrency 1 minus the in-process predictor's p50 measured beside it: what transport and server add."""
+    return _get(model, design, 1, "p50_ms") - floor_p50(model, design)
 
 
 def targets(model: Mapping[str, Any]) -> list[Target]:
@@ -99,11 +105,11 @@ def _errors(model: Mapping[str, Any], design: str) -> str:
 
 def latency_table(model: Mapping[str, Any], concurrencies: list[int]) -> str:
     floor = model.get("floor", {})
-    header = ["server", "p50 ms", "p99 ms", "added p50 ms"]
+    header = ["server", "p50 ms", "p99 ms", "floor beside p50 ms", "added p50 ms"]
     for c in concurrencies:
         header += [f"req/s c={c}", f"p50 ms c={c}"] if c != 1 else [f"req/s c={c}"]
     header += ["errors", "memory MiB", "ready after s", "load avg at start"]
-    row = ["in-process predictor (floor)", fmt(floor.get("p50_ms"), 2), fmt(floor.get("p99_ms"), 2), "0 (floor)"]
+    row = ["in-process predictor (floor)", fmt(floor.get("p50_ms"), 2), fmt(floor.get("p99_ms"), 2), "—", "0 (floor)"]
     for c in concurrencies:
         row += [fmt(floor.get("throughput"), 1)] if c == 1 else ["—", "—"]
     rows = [[*row, "0", "—", "—", "—"]]
@@ -111,7 +117,7 @@ def latency_table(model: Mapping[str, Any], concurrencies: list[int]) -> str:
         if design not in model.get("cells", {}):
             continue
         row = [label, fmt(_get(model, design, 1, "p50_ms"), 2), fmt(_get(model, design, 1, "p99_ms"), 2)]
-        row.append(fmt(added_p50(model, design), 2))
+        row += [fmt(floor_p50(model, design), 2), fmt(added_p50(model, design), 2)]
         for c in concurrencies:
             row.append(fmt(_get(model, design, c, "throughput"), 1))
             if c != 1:

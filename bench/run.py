@@ -1,8 +1,10 @@
 """The benchmark run: exports the models, starts each server in turn, drives load, writes bench/RESULTS.md.
 
 Phases per model: the in-process floor; Skiff with batching off and on; the repeated-float gRPC baseline; the
-HTTP+JSON baseline; MLServer 1.7.1 (own virtualenv); Skiff with glibc malloc settings (first model only); a 10x
-overload burst against Skiff. Each phase prints what it does and how long it took; every server is stopped on
+HTTP+JSON baseline; MLServer 1.7.1 (own virtualenv); Skiff driven by clients without allocator tuning (first model
+only); a 10x overload burst against Skiff. Right before each server starts, the in-process floor is measured again
+for a few seconds ("floor beside"): this VM's speed drifts by up to 1.5x over minutes, so each design's added
+latency is taken against the floor measured next to it, not against one measured many minutes earlier. Each phase prints what it does and how long it took; every server is stopped on
 exit and on Ctrl-C.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import dataclasses
 import datetime
 import importlib.metadata
 import json
@@ -32,7 +35,7 @@ from bench.stats import percentile, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 MLSERVER_PINS = ("mlserver==1.7.1", "uvloop<0.22", "paddlepaddle==3.3.1")
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "16777216", "MALLOC_TRIM_THRESHOLD_": "67108864"}
+FLOOR_BESIDE_S = 3.0
 _T0 = time.monotonic()
 
 
@@ -179,6 +182,14 @@ class Bench:
         say(f"   p50 {out['p50_ms']:.2f} ms  p99 {out['p99_ms']:.2f} ms  batch 8: {out['batch8_ips']:.0f} img/s")
         return out
 
+    def floor_beside(self, model: str) -> dict[str, float]:
+        """A short in-process floor measured right before a server starts (the added latency's reference)."""
+        seconds = min(FLOOR_BESIDE_S, self.seconds)
+        data = inprocess.measure(self.cache / "models" / model, seconds, min(0.5, self.warmup), self.device, self.python)
+        summary = summarize(data["latencies_s"], sum(data["latencies_s"]))
+        say(f"   floor beside: p50 {summary.p50_ms:.2f} ms")
+        return {"p50_ms": summary.p50_ms, "p99_ms": summary.p99_ms}
+
     def cells(self, label: str, spec: loadgen.ClientSpec) -> dict[str, Any]:
         out = {}
         for c in self.concurrency:
@@ -203,11 +214,12 @@ class Bench:
                           spec: loadgen.ClientSpec) -> None:  # fmt: skip
         model = spec.model
         result.setdefault("load1", {})[design] = os.getloadavg()[0]
-        say(f"{model} · {design} · starting {server.name} (load average {os.getloadavg()[0]:.2f})")
+        say(f"{model} · {design} · floor, then {server.name} (load average {os.getloadavg()[0]:.2f})")
+        result.setdefault("floor_beside", {})[design] = self.floor_beside(model)
         try:
             server.start()
             say(f"   ready after {server.started_s:.1f}s (pid {server.proc.pid}, port {server.port})")
-            spec = loadgen.ClientSpec(spec.protocol, server.port, spec.model, spec.input_name)
+            spec = dataclasses.replace(spec, port=server.port)
             result["cells"][design] = self.cells(design, spec)
             result["memory_mib"][design] = server.memory_mib()
             result["startup_s"][design] = server.started_s
@@ -322,10 +334,11 @@ class Bench:
                                    loadgen.ClientSpec("json", 0, model))  # fmt: skip
             if venv is not None:
                 self.serve_and_measure(result, "mlserver", self.mlserver(model, venv), triton)
-            if index == 0 and not args.skip_malloc:
-                server = self.skiff(model, True, env=MALLOC_ENV)
-                server.name = "skiff (on, glibc malloc env)"
-                self.serve_and_measure(result, "skiff_on_malloc", server, triton)
+            if index == 0 and not args.skip_plain_client:
+                server = self.skiff(model, True)
+                server.name = "skiff (on), clients without allocator tuning"
+                plain = dataclasses.replace(triton, tune_allocator=False)
+                self.serve_and_measure(result, "skiff_on_plain_client", server, plain)
             if args.bursts:
                 result["overload"] = self.overload(model)
         load_after = list(os.getloadavg())
@@ -369,7 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overload-queue", type=int, default=16, help="Skiff --max-queue-size for the burst")
     parser.add_argument("--bursts", type=int, default=3, help="overload bursts per model (0 skips the phase)")
     parser.add_argument("--skip-mlserver", action="store_true", help="leave MLServer out (no venv is built)")
-    parser.add_argument("--skip-malloc", action="store_true", help="leave out Skiff with glibc malloc settings")
+    parser.add_argument(
+        "--skip-plain-client", action="store_true", help="leave out Skiff driven by clients without allocator tuning"
+    )
     parser.add_argument("--wait-for-idle", type=float, default=0, help="wait up to S s for load average < 0.5")
     parser.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "bench")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "RESULTS.md")

@@ -137,6 +137,10 @@ def _report() -> dict[str, object]:
 def test_added_latency_and_targets_follow_the_issue() -> None:
     model = _report()["models"]["mobilenet_v3_small"]  # type: ignore[index]
     assert added_p50(model, "skiff_on") == pytest.approx(1.0)
+    # A floor measured beside a design is its reference; designs without one fall back to the model's floor.
+    beside = model | {"floor_beside": {"skiff_on": {"p50_ms": 3.4}}}
+    assert added_p50(beside, "skiff_on") == pytest.approx(0.6)
+    assert added_p50(beside, "repeated") == pytest.approx(added_p50(model, "repeated"))
     verdicts = {t.name: t.met for t in targets(model)}
     assert verdicts["added p50 over in-process, batch 1 (Skiff)"] is True  # 1.0 ms <= 1.5 ms
     assert verdicts["repeated-float added p50 / Skiff added p50"] is True  # 8.0 / 1.0
@@ -154,7 +158,7 @@ def test_render_writes_every_section() -> None:
     text = render(_report())
     for heading in ("# Skiff benchmark results", "## mobilenet_v3_small", "## Notes", "Overload burst"):
         assert heading in text
-    assert "| in-process predictor (floor) | 3.00 | 3.50 | 0 (floor) | 320.0 |" in text
+    assert "| in-process predictor (floor) | 3.00 | 3.50 | — | 0 (floor) | 320.0 |" in text
     assert "Test CPU" in text
     assert "- a note" in text
 

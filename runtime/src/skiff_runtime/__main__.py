@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from skiff_runtime import allocator
 from skiff_runtime.settings import RuntimeSettings, SettingsError, add_options, settings_from_namespace
 from skiff_runtime.workers.base import Workers
 
@@ -142,15 +143,9 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-# glibc serves allocations above the mmap threshold with fresh mmap()s that page-fault on first touch and are
-# unmapped on free; for ~0.5-5 MB tensor messages that fault cost dominated a loopback round trip (measured
-# 2.9 -> 1.2 ms for 588 KiB). Keep such buffers in the heap and trim it lazily. Set by the launcher because
-# glibc reads these only at process start; a value already in the environment wins.
-ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "16777216", "MALLOC_TRIM_THRESHOLD_": "67108864"}
-
-
+# glibc reads its malloc settings only at process start: set them (skiff_runtime.allocator) and re-execute.
 def _exec_with_allocator_tuning(argv: Sequence[str]) -> None:
-    missing = {k: v for k, v in ALLOCATOR_ENV.items() if k not in os.environ}
+    missing = {k: v for k, v in allocator.ENV.items() if k not in os.environ}
     if missing:
         os.execve(sys.executable, [sys.executable, "-m", "skiff_runtime", *argv], {**os.environ, **missing})  # noqa: S606
 
