@@ -1,11 +1,10 @@
-"""The benchmark run: exports the models, starts each server in turn, drives load, writes bench/RESULTS.md.
-
-Phases per model: the in-process floor; Skiff with batching off and on; the repeated-float gRPC baseline; the
-HTTP+JSON baseline; MLServer 1.7.1 (own virtualenv); Skiff driven by clients without allocator tuning (first model
-only); a 10x overload burst against Skiff. Right before each server starts, the in-process floor is measured again
-for a few seconds ("floor beside"): this VM's speed drifts by up to 1.5x over minutes, so each design's added
-latency is taken against the floor measured next to it, not against one measured many minutes earlier. Each phase prints what it does and how long it took; every server is stopped on
-exit and on Ctrl-C.
+"""The benchmark run: exports the models, starts each server in turn, drives load, writes bench/RESULTS.md. Phases per
+model: the in-process floor; Skiff with batching off and on; the repeated-float gRPC baseline; the HTTP+JSON
+baseline; MLServer 1.7.1 (own virtualenv); Skiff driven by clients without allocator tuning (first model only); a
+10x overload burst against Skiff. Right before each server starts, the in-process floor is measured again for a few
+seconds ("floor beside"): this VM's speed drifts by up to 1.5x over minutes, so each design's added latency is taken
+against the floor measured next to it, not against one measured many minutes earlier. Each phase prints what it does
+and how long it took; every server is stopped on exit and on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -185,7 +184,8 @@ class Bench:
     def floor_beside(self, model: str) -> dict[str, float]:
         """A short in-process floor measured right before a server starts (the added latency's reference)."""
         seconds = min(FLOOR_BESIDE_S, self.seconds)
-        data = inprocess.measure(self.cache / "models" / model, seconds, min(0.5, self.warmup), self.device, self.python)
+        model_dir = self.cache / "models" / model
+        data = inprocess.measure(model_dir, seconds, min(0.5, self.warmup), self.device, self.python)
         summary = summarize(data["latencies_s"], sum(data["latencies_s"]))
         say(f"   floor beside: p50 {summary.p50_ms:.2f} ms")
         return {"p50_ms": summary.p50_ms, "p99_ms": summary.p99_ms}

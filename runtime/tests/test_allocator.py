@@ -42,8 +42,8 @@ def test_tuning_keeps_large_buffers_in_the_heap() -> None:
 
 
 def test_environment_table_matches_the_mallopt_values() -> None:
-    assert allocator.ENV == {
+    assert {
         "MALLOC_MMAP_THRESHOLD_": str(allocator.MMAP_THRESHOLD_BYTES),
         "MALLOC_TRIM_THRESHOLD_": str(allocator.TRIM_THRESHOLD_BYTES),
-    }
+    } == allocator.ENV
     assert allocator.MMAP_THRESHOLD_BYTES >= 4 << 20  # above a 1x3x224x224 FP32 image batch of a few images

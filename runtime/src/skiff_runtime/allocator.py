@@ -40,4 +40,6 @@ def tune_current_process() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    mmap_set = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    trim_set = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    return bool(mmap_set) and bool(trim_set)
