@@ -13,6 +13,7 @@ from skiff_runtime.codec import (
     InferRequest,
     InferResponse,
     decode_request,
+    decode_request_bytes,
     decode_response,
     encode_request,
     encode_response,
@@ -213,14 +214,23 @@ def test_encode_bytes_rejects_other_elements() -> None:
 # ---- round trips over the wire ----
 
 
+def _parse_then_decode(data: bytes) -> InferRequest:
+    return decode_request(pb.ModelInferRequest.FromString(data))
+
+
+# The server decodes the bytes directly (tensors viewed in place); both paths must agree.
+DECODERS = {"protobuf-parse": _parse_then_decode, "split-bytes": decode_request_bytes}
+
+
+@pytest.mark.parametrize("decode", DECODERS.values(), ids=list(DECODERS))
 @pytest.mark.parametrize("datatype", list(Datatype), ids=str)
-def test_request_round_trips_through_the_wire(datatype: Datatype) -> None:
+def test_request_round_trips_through_the_wire(datatype: Datatype, decode: Callable[[bytes], InferRequest]) -> None:
     want = sample_array(datatype)
     message = encode_request(
         "m", [Tensor("x", datatype, want)], model_version="2", request_id="r", requested_outputs=["y"]
     )
     assert not message.inputs[0].HasField("contents")
-    request = decode_request(pb.ModelInferRequest.FromString(message.SerializeToString()))
+    request = decode(message.SerializeToString())
     assert (request.model_name, request.model_version, request.id) == ("m", "2", "r")
     assert request.requested_outputs == ("y",)
     (tensor,) = request.inputs
@@ -402,6 +412,52 @@ def test_malformed_request_is_invalid_input(build: Callable[[], pb.ModelInferReq
         decode_request(build())
     for fragment in fragments:
         assert fragment in str(info.value)
+    with pytest.raises(InvalidInput) as from_bytes:
+        decode_request_bytes(build().SerializeToString())
+    assert str(from_bytes.value) == str(info.value)
+
+
+# ---- the wire-level split (tensors kept out of the protobuf parse) ----
+
+
+def test_split_bytes_views_the_tensors_in_place() -> None:
+    image = np.arange(12, dtype=np.float32).reshape(1, 3, 4)
+    data = bytearray(raw_request(("x", "FP32", [1, 3, 4], image.tobytes())).SerializeToString())
+    (tensor,) = decode_request_bytes(data).inputs
+    assert_same_array(tensor.data, image)
+    offset = bytes(data).index(image.tobytes())
+    data[offset : offset + 4] = np.float32(42).tobytes()  # the decoded array is a view: it sees the change
+    assert tensor.data[0, 0, 0] == 42
+
+
+def test_split_bytes_keeps_raw_contents_in_wire_order_across_interleaved_fields() -> None:
+    # Concatenated messages merge (protobuf rule), so this stream interleaves inputs and raw contents.
+    first = raw_request(("a", "INT32", [2], np.array([1, 2], np.int32).tobytes()))
+    second = pb.ModelInferRequest(id="r2")
+    second.inputs.add(name="b", datatype="INT32", shape=[1])
+    second.raw_input_contents.append(np.array([3], np.int32).tobytes())
+    request = decode_request_bytes(first.SerializeToString() + second.SerializeToString())
+    assert [(t.name, t.data.tolist()) for t in request.inputs] == [("a", [1, 2]), ("b", [3])]
+    assert (request.model_name, request.id) == ("m", "r2")
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"\x80", "ends inside a varint"),
+        (b"\x08" + b"\xff" * 10 + b"\x01", "longer than 10 bytes"),
+        (b"\x3a\x05ab", "field 7 declares 5 bytes, 2 remain"),
+        (b"\x0b", "wire type 3 in field 1"),
+        (b"\x00\x00", "field number 0"),
+        (b"\x09abc", "field 1 runs past the end"),
+        (b"\x2a\x02\xff\xff", "malformed ModelInferRequest"),  # inputs (field 5) that do not parse
+    ],
+    ids=["truncated-varint", "long-varint", "short-raw", "group", "field-0", "short-fixed64", "bad-submessage"],
+)
+def test_malformed_wire_bytes_are_invalid_input(data: bytes, fragment: str) -> None:
+    with pytest.raises(InvalidInput, match="malformed ModelInferRequest") as info:
+        decode_request_bytes(data)
+    assert fragment in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from skiff_runtime.errors import InvalidInput
 from skiff_runtime.proto import inference_pb2 as pb
@@ -91,7 +92,7 @@ def _check_shape(name: str, shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
-def decode_bytes_elements(name: str, raw: bytes, count: int) -> Array:
+def decode_bytes_elements(name: str, raw: bytes | memoryview, count: int) -> Array:
     """BYTES raw encoding: each element is a 4-byte little-endian length followed by that many bytes."""
     items: list[bytes] = []
     offset = 0
@@ -130,7 +131,7 @@ def encode_bytes_elements(array: Array) -> bytes:
     return b"".join(parts)
 
 
-def _decode_raw(name: str, datatype: Datatype, shape: tuple[int, ...], raw: bytes) -> Array:
+def _decode_raw(name: str, datatype: Datatype, shape: tuple[int, ...], raw: bytes | memoryview) -> Array:
     count = element_count(shape)
     if datatype is Datatype.BYTES:
         return decode_bytes_elements(name, raw, count).reshape(shape)
@@ -175,9 +176,80 @@ def _decode_typed(name: str, datatype: Datatype, shape: tuple[int, ...], content
     return np.asarray(values, dtype=dtype).reshape(shape)
 
 
-def decode_request(message: pb.ModelInferRequest) -> InferRequest:
-    """Decode and structurally check a ModelInferRequest (signature checks come later, in validate_request)."""
-    raw_count = len(message.raw_input_contents)
+# ModelInferRequest field 7, `repeated bytes raw_input_contents`: the tensors, kept out of the protobuf parse.
+RAW_INPUT_CONTENTS_FIELD = 7
+_LENGTH_DELIMITED = 2
+_FIXED_WIDTH = {1: 8, 5: 4}  # wire type -> bytes (64-bit, 32-bit)
+_MAX_VARINT_BYTES = 10
+
+
+def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+    value = 0
+    for index in range(_MAX_VARINT_BYTES):
+        if pos + index >= len(data):
+            raise InvalidInput("malformed ModelInferRequest: the message ends inside a varint")
+        byte = data[pos + index]
+        value |= (byte & 0x7F) << (7 * index)
+        if not byte & 0x80:
+            return value, pos + index + 1
+    raise InvalidInput("malformed ModelInferRequest: a varint is longer than 10 bytes")
+
+
+def split_request(data: bytes | memoryview) -> tuple[bytes, list[memoryview]]:
+    """Split a serialized ModelInferRequest into everything but raw_input_contents (bytes, for the protobuf parser)
+    and the raw_input_contents themselves as views into `data`: the tensors' bytes are never copied here, where
+    parsing the whole message would copy each of them twice (into the parser's arena, then out as `bytes`).
+    Fields are length-checked; a malformed message raises InvalidInput."""
+    view = memoryview(data).cast("B")
+    rest: list[memoryview] = []
+    raw: list[memoryview] = []
+    pos, end = 0, len(view)
+    while pos < end:
+        start = pos
+        tag, pos = _varint(view, pos)
+        field_number, wire_type = tag >> 3, tag & 7
+        if field_number == 0:
+            raise InvalidInput("malformed ModelInferRequest: field number 0")
+        if wire_type == 0:
+            _, pos = _varint(view, pos)
+        elif wire_type in _FIXED_WIDTH:
+            pos += _FIXED_WIDTH[wire_type]
+        elif wire_type == _LENGTH_DELIMITED:
+            length, pos = _varint(view, pos)
+            if pos + length > end:
+                raise InvalidInput(
+                    f"malformed ModelInferRequest: field {field_number} declares {length} bytes, {end - pos} remain"
+                )
+            if field_number == RAW_INPUT_CONTENTS_FIELD:
+                raw.append(view[pos : pos + length])
+                pos += length
+                continue
+            pos += length
+        else:
+            raise InvalidInput(f"malformed ModelInferRequest: wire type {wire_type} in field {field_number}")
+        if pos > end:
+            raise InvalidInput(f"malformed ModelInferRequest: field {field_number} runs past the end")
+        rest.append(view[start:pos])
+    return b"".join(rest), raw
+
+
+def decode_request_bytes(data: bytes | memoryview) -> InferRequest:
+    """Decode a serialized ModelInferRequest, viewing its raw tensors in place (see `split_request`)."""
+    rest, raw = split_request(data)
+    try:
+        message = pb.ModelInferRequest.FromString(rest)
+    except DecodeError as exc:
+        raise InvalidInput(f"malformed ModelInferRequest: {exc}") from None
+    return decode_request(message, raw)
+
+
+def decode_request(
+    message: pb.ModelInferRequest, raw_contents: Sequence[bytes | memoryview] | None = None
+) -> InferRequest:
+    """Decode and structurally check a ModelInferRequest (signature checks come later, in validate_request).
+    `raw_contents`, when given, stands for the message's raw_input_contents (see `split_request`)."""
+    raw_input_contents = message.raw_input_contents if raw_contents is None else raw_contents
+    raw_count = len(raw_input_contents)
     if raw_count and raw_count != len(message.inputs):
         raise InvalidInput(
             f"raw_input_contents has {raw_count} entries for {len(message.inputs)} inputs; "
@@ -197,7 +269,7 @@ def decode_request(message: pb.ModelInferRequest) -> InferRequest:
                 raise InvalidInput(
                     f"input {name!r} has typed contents while the request uses raw_input_contents; use one kind"
                 )
-            data = _decode_raw(name, datatype, shape, message.raw_input_contents[index])
+            data = _decode_raw(name, datatype, shape, raw_input_contents[index])
         elif tensor.HasField("contents"):
             data = _decode_typed(name, datatype, shape, tensor.contents)
         else:
