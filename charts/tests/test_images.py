@@ -133,7 +133,7 @@ def test_runtime_image_gpu_by_default_cpu_by_build_arg() -> None:
 
 def test_runtime_image_contract() -> None:
     from skiff_operator.render import contract
-    from skiff_runtime.__main__ import ALLOCATOR_ENV
+    from skiff_runtime.allocator import ENV as ALLOCATOR_ENV
 
     final = final_stage(DOCKERFILES["runtime"])
     volumes = [ins.args for ins in final if ins.keyword == "VOLUME"]
