@@ -1,5 +1,6 @@
-"""The benchmark run: exports the models, starts each server in turn, drives load, writes bench/RESULTS.md. Phases per
-model: the in-process floor; Skiff with batching off and on; the repeated-float gRPC baseline; the HTTP+JSON
+"""The benchmark run: exports the models, starts each server in turn, drives load, writes bench/RESULTS.md.
+
+Phases per model: the in-process floor; Skiff with batching off and on; the repeated-float gRPC baseline; the HTTP+JSON
 baseline; MLServer 1.7.1 (own virtualenv); Skiff driven by clients without allocator tuning (first model only); a
 10x overload burst against Skiff. Right before each server starts, the in-process floor is measured again for a few
 seconds ("floor beside"): this VM's speed drifts by up to 1.5x over minutes, so each design's added latency is taken

@@ -177,7 +177,7 @@ def _decode_typed(name: str, datatype: Datatype, shape: tuple[int, ...], content
 
 
 # ModelInferRequest field 7, `repeated bytes raw_input_contents`: the tensors, kept out of the protobuf parse.
-RAW_INPUT_CONTENTS_FIELD = 7
+RAW_INPUT_CONTENTS_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
 _LENGTH_DELIMITED = 2
 _FIXED_WIDTH = {1: 8, 5: 4}  # wire type -> bytes (64-bit, 32-bit)
 _MAX_VARINT_BYTES = 10
@@ -220,11 +220,10 @@ def split_request(data: bytes | memoryview) -> tuple[bytes, list[memoryview]]:
                 raise InvalidInput(
                     f"malformed ModelInferRequest: field {field_number} declares {length} bytes, {end - pos} remain"
                 )
-            if field_number == RAW_INPUT_CONTENTS_FIELD:
-                raw.append(view[pos : pos + length])
-                pos += length
-                continue
             pos += length
+            if field_number == RAW_INPUT_CONTENTS_FIELD:
+                raw.append(view[pos - length : pos])
+                continue
         else:
             raise InvalidInput(f"malformed ModelInferRequest: wire type {wire_type} in field {field_number}")
         if pos > end:
