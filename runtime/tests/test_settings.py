@@ -10,6 +10,7 @@ import pytest
 from skiff_runtime.settings import (
     OPTIONS,
     Device,
+    IntermediateTensors,
     Option,
     RuntimeSettings,
     SettingsError,
@@ -58,6 +59,20 @@ def test_defaults_apply_when_neither_flag_nor_env_is_set() -> None:
     assert settings.max_message_bytes == 64 * 1024 * 1024
 
 
+@pytest.mark.parametrize(
+    ("mode", "device", "keep"),
+    [
+        ("auto", "cpu", True),
+        ("auto", "gpu:0", False),
+        ("keep", "gpu:0", True),
+        ("free", "cpu", False),
+    ],
+)
+def test_intermediate_tensors_auto_keeps_them_on_cpu_only(mode: str, device: str, keep: bool) -> None:
+    settings = parse_settings([*REQUIRED_ARGS, "--intermediate-tensors", mode, "--device", device], env={})
+    assert settings.keep_intermediate_tensors is keep
+
+
 def test_env_beats_defaults_and_flags_beat_env() -> None:
     env = {
         "SKIFF_MODEL_DIR": "/env/dir",
@@ -87,6 +102,7 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "device": ("gpu:3", Device("gpu", 3)),
         "cpu_threads": ("4", 4),
         "enable_mkldnn": ("off", False),
+        "intermediate_tensors": ("free", IntermediateTensors.FREE),
         "gpu_memory_pool_mb": ("1024", 1024),
         "tensorrt_precision": ("fp16", TensorRTPrecision.FP16),
         "trt_min_subgraph_size": ("5", 5),
@@ -128,6 +144,7 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         ("max_batch_size", "-3"),
         ("max_queue_size", "1.5"),
         ("worker_nice", "20"),
+        ("intermediate_tensors", "sometimes"),
         ("worker_nice", "-1"),
         ("enable_mkldnn", "maybe"),
         ("tensorrt_precision", "fp8"),

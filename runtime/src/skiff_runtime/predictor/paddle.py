@@ -24,6 +24,7 @@ os.environ.setdefault("GLOG_minloglevel", "2")
 os.environ.setdefault("GLOG_v", "0")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
+    import paddle
     import paddle.inference as paddle_infer
 
 PLATFORM = "paddle_inference"
@@ -110,6 +111,9 @@ class PaddleEngine:
     def __init__(self, settings: RuntimeSettings, model_dir: Path | None = None) -> None:
         self.files = find_model_files(model_dir or settings.model_dir, settings.model_prefix)
         self.signature = read_signature(self.files)
+        # Process-wide Paddle flag, read when the predictor's executor is built: < 0 turns its garbage collector
+        # off, so intermediates keep their buffers between runs instead of being handed to a freeing thread.
+        paddle.set_flags({"FLAGS_eager_delete_tensor_gb": -1.0 if settings.keep_intermediate_tensors else 0.0})
         try:
             self._predictor = paddle_infer.create_predictor(build_config(self.files, settings))
         except Exception as exc:  # Paddle raises RuntimeError/ValueError subclasses of its own
