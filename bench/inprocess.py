@@ -21,11 +21,18 @@ PACE_S = 0.002
 
 
 def measure(
-    model_dir: Path, seconds: float, warmup_seconds: float, device: str = "cpu", python: str = sys.executable
+    model_dir: Path,
+    seconds: float,
+    warmup_seconds: float,
+    device: str = "cpu",
+    python: str = sys.executable,
+    max_batch_size: int = 16,
 ) -> dict[str, Any]:
-    """Runs `python -m bench.inprocess` in its own process and returns what it printed."""
+    """Runs `python -m bench.inprocess` in its own process and returns what it printed. `max_batch_size` is the
+    served configuration's: the engine makes the same intermediate-tensor choice as Skiff's workers."""
     cmd = [python, "-m", "bench.inprocess", str(model_dir), "--seconds", str(seconds),
-           "--warmup-seconds", str(warmup_seconds), "--device", device]  # fmt: skip
+           "--warmup-seconds", str(warmup_seconds), "--device", device,
+           "--max-batch-size", str(max_batch_size)]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode:
         raise RuntimeError(f"in-process engine run failed:\n{result.stderr[-3000:]}")
@@ -41,10 +48,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--warmup-seconds", type=float, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-batch-size", default="16")
     args = parser.parse_args()
     settings = parse_settings(
-        ["--model-dir", str(args.model_dir), "--model-name", "floor", "--device", args.device], env={}
-    )
+        ["--model-dir", str(args.model_dir), "--model-name", "floor", "--device", args.device,
+         "--max-batch-size", args.max_batch_size],
+        env={},
+    )  # fmt: skip
     engine = PaddleEngine(settings)
     name = engine.signature.inputs[0].name
     image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)

@@ -17,7 +17,11 @@ from predictor import Predictor  # copied next to this module by the benchmark
 class PaddleRuntime(MLModel):
     async def load(self) -> bool:
         extra = self.settings.parameters.extra or {} if self.settings.parameters else {}
-        self._predictor = Predictor(Path(self.settings.parameters.uri), str(extra.get("device", "cpu")))
+        self._predictor = Predictor(
+            Path(self.settings.parameters.uri),
+            str(extra.get("device", "cpu")),
+            bool(extra.get("keep_intermediates", False)),
+        )
         self._predictor.warm_up()
         return True
 

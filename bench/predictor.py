@@ -1,5 +1,5 @@
 """A Paddle predictor configured like Skiff's engine (oneDNN on, 1 math thread, IR optimisation on, intermediate
-tensors kept between runs on CPU; or a GPU).
+tensors kept or freed as Skiff's `--intermediate-tensors auto` decides for the model; or a GPU).
 
 Used by the baseline servers (repeated-float gRPC, HTTP+JSON, MLServer's runtime), so every design runs the
 same engine configuration. Imports only numpy and paddle: it also loads inside MLServer's own virtualenv.
@@ -35,7 +35,7 @@ def model_files(model_dir: Path) -> tuple[Path, Path]:
 class Predictor:
     """One predictor guarded by a lock: a Paddle predictor is not safe to run from several threads at once."""
 
-    def __init__(self, model_dir: Path, device: str = "cpu") -> None:
+    def __init__(self, model_dir: Path, device: str = "cpu", keep_intermediates: bool = False) -> None:
         program, params = model_files(model_dir)
         config = paddle_infer.Config(str(program), str(params))
         config.disable_glog_info()
@@ -46,9 +46,9 @@ class Predictor:
             config.disable_gpu()
             config.set_cpu_math_library_num_threads(1)
             config.enable_mkldnn()
-        # Skiff's CPU default (--intermediate-tensors auto = keep): Paddle's garbage collector off, so the
-        # baselines do not pay for its freeing thread either.
-        paddle.set_flags({"FLAGS_eager_delete_tensor_gb": -1.0 if not device.startswith("gpu") else 0.0})
+        # The same choice Skiff makes for this model (the bench passes it): with intermediates kept, Paddle's
+        # garbage collector is off and the baselines do not pay for its freeing thread either.
+        paddle.set_flags({"FLAGS_eager_delete_tensor_gb": -1.0 if keep_intermediates else 0.0})
         self._predictor = paddle_infer.create_predictor(config)
         self.input_name = self._predictor.get_input_names()[0]
         self.output_name = self._predictor.get_output_names()[0]
@@ -75,7 +75,8 @@ def predictor_from_command_line(description: str | None) -> tuple[Predictor, int
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--keep-intermediates", action="store_true", help="Paddle's garbage collector off")
     args = parser.parse_args()
-    predictor = Predictor(args.model_dir, args.device)
+    predictor = Predictor(args.model_dir, args.device, args.keep_intermediates)
     predictor.warm_up()
     return predictor, int(args.port)

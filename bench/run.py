@@ -135,8 +135,25 @@ class Bench:
             f"skiff ({tag})", cmd, self.logs / f"{model}-skiff-{tag}.log", servers.skiff_ready, dict(env or {})
         )
 
+    def keeps_intermediates(self, model: str) -> bool:
+        """What Skiff's `--intermediate-tensors auto` chooses for this model at the bench's max batch size, so the
+        baselines run the same engine configuration."""
+        from skiff_runtime.predictor.files import find_model_files
+        from skiff_runtime.predictor.paddle import intermediates_bytes, keeps_intermediates, read_signature
+        from skiff_runtime.settings import Device, RuntimeSettings
+
+        model_dir = self.cache / "models" / model
+        settings = RuntimeSettings(
+            model_dir=model_dir, model_name=model, device=Device.parse(self.device),
+            max_batch_size=self.args.max_batch_size,
+        )  # fmt: skip
+        files = find_model_files(model_dir, None)
+        return keeps_intermediates(settings, intermediates_bytes(files, read_signature(files), settings.max_batch_size))
+
     def baseline(self, module: str, model: str):
         cmd = [self.python, "-m", f"bench.{module}", str(self.cache / "models" / model), "--device", self.device]
+        if self.keeps_intermediates(model):
+            cmd.append("--keep-intermediates")
         return servers.ServerProcess(module, cmd, self.logs / f"{model}-{module}.log", servers.port_line)
 
     def mlserver(self, model: str, venv: Path):
@@ -147,7 +164,10 @@ class Bench:
         settings = {
             "name": model,
             "implementation": "mlserver_runtime.PaddleRuntime",
-            "parameters": {"uri": str(self.cache / "models" / model), "extra": {"device": self.device}},
+            "parameters": {
+                "uri": str(self.cache / "models" / model),
+                "extra": {"device": self.device, "keep_intermediates": self.keeps_intermediates(model)},
+            },
         }
         (repo / "model-settings.json").write_text(json.dumps(settings, indent=2))
         grpc_port = servers.free_port()
@@ -172,7 +192,9 @@ class Bench:
     # ---- measurements ---------------------------------------------------------------------------------------
     def floor(self, model: str) -> dict[str, Any]:
         say(f"{model} · in-process predictor (floor) · {self.seconds:.0f} s sequential batch 1, then batch 8")
-        data = inprocess.measure(self.cache / "models" / model, self.seconds, self.warmup, self.device, self.python)
+        data = inprocess.measure(
+            self.cache / "models" / model, self.seconds, self.warmup, self.device, self.python, self.args.max_batch_size
+        )
         lat = data["latencies_s"]
         summary = summarize(lat, sum(lat))
         out = {"p50_ms": summary.p50_ms, "p99_ms": summary.p99_ms, "throughput": len(lat) / sum(lat)}
@@ -186,7 +208,9 @@ class Bench:
         """A short in-process floor measured right before a server starts (the added latency's reference)."""
         seconds = min(FLOOR_BESIDE_S, self.seconds)
         model_dir = self.cache / "models" / model
-        data = inprocess.measure(model_dir, seconds, min(0.5, self.warmup), self.device, self.python)
+        data = inprocess.measure(
+            model_dir, seconds, min(0.5, self.warmup), self.device, self.python, self.args.max_batch_size
+        )
         summary = summarize(data["latencies_s"], sum(data["latencies_s"]))
         say(f"   floor beside: p50 {summary.p50_ms:.2f} ms")
         return {"p50_ms": summary.p50_ms, "p99_ms": summary.p99_ms}

@@ -59,20 +59,6 @@ def test_defaults_apply_when_neither_flag_nor_env_is_set() -> None:
     assert settings.max_message_bytes == 64 * 1024 * 1024
 
 
-@pytest.mark.parametrize(
-    ("mode", "device", "keep"),
-    [
-        ("auto", "cpu", True),
-        ("auto", "gpu:0", False),
-        ("keep", "gpu:0", True),
-        ("free", "cpu", False),
-    ],
-)
-def test_intermediate_tensors_auto_keeps_them_on_cpu_only(mode: str, device: str, keep: bool) -> None:
-    settings = parse_settings([*REQUIRED_ARGS, "--intermediate-tensors", mode, "--device", device], env={})
-    assert settings.keep_intermediate_tensors is keep
-
-
 def test_env_beats_defaults_and_flags_beat_env() -> None:
     env = {
         "SKIFF_MODEL_DIR": "/env/dir",

@@ -24,7 +24,7 @@ class TensorRTPrecision(enum.StrEnum):
 class IntermediateTensors(enum.StrEnum):
     """What Paddle does with a batch's intermediate tensors once their last reader ran."""
 
-    AUTO = "auto"  # keep on CPU, free on GPU
+    AUTO = "auto"  # keep on CPU when they fit a budget at the largest batch (predictor.paddle), else free
     KEEP = "keep"  # each keeps its buffer for the next run: no garbage-collector thread, more memory
     FREE = "free"  # Paddle's garbage collector frees each after its last use (a thread hand-off per op)
 
@@ -182,13 +182,6 @@ class RuntimeSettings:
         return available_cpus()
 
     @property
-    def keep_intermediate_tensors(self) -> bool:
-        """AUTO keeps them on CPU (MobileNetV3: ~0.6 ms less per call, one busy thread fewer) and frees them on GPU."""
-        if self.intermediate_tensors is IntermediateTensors.AUTO:
-            return self.device.kind == "cpu"
-        return self.intermediate_tensors is IntermediateTensors.KEEP
-
-    @property
     def tls(self) -> bool:
         return self.tls_cert_file is not None
 
@@ -230,8 +223,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "intermediate_tensors",
         IntermediateTensors,
-        "keep, free or auto (default: keep on CPU, free on GPU). keep: no garbage-collector thread, ~0.6 ms less "
-        "per MobileNetV3 call, memory for every activation of the largest batch (ResNet50 batch 16: 3.2 vs 1.7 GB)",
+        "keep, free or auto (default: keep on CPU when the program's intermediates at --max-batch-size come to "
+        "<= 1 GiB, else free). keep: no garbage-collector thread, ~1 ms less per MobileNetV3 call, but memory for "
+        "every intermediate of the largest batch (ResNet50 batch 16: 3.1 vs 1.7 GB per worker)",
     ),
     Option("gpu_memory_pool_mb", _positive, "initial GPU memory pool in MB (default 512)"),
     Option("tensorrt_precision", TensorRTPrecision, "TensorRT subgraphs on GPU: off, fp32, fp16 or int8"),

@@ -57,5 +57,46 @@ def test_kept_and_freed_intermediates_give_identical_outputs_at_every_batch_size
         np.testing.assert_array_equal(value, freed[key], err_msg=key)
 
 
-def test_auto_keeps_intermediates_on_cpu(model_dirs) -> None:
-    assert _run(model_dirs["conv"]).pop("flag") == -1.0
+def test_auto_keeps_intermediates_on_cpu_while_they_fit_the_budget(model_dirs) -> None:
+    assert _run(model_dirs["conv"]).pop("flag") == -1.0  # ~0.5 MiB at the default --max-batch-size 32
+    # The conv net computes ~131 KB per row: 10,000 rows would keep ~1.3 GB, over the 1 GiB budget.
+    assert _run(model_dirs["conv"], "--max-batch-size", "10000").pop("flag") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("mode", "device", "estimate", "keep"),
+    [
+        ("auto", "cpu", 100 << 20, True),
+        ("auto", "cpu", (1 << 30) + 1, False),
+        ("auto", "cpu", None, False),  # unknown size (e.g. a dynamic sequence length): do not gamble memory
+        ("auto", "gpu:0", 100 << 20, False),
+        ("keep", "cpu", None, True),
+        ("keep", "gpu:0", 8 << 30, True),
+        ("free", "cpu", 1, False),
+    ],
+)
+def test_intermediate_tensor_mode_decision(mode: str, device: str, estimate: int | None, keep: bool) -> None:
+    from skiff_runtime.predictor.paddle import keeps_intermediates
+    from skiff_runtime.settings import parse_settings
+
+    settings = parse_settings(["--model-dir", "/m", "--model-name", "m", "--intermediate-tensors", mode,
+                               "--device", device], env={})  # fmt: skip
+    assert keeps_intermediates(settings, estimate) is keep
+
+
+def test_both_program_formats_estimate_the_same_intermediates(model_dirs) -> None:
+    from skiff_runtime.predictor.files import find_model_files
+    from skiff_runtime.predictor.paddle import intermediates_bytes, read_signature
+
+    estimates = {}
+    for kind in ("conv", "legacy"):
+        files = find_model_files(model_dirs[kind], None)
+        signature = read_signature(files)
+        estimates[kind] = [intermediates_bytes(files, signature, batch) for batch in (1, 4)]
+    (pir_1, pir_4), (legacy_1, legacy_4) = estimates["conv"], estimates["legacy"]
+    assert None not in (pir_1, pir_4, legacy_1, legacy_4)
+    assert pir_1 is not None
+    assert pir_4 is not None
+    assert legacy_4 is not None
+    assert abs(pir_4 - legacy_4) < 0.01 * pir_4  # the same network exported by Paddle 3.x and 2.x
+    assert 3.9 * pir_1 < pir_4 <= 4 * pir_1  # per-row tensors scale with the batch

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from skiff_runtime.errors import ModelLoadError
-from skiff_runtime.predictor.signature import read_pir_signature
+from skiff_runtime.predictor.signature import pir_intermediates, read_pir_signature, tensors_bytes
 from skiff_runtime.tensors import Datatype, ModelSignature, TensorSpec
 
 
@@ -158,3 +158,21 @@ def test_output_without_dense_tensor_type() -> None:
     op["O"] = [{"%": 10, "TT": {"#": "0.t_vec", "D": []}}]
     with pytest.raises(ModelLoadError, match=r"PIR op '1\.fetch' has no dense tensor type"):
         read_pir_signature(program(data_op("x", "float32", [2]), op))
+
+
+def test_intermediates_are_the_computed_values_without_parameters_or_inputs() -> None:
+    parameter = {"#": "p", "A": [0, 1, 1, "w"], "O": {"%": 2, "TT": dense("0.t_f32", [4, 4])}}
+    text = program(
+        parameter, data_op("x", "float32", [-1, 4]), MATMUL, fetch_op("out", 0, "0.t_f32", [-1, 4], result=4)
+    )
+    assert pir_intermediates(text) == [(Datatype.FP32, (-1, 4)), (Datatype.FP32, (-1, 4))]
+    assert tensors_bytes(pir_intermediates(text), batch=8) == 2 * 8 * 4 * 4
+
+
+def test_tensor_bytes_use_each_datatype_size_and_the_batch_for_the_dynamic_dimension() -> None:
+    tensors = [(Datatype.INT64, (-1, 3)), (Datatype.FP16, (2, 5)), (Datatype.BOOL, (-1,))]
+    assert tensors_bytes(tensors, batch=4) == 4 * 3 * 8 + 2 * 5 * 2 + 4 * 1
+
+
+def test_tensor_bytes_are_unknown_when_a_tensor_has_two_dynamic_dimensions() -> None:
+    assert tensors_bytes([(Datatype.FP32, (-1, 3)), (Datatype.FP32, (-1, -1, 8))], batch=4) is None

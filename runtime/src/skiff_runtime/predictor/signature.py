@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from skiff_runtime.errors import ModelLoadError
@@ -21,6 +22,18 @@ PADDLE_DTYPES: Mapping[str, Datatype] = {
     "bfloat16": Datatype.BF16,
     "float32": Datatype.FP32,
     "float64": Datatype.FP64,
+}
+ITEM_BYTES: Mapping[Datatype, int] = {
+    Datatype.BOOL: 1,
+    Datatype.UINT8: 1,
+    Datatype.INT8: 1,
+    Datatype.INT16: 2,
+    Datatype.INT32: 4,
+    Datatype.INT64: 8,
+    Datatype.FP16: 2,
+    Datatype.BF16: 2,
+    Datatype.FP32: 4,
+    Datatype.FP64: 8,
 }
 PIR_TYPE_TAGS: Mapping[str, Datatype] = {
     "0.t_bool": Datatype.BOOL,
@@ -84,3 +97,33 @@ def read_pir_signature(text: str) -> ModelSignature:
     if not inputs or not outputs:
         raise ModelLoadError(f"PIR program declares {len(inputs)} inputs and {len(outputs)} outputs; need both")
     return ModelSignature(tuple(inputs), tuple(spec for _, spec in sorted(outputs, key=lambda o: o[0])))
+
+
+def tensors_bytes(tensors: Iterable[tuple[Datatype, Sequence[int]]], batch: int) -> int | None:
+    """Bytes of `tensors` when their one dynamic (-1) dimension, the batch, is `batch`; None when a tensor has
+    several dynamic dimensions (its size is unknown before a request arrives)."""
+    total = 0
+    for datatype, dims in tensors:
+        dynamic = sum(1 for d in dims if d < 0)
+        if dynamic > 1:
+            return None
+        total += math.prod(batch if d < 0 else d for d in dims) * ITEM_BYTES[datatype]
+    return total
+
+
+def pir_intermediates(text: str) -> list[tuple[Datatype, tuple[int, ...]]]:
+    """Type and shape of every value the program computes (parameters and inputs excluded): what Paddle keeps
+    between runs when its garbage collector is off. An upper bound: IR passes fuse some of these away."""
+    found = []
+    for op in _ops(json.loads(text)):
+        if op.get("#") == "p" or str(op.get("#", "")).split(".", 1)[-1] == "data":
+            continue
+        outputs = op.get("O") or []
+        for output in [outputs] if isinstance(outputs, dict) else outputs:
+            tensor_type = output.get("TT", {}).get("D") if isinstance(output, dict) else None
+            if not tensor_type or len(tensor_type) < 2 or not isinstance(tensor_type[0], dict):
+                continue
+            datatype = PIR_TYPE_TAGS.get(tensor_type[0].get("#", ""))
+            if datatype is not None:
+                found.append((datatype, tuple(int(d) for d in tensor_type[1])))
+    return found
