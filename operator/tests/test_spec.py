@@ -37,6 +37,7 @@ def test_minimal_spec_gets_the_documented_defaults(make_body: Body) -> None:
     assert model.spec.runtime.log_level is LogLevel.INFO
     assert model.spec.runtime.cpu_threads is None
     assert model.spec.runtime.enable_mkldnn is None
+    assert model.spec.runtime.intermediate_tensors is None
     assert model.spec.probes.startup_timeout_s == 600
 
 
@@ -121,6 +122,10 @@ def test_bad_model_uri_is_a_spec_error(uri: str, reason: str) -> None:
         ({"versions": [{"name": "A", "modelUri": "pvc://m/a"}]}, "DNS-1035"),
         ({"versions": [{"name": "a", "modelUri": "pvc://m/a", "replicas": -1}]}, "at least 0"),
         ({"versions": [{"name": "a", "modelUri": "pvc://m/a"}], "runtime": {"maxBatchSize": "8"}}, "integer"),
+        (
+            {"versions": [{"name": "a", "modelUri": "pvc://m/a"}], "runtime": {"intermediateTensors": "always"}},
+            "intermediateTensors must be one of auto, keep, free",
+        ),
     ],
 )
 def test_unrenderable_spec_raises_spec_error(spec: dict[str, Any], message: str) -> None:

@@ -21,6 +21,7 @@ DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"
 DEFAULT_MAX_BATCH_SIZE = 8
 DEFAULT_GRACE_PERIOD_S = 20
 DEFAULT_LOG_LEVEL = "info"
+INTERMEDIATE_TENSOR_MODES = ("auto", "keep", "free")  # the runtime's --intermediate-tensors values
 DEFAULT_REPLICAS = 1
 DEFAULT_GPU = 0
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -141,6 +142,7 @@ class RuntimeOptions:
     max_batch_size: int
     cpu_threads: int | None
     enable_mkldnn: bool | None
+    intermediate_tensors: str | None
     gpu_memory_pool_mb: int | None
     tensorrt_precision: TensorRTPrecision
     grace_period_s: int
@@ -353,6 +355,10 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
     mkldnn = raw.get("enableMkldnn")
     if mkldnn is not None and not isinstance(mkldnn, bool):
         raise SpecError("InvalidSpec", "spec.runtime.enableMkldnn must be true or false")
+    intermediates = raw.get("intermediateTensors")
+    if intermediates is not None and intermediates not in INTERMEDIATE_TENSOR_MODES:
+        modes = ", ".join(INTERMEDIATE_TENSOR_MODES)
+        raise SpecError("InvalidSpec", f"spec.runtime.intermediateTensors must be one of {modes}")
     try:
         precision = TensorRTPrecision(raw.get("tensorrtPrecision", TensorRTPrecision.OFF.value))
         log_level = LogLevel(raw.get("logLevel", DEFAULT_LOG_LEVEL))
@@ -363,6 +369,7 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
         max_batch_size=_int(raw.get("maxBatchSize", DEFAULT_MAX_BATCH_SIZE), "maxBatchSize", minimum=1),
         cpu_threads=optional_int("cpuThreads"),
         enable_mkldnn=mkldnn,
+        intermediate_tensors=intermediates,
         gpu_memory_pool_mb=optional_int("gpuMemoryPoolMb"),
         tensorrt_precision=precision,
         grace_period_s=_int(raw.get("gracePeriodSeconds", DEFAULT_GRACE_PERIOD_S), "gracePeriodSeconds", minimum=0),

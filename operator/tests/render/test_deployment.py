@@ -157,7 +157,8 @@ def test_runtime_contract_env(make_body: Body) -> None:
 
 def test_unset_runtime_options_are_left_to_the_runtime(make_body: Body) -> None:
     values = env(make_body())
-    for name in ("SKIFF_CPU_THREADS", "SKIFF_ENABLE_MKLDNN", "SKIFF_GPU_MEMORY_POOL_MB", "SKIFF_TRT_CACHE_DIR"):
+    for name in ("SKIFF_CPU_THREADS", "SKIFF_ENABLE_MKLDNN", "SKIFF_INTERMEDIATE_TENSORS", "SKIFF_GPU_MEMORY_POOL_MB",
+                 "SKIFF_TRT_CACHE_DIR"):  # fmt: skip
         assert name not in values
     assert "SKIFF_TENSORRT_PRECISION" not in values  # CPU pods get no GPU options
 
@@ -165,6 +166,11 @@ def test_unset_runtime_options_are_left_to_the_runtime(make_body: Body) -> None:
 @pytest.mark.parametrize(("mkldnn", "value"), [(True, "true"), (False, "false")])
 def test_booleans_are_passed_as_true_false(make_body: Body, mkldnn: bool, value: str) -> None:
     assert env(make_body(runtime={"enableMkldnn": mkldnn}))["SKIFF_ENABLE_MKLDNN"] == value
+
+
+@pytest.mark.parametrize("mode", ["auto", "keep", "free"])
+def test_intermediate_tensors_mode_is_passed_as_written(make_body: Body, mode: str) -> None:
+    assert env(make_body(runtime={"intermediateTensors": mode}))["SKIFF_INTERMEDIATE_TENSORS"] == mode
 
 
 def test_gpu_options_are_passed_on_gpu(make_body: Body) -> None:

@@ -179,6 +179,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_CPU_THREADS, runtime.cpu_threads),
         (contract.ENV_WORKERS, worker_count(version, runtime.cpu_threads)),
         (contract.ENV_ENABLE_MKLDNN, runtime.enable_mkldnn),
+        (contract.ENV_INTERMEDIATE_TENSORS, runtime.intermediate_tensors),
         (contract.ENV_GPU_MEMORY_POOL_MB, runtime.gpu_memory_pool_mb if gpu else None),
         (contract.ENV_TENSORRT_PRECISION, runtime.tensorrt_precision.value if gpu else None),
         (contract.ENV_TRT_CACHE_DIR, contract.TRT_CACHE_DIR if gpu and uses_tensorrt else None),
