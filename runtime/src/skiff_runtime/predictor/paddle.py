@@ -6,6 +6,7 @@ concurrency); the service creates it inside its inference thread and never share
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import paddle
     import paddle.inference as paddle_infer
+
+log = logging.getLogger(__name__)
 
 PLATFORM = "paddle_inference"
 KEEP_BUDGET_BYTES = 1 << 30
@@ -152,6 +155,17 @@ class PaddleEngine:
         # Process-wide Paddle flag, read when the predictor is built: < 0 turns its garbage collector off, so
         # intermediates keep their buffers between runs instead of being handed to a freeing thread after each op.
         paddle.set_flags({"FLAGS_eager_delete_tensor_gb": -1.0 if self.keeps_intermediates else 0.0})
+        estimate = self.intermediates_bytes
+        log.info(
+            "intermediate tensors",
+            extra={
+                "mode": "keep" if self.keeps_intermediates else "free",
+                "setting": str(settings.intermediate_tensors),
+                "estimated_mib_at_max_batch": None if estimate is None else round(estimate / 2**20, 1),
+                "max_batch_size": settings.max_batch_size,
+                "pid": os.getpid(),
+            },
+        )
         try:
             self._predictor = paddle_infer.create_predictor(build_config(self.files, settings))
         except Exception as exc:  # Paddle raises RuntimeError/ValueError subclasses of its own

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from skiff_runtime.errors import InferenceFailed, ModelLoadError, ModelNotReady
+from skiff_runtime.logs import configure_logging
 from skiff_runtime.tensors import Array, ModelSignature
 from skiff_runtime.workers.base import Engine, warm_up
 from skiff_runtime.workers.layout import views, write_arrays, write_concatenated
@@ -41,6 +42,7 @@ def _map(fd: int, size: int) -> mmap.mmap:
 def worker_main(conn: Connection, factory: EngineFactory, settings: Any, buffer_bytes: int, nice: int = 0) -> None:
     """Entry point of a worker process: load, warm, then run batches until told to stop or the front dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front decides when workers stop
+    configure_logging(getattr(settings, "log_level", "INFO"))  # a spawned process starts without handlers
     if nice:
         # Lower priority than the front: when every core is busy with inference, the front still gets the CPU
         # it needs to read requests, refuse overload at once and hand out the next batch (bench/RESULTS.md).
