@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from skiff_runtime.errors import ModelLoadError
-from skiff_runtime.tensors import Datatype, ModelSignature, TensorSpec
+from skiff_runtime.tensors import NUMPY_DTYPES, Datatype, ModelSignature, TensorSpec
 
 # Paddle dtype names (op attributes) and PIR type tags, to OIP datatypes.
 PADDLE_DTYPES: Mapping[str, Datatype] = {
@@ -22,18 +22,6 @@ PADDLE_DTYPES: Mapping[str, Datatype] = {
     "bfloat16": Datatype.BF16,
     "float32": Datatype.FP32,
     "float64": Datatype.FP64,
-}
-ITEM_BYTES: Mapping[Datatype, int] = {
-    Datatype.BOOL: 1,
-    Datatype.UINT8: 1,
-    Datatype.INT8: 1,
-    Datatype.INT16: 2,
-    Datatype.INT32: 4,
-    Datatype.INT64: 8,
-    Datatype.FP16: 2,
-    Datatype.BF16: 2,
-    Datatype.FP32: 4,
-    Datatype.FP64: 8,
 }
 PIR_TYPE_TAGS: Mapping[str, Datatype] = {
     "0.t_bool": Datatype.BOOL,
@@ -107,7 +95,7 @@ def tensors_bytes(tensors: Iterable[tuple[Datatype, Sequence[int]]], batch: int)
         dynamic = sum(1 for d in dims if d < 0)
         if dynamic > 1:
             return None
-        total += math.prod(batch if d < 0 else d for d in dims) * ITEM_BYTES[datatype]
+        total += math.prod(batch if d < 0 else d for d in dims) * NUMPY_DTYPES[datatype].itemsize
     return total
 
 
