@@ -8,7 +8,9 @@ second. `measure()` runs it in a fresh process (Paddle is imported there only) a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -27,13 +29,16 @@ def measure(
     device: str = "cpu",
     python: str = sys.executable,
     max_batch_size: int = 16,
+    cpus: frozenset[int] | None = None,
 ) -> dict[str, Any]:
     """Runs `python -m bench.inprocess` in its own process and returns what it printed. `max_batch_size` is the
-    served configuration's: the engine makes the same intermediate-tensor choice as Skiff's workers."""
+    served configuration's: the engine makes the same intermediate-tensor choice as Skiff's workers; `cpus`, when
+    given, are the server's cores (bench.cpus)."""
     cmd = [python, "-m", "bench.inprocess", str(model_dir), "--seconds", str(seconds),
            "--warmup-seconds", str(warmup_seconds), "--device", device,
            "--max-batch-size", str(max_batch_size)]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    pin = None if cpus is None else functools.partial(os.sched_setaffinity, 0, cpus)
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, preexec_fn=pin)
     if result.returncode:
         raise RuntimeError(f"in-process engine run failed:\n{result.stderr[-3000:]}")
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))

@@ -20,6 +20,7 @@ import contextlib
 import http.client
 import json
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -275,12 +276,15 @@ async def _timed(infer: Any, payload: bytes) -> Record:
     return started, time.monotonic(), ""
 
 
-def _probe_process(spec: ClientSpec, seconds: float, barrier: Any, out: Any) -> None:
+def _probe_process(spec: ClientSpec, seconds: float, barrier: Any, out: Any, cpus: frozenset[int] | None) -> None:
     """One request at a time on its own connection for `seconds` after the barrier: the probe adds almost no load,
     and its own event loop is idle, so its latencies are what one more client arriving during the overload sees
-    (the load processes' latencies also include waiting for their own busy event loops)."""
+    (the load processes' latencies also include waiting for their own busy event loops). `cpus`: its own cores
+    (`--probe-cpus`), so the load processes cannot delay it either."""
     import grpc
 
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     _prepare(spec)
     payload = _encoded_request(spec)
 
@@ -310,7 +314,9 @@ class Overload:
     probes: list[Record]
 
 
-def run_overload(spec: ClientSpec, concurrency: int, seconds: float) -> Overload:
+def run_overload(
+    spec: ClientSpec, concurrency: int, seconds: float, probe_cpus: frozenset[int] | None = None
+) -> Overload:
     """`concurrency` closed-loop clients (2 processes) start together from idle, so the first moment is a burst of
     `concurrency` requests and the rest a sustained overload; a third process probes one request at a time."""
     context = multiprocessing.get_context("spawn")
@@ -320,7 +326,9 @@ def run_overload(spec: ClientSpec, concurrency: int, seconds: float) -> Overload
     processes = [
         context.Process(target=_client_process, args=(spec, n, 0.0, seconds, barrier, out), daemon=True) for n in half
     ]
-    processes.append(context.Process(target=_probe_process, args=(spec, seconds, barrier, out), daemon=True))
+    processes.append(
+        context.Process(target=_probe_process, args=(spec, seconds, barrier, out, probe_cpus), daemon=True)
+    )
     for process in processes:
         process.start()
     with contextlib.suppress(threading.BrokenBarrierError):

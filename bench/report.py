@@ -244,9 +244,10 @@ def render(report: Mapping[str, Any]) -> str:
         f"{waited})",
         f"- Mode: {'GPU (' + settings['device'] + ')' if settings['device'] != 'cpu' else 'CPU'}"
         f"{', --quick' if settings['quick'] else ''}; warm-up {settings['warmup_s']} s and a "
-        f"{settings['seconds']} s window per cell; Skiff: {settings['skiff_workers']} worker processes, "
+        f"{settings['seconds']} s window per cell; Skiff: {settings['skiff_workers']} worker process(es), "
         f"`--max-batch-size {settings['max_batch_size']}`, `--max-queue-delay-us 0`; MLServer "
-        f"`parallel_workers` {settings['mlserver_workers']}",
+        f"`parallel_workers` {settings['mlserver_workers']}; CPUs: "
+        f"{settings.get('cpus', 'servers, load clients and probe share every core')}",
         f"- Load average (1/5/15 min) before: {' / '.join(f'{v:.2f}' for v in load['before'])}"
         f"{' after waiting ' + format(load['waited_s'], '.0f') + ' s for it to fall' if load.get('waited_s') else ''}; "
         f"after: {' / '.join(f'{v:.2f}' for v in load['after'])}",

@@ -4,8 +4,9 @@ Phases per model: the in-process floor; Skiff with batching off and on; the repe
 baseline; MLServer 1.7.1 (own virtualenv); Skiff driven by clients without allocator tuning (first model only); a
 10x overload burst against Skiff. Right before each server starts, the in-process floor is measured again for a few
 seconds ("floor beside"): this VM's speed drifts by up to 1.5x over minutes, so each design's added latency is taken
-against the floor measured next to it, not against one measured many minutes earlier. Each phase prints what it does
-and how long it took; every server is stopped on exit and on Ctrl-C.
+against the floor measured next to it, not against one measured many minutes earlier. `--server-cpus/--client-cpus/
+--probe-cpus` keep the load clients off the servers' cores (bench.cpus). Each phase prints what it does and how long
+it took; every server is stopped on exit and on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import inprocess, loadgen, servers
+from bench.cpus import CpuPlan, pin, plan_cpus
 from bench.export_models import MODELS
 from bench.report import render
 from bench.stats import percentile, summarize
@@ -43,7 +45,7 @@ def say(message: str) -> None:
     print(f"[{time.monotonic() - _T0:7.1f}s] {message}", flush=True)
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info(nproc: int) -> dict[str, Any]:
     cpuinfo = Path("/proc/cpuinfo").read_text()
     cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "?")
     meminfo = Path("/proc/meminfo").read_text().split()
@@ -57,7 +59,7 @@ def machine_info() -> dict[str, Any]:
     packages["mlserver"] = "1.7.1 (own venv)"
     return {
         "cpu_model": cpu,
-        "nproc": len(os.sched_getaffinity(0)),
+        "nproc": nproc,
         "ram_gib": ram_kib / 2**20,
         "kernel": platform.release(),
         "python": platform.python_version(),
@@ -114,8 +116,12 @@ def ensure_mlserver_venv(cache: Path, device: str) -> Path:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, cpus: CpuPlan | None = None) -> None:
         self.args = args
+        self.cpus = cpus or CpuPlan()
+        self.available = frozenset(os.sched_getaffinity(0))
+        # Cores the servers may use: Skiff (one worker per core by default) and MLServer get as many workers.
+        self.server_cores = len(self.cpus.server) if self.cpus.server is not None else len(self.available)
         self.cache: Path = args.cache_dir.resolve()
         self.python = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
         self.device = "cpu"
@@ -132,8 +138,9 @@ class Bench:
                "--dynamic-batching", str(batching).lower(), *extra]  # fmt: skip
         tag = "on" if batching else "off"
         return servers.ServerProcess(
-            f"skiff ({tag})", cmd, self.logs / f"{model}-skiff-{tag}.log", servers.skiff_ready, dict(env or {})
-        )
+            f"skiff ({tag})", cmd, self.logs / f"{model}-skiff-{tag}.log", servers.skiff_ready, dict(env or {}),
+            cpus=self.cpus.server,
+        )  # fmt: skip
 
     def keeps_intermediates(self, model: str) -> bool:
         """What Skiff's `--intermediate-tensors auto` chooses for this model at the bench's max batch size, so the
@@ -154,7 +161,9 @@ class Bench:
         cmd = [self.python, "-m", f"bench.{module}", str(self.cache / "models" / model), "--device", self.device]
         if self.keeps_intermediates(model):
             cmd.append("--keep-intermediates")
-        return servers.ServerProcess(module, cmd, self.logs / f"{model}-{module}.log", servers.port_line)
+        return servers.ServerProcess(
+            module, cmd, self.logs / f"{model}-{module}.log", servers.port_line, cpus=self.cpus.server
+        )
 
     def mlserver(self, model: str, venv: Path):
         repo = self.cache / "mlserver-repo" / model
@@ -182,19 +191,21 @@ class Bench:
         }
         cmd = [str(venv / "bin" / "mlserver"), "start", str(repo)]
         return servers.ServerProcess(
-            "mlserver", cmd, self.logs / f"{model}-mlserver.log", servers.triton_model_ready(model, grpc_port), env
-        )
+            "mlserver", cmd, self.logs / f"{model}-mlserver.log", servers.triton_model_ready(model, grpc_port), env,
+            cpus=self.cpus.server,
+        )  # fmt: skip
 
     @property
     def mlserver_workers(self) -> int:
-        return 1 if self.device != "cpu" else len(os.sched_getaffinity(0))
+        return 1 if self.device != "cpu" else self.server_cores
 
     # ---- measurements ---------------------------------------------------------------------------------------
     def floor(self, model: str) -> dict[str, Any]:
         say(f"{model} · in-process predictor (floor) · {self.seconds:.0f} s sequential batch 1, then batch 8")
         data = inprocess.measure(
-            self.cache / "models" / model, self.seconds, self.warmup, self.device, self.python, self.args.max_batch_size
-        )
+            self.cache / "models" / model, self.seconds, self.warmup, self.device, self.python,
+            self.args.max_batch_size, self.cpus.server,
+        )  # fmt: skip
         lat = data["latencies_s"]
         summary = summarize(lat, sum(lat))
         out = {"p50_ms": summary.p50_ms, "p99_ms": summary.p99_ms, "throughput": len(lat) / sum(lat)}
@@ -209,8 +220,9 @@ class Bench:
         seconds = min(FLOOR_BESIDE_S, self.seconds)
         model_dir = self.cache / "models" / model
         data = inprocess.measure(
-            model_dir, seconds, min(0.5, self.warmup), self.device, self.python, self.args.max_batch_size
-        )
+            model_dir, seconds, min(0.5, self.warmup), self.device, self.python, self.args.max_batch_size,
+            self.cpus.server,
+        )  # fmt: skip
         summary = summarize(data["latencies_s"], sum(data["latencies_s"]))
         say(f"   floor beside: p50 {summary.p50_ms:.2f} ms")
         return {"p50_ms": summary.p50_ms, "p99_ms": summary.p99_ms}
@@ -275,7 +287,7 @@ class Bench:
             say(f"   unloaded p50 {unloaded.p50_ms:.2f} ms p99 {unloaded.p99_ms:.2f} ms; "
                 f"memory {out['memory_before_mib']:.0f} MiB")  # fmt: skip
             for i in range(self.args.bursts):
-                result = loadgen.run_overload(spec, clients, seconds)
+                result = loadgen.run_overload(spec, clients, seconds, self.cpus.probe)
                 time.sleep(1.0)
                 out["bursts"].append(self._burst_stats(result, server.memory_mib()))
                 b = out["bursts"][-1]
@@ -337,6 +349,10 @@ class Bench:
         if args.gpu:
             self.device = check_gpu(self.python)
         waited = wait_for_idle(args.wait_for_idle) if args.wait_for_idle else 0.0
+        # This process and every load client it starts run on the client cores; servers and the floor are pinned
+        # to the server cores when they start (ServerProcess.cpus, inprocess.measure).
+        pin(self.cpus.clients)
+        say(f"CPUs: {self.cpus.describe()}")
         load_before = list(os.getloadavg())
         say(f"load average {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}; device {self.device}")
         say(f"exporting models into {self.cache / 'models'}")
@@ -372,7 +388,7 @@ class Bench:
             "command": command,
             "started": started_at,
             "duration_min": (time.monotonic() - _T0) / 60,
-            "machine": machine_info(),
+            "machine": machine_info(len(self.available)),
             "load": {"before": load_before, "after": load_after, "waited_s": waited},
             "settings": {
                 "quick": args.quick,
@@ -382,7 +398,8 @@ class Bench:
                 "concurrency": self.concurrency,
                 "max_batch_size": args.max_batch_size,
                 "overload_queue": args.overload_queue,
-                "skiff_workers": 1 if self.device != "cpu" else len(os.sched_getaffinity(0)),
+                "skiff_workers": 1 if self.device != "cpu" else self.server_cores,
+                "cpus": self.cpus.describe(),
                 "mlserver_workers": self.mlserver_workers,
             },
             "encode_ms": encode,
@@ -410,6 +427,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--skip-plain-client", action="store_true", help="leave out Skiff driven by clients without allocator tuning"
     )
+    parser.add_argument(
+        "--server-cpus", metavar="LIST", help="run the servers and the floor on these cores, e.g. 0-3 (default: all)"
+    )
+    parser.add_argument(
+        "--client-cpus", metavar="LIST", help="run the load clients on these cores (default: the rest, or all)"
+    )
+    parser.add_argument(
+        "--probe-cpus", metavar="LIST", help="run the overload probe on these cores (default: the client cores)"
+    )
     parser.add_argument("--wait-for-idle", type=float, default=0, help="wait up to S s for load average < 0.5")
     parser.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "bench")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "RESULTS.md")
@@ -421,13 +447,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     results_json = args.cache_dir / ("results-quick.json" if args.quick else "results.json")
     notes_file = ROOT / "bench" / "notes.md"
+    try:
+        cpus = plan_cpus(args.server_cpus, args.client_cpus, args.probe_cpus, frozenset(os.sched_getaffinity(0)))
+    except ValueError as exc:
+        raise SystemExit(f"bench: {exc}") from None
     if not args.render_only:
         atexit.register(servers.stop_all)
         for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: shells start background jobs with it ignored
             signal.signal(sig, _interrupt)
         command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
         try:
-            report = Bench(args).run(command.strip())
+            report = Bench(args, cpus).run(command.strip())
         except KeyboardInterrupt:
             say("interrupted: stopping every server")
             servers.stop_all()

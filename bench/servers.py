@@ -8,6 +8,7 @@ Ctrl-C (`stop_all`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -65,6 +66,7 @@ class ServerProcess:
     log_path: Path
     ready: Callable[[ServerProcess], int | None]
     env: dict[str, str] = field(default_factory=dict)
+    cpus: frozenset[int] | None = None  # pinned to these cores (bench.cpus), with every process it starts
     proc: subprocess.Popen[bytes] | None = None
     port: int = 0
     started_s: float = 0.0
@@ -79,6 +81,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
                 start_new_session=True,
+                preexec_fn=None if self.cpus is None else functools.partial(os.sched_setaffinity, 0, self.cpus),
             )
         _LIVE.append(self)
         while time.monotonic() - started < timeout_s:

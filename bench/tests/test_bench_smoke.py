@@ -161,6 +161,13 @@ def test_render_writes_every_section() -> None:
     assert "| in-process predictor (floor) | 3.00 | 3.50 | — | 0 (floor) | 320.0 |" in text
     assert "Test CPU" in text
     assert "- a note" in text
+    assert "CPUs: servers, load clients and probe share every core" in text  # results.json from before the split
+
+
+def test_render_records_the_cpu_split() -> None:
+    report = _report()
+    report["settings"]["cpus"] = "servers and the in-process floor on CPUs 0-1 (2), load clients on 2-7 (6)"  # type: ignore[index]
+    assert "CPUs: servers and the in-process floor on CPUs 0-1 (2), load clients on 2-7 (6)" in render(report)
 
 
 def test_breakdown_says_how_to_get_the_models(tmp_path) -> None:
