@@ -17,6 +17,7 @@ from skiff_runtime.codec import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_bytes,
     validate_request,
 )
 from skiff_runtime.errors import InvalidInput
@@ -199,6 +200,28 @@ def test_encode_response_writes_little_endian_row_major_bytes() -> None:
     assert list(message.outputs[1].shape) == [3, 2]
 
 
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        (),
+        (Tensor("y", Datatype.FP32, np.zeros((0, 3), dtype=np.float32)),),
+        (Tensor("scalar", Datatype.FP64, np.array(2.5)),),
+        (Tensor("big", Datatype.FP32, np.arange(21 * 224 * 224, dtype=np.float32).reshape(1, 21, 224, 224)),),
+        (Tensor("b", Datatype.INT32, np.arange(6, dtype=">i4").reshape(2, 3)),),
+        (Tensor("t", Datatype.INT16, np.arange(6, dtype=np.int16).reshape(2, 3).T),),
+        (Tensor("sliced", Datatype.FP32, np.arange(12, dtype=np.float32).reshape(4, 3)[1:3]),),
+        (
+            Tensor("s", Datatype.BYTES, np.array([b"hi", b""], dtype=object)),
+            Tensor("\u00e9", Datatype.BOOL, np.ones(3, bool)),
+        ),
+    ],
+    ids=["none", "empty", "0-d", "4-MiB", "big-endian", "transposed", "batch-slice", "bytes-and-bool"],
+)
+def test_serialized_response_is_byte_for_byte_what_protobuf_writes(outputs: tuple[Tensor, ...]) -> None:
+    response = InferResponse("model-\u00e9", "12", "request-id", outputs)
+    assert encode_response_bytes(response) == encode_response(response).SerializeToString()
+
+
 def test_encode_bytes_accepts_str_elements_as_utf8() -> None:
     outputs = (Tensor("s", Datatype.BYTES, np.array(["h\u00e9", "x"])),)
     message = encode_response(InferResponse("m", "1", "", outputs))
@@ -238,13 +261,20 @@ def test_request_round_trips_through_the_wire(datatype: Datatype, decode: Callab
     assert_same_array(tensor.data, want)
 
 
+# The server writes the serialized response itself (each output copied once); both paths must give the same bytes.
+ENCODERS = {
+    "protobuf-serialize": lambda response: encode_response(response).SerializeToString(),
+    "join-bytes": encode_response_bytes,
+}
+
+
+@pytest.mark.parametrize("encode", ENCODERS.values(), ids=list(ENCODERS))
 @pytest.mark.parametrize("datatype", list(Datatype), ids=str)
-def test_response_round_trips_through_the_wire(datatype: Datatype) -> None:
+def test_response_round_trips_through_the_wire(datatype: Datatype, encode: Callable[[InferResponse], bytes]) -> None:
     want = sample_array(datatype)
     other = np.array([1.5], dtype=np.float32)
     outputs = (Tensor("y", datatype, want), Tensor("other", Datatype.FP32, other))
-    message = encode_response(InferResponse("m", "1", "r", outputs))
-    decoded = decode_response(pb.ModelInferResponse.FromString(message.SerializeToString()))
+    decoded = decode_response(pb.ModelInferResponse.FromString(encode(InferResponse("m", "1", "r", outputs))))
     assert list(decoded) == ["y", "other"]
     assert_same_array(decoded["y"], want)
     assert_same_array(decoded["other"], other)

@@ -339,14 +339,56 @@ def encode_tensor_bytes(tensor: Tensor) -> bytes:
     return np.ascontiguousarray(tensor.data, dtype=dtype).tobytes()
 
 
-def encode_response(response: InferResponse) -> pb.ModelInferResponse:
+def _response_head(response: InferResponse) -> pb.ModelInferResponse:
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     for tensor in response.outputs:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
+    return message
+
+
+def encode_response(response: InferResponse) -> pb.ModelInferResponse:
+    message = _response_head(response)
+    for tensor in response.outputs:
         message.raw_output_contents.append(encode_tensor_bytes(tensor))
     return message
+
+
+# ModelInferResponse field 6, `repeated bytes raw_output_contents`: its highest-numbered field, so writing it after
+# the serialized rest gives exactly the bytes protobuf would write.
+RAW_OUTPUT_CONTENTS_FIELD = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_RAW_OUTPUT_TAG = _encode_varint(RAW_OUTPUT_CONTENTS_FIELD << 3 | _LENGTH_DELIMITED)
+
+
+def _tensor_buffer(tensor: Tensor) -> bytes | memoryview:
+    """The tensor's wire bytes without a copy where the array already is little-endian and C-contiguous."""
+    if tensor.datatype is Datatype.BYTES:
+        return encode_bytes_elements(tensor.data)
+    array = np.ascontiguousarray(tensor.data, dtype=NUMPY_DTYPES[tensor.datatype])
+    return memoryview(array.reshape(-1)).cast("B")
+
+
+def encode_response_bytes(response: InferResponse) -> bytes:
+    """The serialized ModelInferResponse, byte for byte what `encode_response(...).SerializeToString()` gives, with
+    each output copied once (straight into the message) instead of three times (`tobytes`, protobuf's arena,
+    serialization): 0.17 vs 7 ms for a 1x21x224x224 FP32 output (bench/notes.md)."""
+    parts: list[bytes | memoryview] = [_response_head(response).SerializeToString()]
+    for tensor in response.outputs:
+        buffer = _tensor_buffer(tensor)
+        parts += [_RAW_OUTPUT_TAG, _encode_varint(len(buffer)), buffer]
+    return b"".join(parts)
 
 
 def encode_request(

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from skiff_runtime import __version__
-from skiff_runtime.codec import decode_request_bytes, encode_response
+from skiff_runtime.codec import decode_request_bytes, encode_response_bytes
 from skiff_runtime.errors import DeadlineExceeded, InvalidInput
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
@@ -104,10 +104,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(  # type: ignore[override]  # client-streaming on purpose, see register()
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> pb.ModelInferResponse:
+    ) -> bytes:
         """Registered client-streaming (see `register`): this runs when the headers arrive, so a full queue is
         refused before the request's megabytes are read; then the one request message is read, as bytes, and
-        decoded with its tensors viewed in place (codec.decode_request_bytes)."""
+        decoded with its tensors viewed in place (codec.decode_request_bytes). The response leaves serialized, each
+        output copied once (codec.encode_response_bytes)."""
         with self.service.admit() as admission:
             try:
                 async with asyncio.timeout(MESSAGE_ARRIVAL_TIMEOUT_S):
@@ -121,7 +122,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             decoded = decode_request_bytes(request)
             self.service.check_model(decoded.model_name, decoded.model_version)
             response = await self.service.infer(decoded, _deadline(context), admission)
-        return encode_response(response)
+        return encode_response_bytes(response)
 
 
 class _Captured:
@@ -142,12 +143,12 @@ def register(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
     """Adds the inference service to `server` with ModelInfer as client-streaming: unary and client-streaming
     calls are the same bytes on the wire (headers, one message, end of stream), so every unary client, tritonclient
     included, works unchanged, while the handler can answer RESOURCE_EXHAUSTED before reading the message. Its
-    message arrives undeserialized: the handler splits the tensors out before the protobuf parse."""
+    message arrives undeserialized (the handler splits the tensors out before the protobuf parse) and its response
+    leaves as the bytes the handler serialized."""
     captured = _Captured()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, captured)
-    unary = captured.handlers["ModelInfer"]
     captured.handlers["ModelInfer"] = grpc.stream_unary_rpc_method_handler(
-        servicer.ModelInfer, request_deserializer=None, response_serializer=unary.response_serializer
+        servicer.ModelInfer, request_deserializer=None, response_serializer=None
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(captured.service, captured.handlers),))
     server.add_registered_method_handlers(captured.service, captured.handlers)
