@@ -35,15 +35,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def build_workers(settings: RuntimeSettings, on_worker_exit: Callable[[int, int | None], None]) -> Workers:
-    """One worker: an inference thread in this process. Several: worker processes fed via shared memory."""
+    """Worker processes fed via shared memory, even when there is only one (one GPU, one CPU): Paddle's `run()`
+    holds the GIL, so an inference thread in this process would stop the event loop (reading requests, refusing
+    overload, health) for every batch. With `--workers 1`, MobileNetV3 on 2 cores, 3 interleaved rounds: c=8
+    315-336 req/s as a thread vs 381-439 as a process, c=8 p99 40-46 vs 25-28 ms (bench/notes.md)."""
     from skiff_runtime.predictor.loader import load_engine
+    from skiff_runtime.workers.process import ProcessPool
 
     count = settings.worker_count
-    if count == 1:
-        from skiff_runtime.workers.thread import ThreadWorker
-
-        return ThreadWorker(lambda: load_engine(settings))
-    from skiff_runtime.workers.process import ProcessPool
 
     # A merged batch may exceed one message: size each worker's buffers for the largest batch of the largest
     # requests the server accepts (memfd pages cost memory only once touched).

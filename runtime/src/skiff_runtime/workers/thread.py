@@ -1,4 +1,9 @@
-"""One engine on one dedicated thread of this process: the engine is created, warmed and run there only."""
+"""One engine on one dedicated thread of this process: the engine is created, warmed and run there only.
+
+For a program that embeds the service in its own process (and for the service's tests). The server does not use it:
+`run()` holds the GIL, so while a batch runs here the process's event loop waits; `skiff-runtime serve` runs even a
+single worker as a process (workers.process).
+"""
 
 from __future__ import annotations
 
