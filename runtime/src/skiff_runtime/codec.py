@@ -377,7 +377,7 @@ def _tensor_buffer(tensor: Tensor) -> bytes | memoryview:
     if tensor.datatype is Datatype.BYTES:
         return encode_bytes_elements(tensor.data)
     array = np.ascontiguousarray(tensor.data, dtype=NUMPY_DTYPES[tensor.datatype])
-    return memoryview(array.reshape(-1)).cast("B")
+    return array.reshape(-1).data.cast("B")
 
 
 def encode_response_bytes(response: InferResponse) -> bytes:
