@@ -1,12 +1,13 @@
 """The benchmark run: exports the models, starts each server in turn, drives load, writes bench/RESULTS.md.
 
-Phases per model: the in-process floor; Skiff with batching off and on; the repeated-float gRPC baseline; the HTTP+JSON
-baseline; MLServer 1.7.1 (own virtualenv); Skiff driven by clients without allocator tuning (first model only); a
-10x overload burst against Skiff. Right before each server starts, the in-process floor is measured again for a few
-seconds ("floor beside"): this VM's speed drifts by up to 1.5x over minutes, so each design's added latency is taken
-against the floor measured next to it, not against one measured many minutes earlier. `--server-cpus/--client-cpus/
---probe-cpus` keep the load clients off the servers' cores (bench.cpus). Each phase prints what it does and how long
-it took; every server is stopped on exit and on Ctrl-C.
+Phases per model: the in-process floor; Skiff with batching off and on; the repeated-float gRPC baseline; the
+HTTP+JSON baseline; MLServer 1.7.1 (own virtualenv); Skiff driven by clients without allocator tuning (first model
+only); more sequential rounds of Skiff, the repeated-float server and MLServer, interleaved (`--latency-rounds`, 3 in
+all: the added-latency targets take the median); a 10x overload burst against Skiff. Right before each server starts,
+the in-process floor is measured again for a few seconds ("floor beside"): this VM's speed drifts by up to 1.5x over
+minutes, so each design's added latency is taken against the floor measured next to it, not against one measured many
+minutes earlier. `--server-cpus/--client-cpus/--probe-cpus` keep the load clients off the servers' cores
+(bench.cpus). Each phase prints what it does and how long it took; every server is stopped on exit and on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import atexit
 import dataclasses
 import datetime
+import functools
 import importlib.metadata
 import json
 import os
@@ -25,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from math import nan
 from pathlib import Path
 from typing import Any
@@ -127,6 +130,7 @@ class Bench:
         self.device = "cpu"
         self.seconds = 2.0 if args.quick else args.seconds
         self.warmup = 0.5 if args.quick else args.warmup
+        self.latency_rounds = 1 if args.quick else args.latency_rounds
         self.concurrency = [int(c) for c in args.concurrency.split(",")]
         self.logs = self.cache / "logs"
 
@@ -262,6 +266,48 @@ class Bench:
             result["startup_s"][design] = server.started_s
         finally:
             server.stop()
+        c1 = result["cells"][design].get("1")
+        if c1:
+            self._record_round(result, design, c1["p50_ms"], c1["p99_ms"], result["floor_beside"][design]["p50_ms"])
+
+    @staticmethod
+    def _record_round(result: dict[str, Any], design: str, p50_ms: float, p99_ms: float, floor: float) -> None:
+        rounds = result.setdefault("c1_rounds", {}).setdefault(design, [])
+        rounds.append({"p50_ms": p50_ms, "p99_ms": p99_ms, "floor_p50_ms": floor})
+        if len(rounds) > 1:
+            say(f"   {design} round {len(rounds)}: p50 {p50_ms:.2f} ms, floor beside {floor:.2f}, "
+                f"added {p50_ms - floor:.2f} ms")  # fmt: skip
+
+    def sequential_rounds(self, model: str, result: dict[str, Any], venv: Path | None) -> None:
+        """More sequential rounds of the designs the added-latency targets compare, interleaved, so that the
+        targets use medians over several moments of the run rather than one window each."""
+        triton = loadgen.ClientSpec("triton", 0, model, "x")
+        rounds: list[tuple[str, Callable[[], servers.ServerProcess], loadgen.ClientSpec]] = [
+            ("skiff_on", functools.partial(self.skiff, model, True), triton),
+            (
+                "repeated",
+                functools.partial(self.baseline, "baseline_grpc", model),
+                loadgen.ClientSpec("repeated", 0, model),
+            ),
+        ]
+        if venv is not None:
+            rounds.append(("mlserver", functools.partial(self.mlserver, model, venv), triton))
+        for number in range(2, self.latency_rounds + 1):
+            for design, make, spec in rounds:
+                say(f"{model} · {design} · sequential round {number} of {self.latency_rounds}")
+                self.latency_round(result, design, make(), spec)
+
+    def latency_round(self, result: dict[str, Any], design: str, server: servers.ServerProcess,
+                      spec: loadgen.ClientSpec) -> None:  # fmt: skip
+        """One more sequential (c=1) window of `design`, with a fresh server and a floor measured beside it."""
+        beside = self.floor_beside(spec.model)
+        try:
+            server.start()
+            window = loadgen.run_clients(dataclasses.replace(spec, port=server.port), 1, self.warmup, self.seconds)
+        finally:
+            server.stop()
+        s = summarize(window.latencies_s, window.seconds, window.errors)
+        self._record_round(result, design, s.p50_ms, s.p99_ms, beside["p50_ms"])
 
     def overload(self, model: str) -> dict[str, Any]:
         queue = self.args.overload_queue
@@ -380,6 +426,7 @@ class Bench:
                 server.name = "skiff (on), clients without allocator tuning"
                 plain = dataclasses.replace(triton, tune_allocator=False)
                 self.serve_and_measure(result, "skiff_on_plain_client", server, plain)
+            self.sequential_rounds(model, result, venv)
             if args.bursts:
                 result["overload"] = self.overload(model)
         load_after = list(os.getloadavg())
@@ -397,6 +444,7 @@ class Bench:
                 "warmup_s": self.warmup,
                 "concurrency": self.concurrency,
                 "max_batch_size": args.max_batch_size,
+                "latency_rounds": self.latency_rounds,
                 "overload_queue": args.overload_queue,
                 "skiff_workers": 1 if self.device != "cpu" else self.server_cores,
                 "cpus": self.cpus.describe(),
@@ -420,6 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, default=10, help="measured window per cell (default 10)")
     parser.add_argument("--warmup", type=float, default=2, help="warm-up before each window (default 2)")
     parser.add_argument("--concurrency", default="1,8,32", help="closed-loop concurrencies (default 1,8,32)")
+    parser.add_argument(
+        "--latency-rounds", type=int, default=3,
+        help="sequential windows per design for the added-latency targets, taken at different times (default 3)",
+    )  # fmt: skip
     parser.add_argument("--max-batch-size", type=int, default=16, help="Skiff --max-batch-size (default 16)")
     parser.add_argument("--overload-queue", type=int, default=16, help="Skiff --max-queue-size for the burst")
     parser.add_argument("--bursts", type=int, default=3, help="overload bursts per model (0 skips the phase)")

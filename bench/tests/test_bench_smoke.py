@@ -154,6 +154,33 @@ def test_added_latency_and_targets_follow_the_issue() -> None:
     ]  # 4 ms
 
 
+def test_several_sequential_rounds_are_summarised_by_their_median() -> None:
+    model = _report()["models"]["mobilenet_v3_small"]  # type: ignore[index]
+    rounds = {
+        "skiff_on": [
+            {"p50_ms": 4.0, "p99_ms": 5.0, "floor_p50_ms": 3.0},  # added 1.0, tail 1.25
+            {"p50_ms": 6.0, "p99_ms": 12.0, "floor_p50_ms": 2.0},  # added 4.0 (a slow moment), tail 2.0
+            {"p50_ms": 4.5, "p99_ms": 6.0, "floor_p50_ms": 3.0},  # added 1.5, tail 1.33
+        ],
+        "repeated": [
+            {"p50_ms": 11.0, "p99_ms": 14.0, "floor_p50_ms": 3.0},
+            {"p50_ms": 9.0, "p99_ms": 9.9, "floor_p50_ms": 3.0},
+        ],
+    }
+    model = model | {"c1_rounds": rounds}
+    assert added_p50(model, "skiff_on") == pytest.approx(1.5)  # not the mean (2.17): one slow window does not decide
+    assert added_p50(model, "repeated") == pytest.approx(7.0)  # median of 8.0 and 6.0
+    verdicts = {t.name: (t.measured, t.met) for t in targets(model)}
+    assert verdicts["added p50 over in-process, batch 1 (Skiff)"] == (pytest.approx(1.5), True)
+    assert verdicts["repeated-float added p50 / Skiff added p50"] == (pytest.approx(7.0 / 1.5), True)
+    assert verdicts["Skiff p99 / p50, sequential batch 1"] == (pytest.approx(4 / 3), True)
+    text = render(_report() | {"models": {"mobilenet_v3_small": model}})
+    assert (
+        "| Skiff, batching on (tritonclient gRPC) | 4.00 / 6.00 / 4.50 | 3.00 / 2.00 / 3.00 | 1.00 / 4.00 / 1.50 "
+        "| 1.50 |" in text
+    )
+
+
 def test_render_writes_every_section() -> None:
     text = render(_report())
     for heading in ("# Skiff benchmark results", "## mobilenet_v3_small", "## Notes", "Overload burst"):
