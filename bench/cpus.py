@@ -10,8 +10,9 @@ applies a set to the calling process.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 
@@ -108,3 +109,8 @@ def pin(cpus: frozenset[int] | None) -> None:
     """Restrict the calling process (and what it starts afterwards) to `cpus`; None leaves it as it is."""
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
+
+
+def pinning(cpus: frozenset[int] | None) -> Callable[[], None] | None:
+    """A `preexec_fn` that pins a child process to `cpus` before it runs; None when there is nothing to pin."""
+    return None if cpus is None else functools.partial(pin, cpus)

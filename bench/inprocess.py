@@ -8,9 +8,7 @@ second. `measure()` runs it in a fresh process (Paddle is imported there only) a
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bench.cpus import pinning
 
 PACE_S = 0.002
 
@@ -37,8 +37,7 @@ def measure(
     cmd = [python, "-m", "bench.inprocess", str(model_dir), "--seconds", str(seconds),
            "--warmup-seconds", str(warmup_seconds), "--device", device,
            "--max-batch-size", str(max_batch_size)]  # fmt: skip
-    pin = None if cpus is None else functools.partial(os.sched_setaffinity, 0, cpus)
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False, preexec_fn=pin)
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, preexec_fn=pinning(cpus))
     if result.returncode:
         raise RuntimeError(f"in-process engine run failed:\n{result.stderr[-3000:]}")
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))

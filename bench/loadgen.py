@@ -20,7 +20,6 @@ import contextlib
 import http.client
 import json
 import multiprocessing
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from bench.cpus import pin
 
 # (start, end, error code or "") on time.monotonic(), which is one system-wide clock on Linux.
 Record = tuple[float, float, str]
@@ -283,8 +284,7 @@ def _probe_process(spec: ClientSpec, seconds: float, barrier: Any, out: Any, cpu
     (`--probe-cpus`), so the load processes cannot delay it either."""
     import grpc
 
-    if cpus is not None:
-        os.sched_setaffinity(0, cpus)
+    pin(cpus)
     _prepare(spec)
     payload = _encoded_request(spec)
 

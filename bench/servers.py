@@ -8,7 +8,6 @@ Ctrl-C (`stop_all`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import signal
@@ -18,6 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.cpus import pinning
 
 _LIVE: list[ServerProcess] = []
 
@@ -81,7 +82,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
                 start_new_session=True,
-                preexec_fn=None if self.cpus is None else functools.partial(os.sched_setaffinity, 0, self.cpus),
+                preexec_fn=pinning(self.cpus),
             )
         _LIVE.append(self)
         while time.monotonic() - started < timeout_s:

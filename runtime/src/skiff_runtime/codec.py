@@ -331,12 +331,17 @@ def validate_request(request: InferRequest, signature: ModelSignature, max_batch
             )
 
 
-def encode_tensor_bytes(tensor: Tensor) -> bytes:
-    """The raw wire bytes of one tensor (one copy for fixed-size datatypes)."""
+def _tensor_buffer(tensor: Tensor) -> bytes | memoryview:
+    """The tensor's wire bytes without a copy where the array already is little-endian and C-contiguous."""
     if tensor.datatype is Datatype.BYTES:
         return encode_bytes_elements(tensor.data)
-    dtype = NUMPY_DTYPES[tensor.datatype]
-    return np.ascontiguousarray(tensor.data, dtype=dtype).tobytes()
+    array = np.ascontiguousarray(tensor.data, dtype=NUMPY_DTYPES[tensor.datatype])
+    return array.reshape(-1).data.cast("B")
+
+
+def encode_tensor_bytes(tensor: Tensor) -> bytes:
+    """The raw wire bytes of one tensor (one copy for fixed-size datatypes)."""
+    return bytes(_tensor_buffer(tensor))
 
 
 def _response_head(response: InferResponse) -> pb.ModelInferResponse:
@@ -370,14 +375,6 @@ def _encode_varint(value: int) -> bytes:
 
 
 _RAW_OUTPUT_TAG = _encode_varint(RAW_OUTPUT_CONTENTS_FIELD << 3 | _LENGTH_DELIMITED)
-
-
-def _tensor_buffer(tensor: Tensor) -> bytes | memoryview:
-    """The tensor's wire bytes without a copy where the array already is little-endian and C-contiguous."""
-    if tensor.datatype is Datatype.BYTES:
-        return encode_bytes_elements(tensor.data)
-    array = np.ascontiguousarray(tensor.data, dtype=NUMPY_DTYPES[tensor.datatype])
-    return array.reshape(-1).data.cast("B")
 
 
 def encode_response_bytes(response: InferResponse) -> bytes:
