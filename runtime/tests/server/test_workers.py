@@ -130,8 +130,15 @@ def test_concurrent_requests_are_merged_into_batches(runtime_factory, model_dirs
 def test_rejected_requests_are_counted_by_code(conv_server) -> None:
     with SkiffClient(conv_server.target) as c, pytest.raises(grpc.RpcError):
         c.infer("conv", {"image": np.zeros((1, 3, 8, 8), np.float32)})
+    # A refused call's status reaches the client when `context.abort` sends it, a moment before the handler's
+    # metrics observer runs: scrape until the count shows up (what a Prometheus scrape sees a moment later).
+    wanted = 'grpc_code="INVALID_ARGUMENT",grpc_method="ModelInfer"'
+    deadline = time.monotonic() + 5
     text = _metrics(conv_server.metrics_port)
-    assert 'grpc_code="INVALID_ARGUMENT",grpc_method="ModelInfer"' in text
+    while wanted not in text and time.monotonic() < deadline:
+        time.sleep(0.05)
+        text = _metrics(conv_server.metrics_port)
+    assert wanted in text
 
 
 def test_a_dead_worker_fails_its_batch_and_stops_the_server(runtime_factory, model_dirs) -> None:
