@@ -432,12 +432,10 @@ def local_control_plane(client: Kubectl) -> LocalControlPlane | None:
 
 
 def user_kubeconfig() -> Path | None:
-    """$SKIFF_E2E_KUBECONFIG, else $KUBECONFIG: a cluster the user chose (kind, a cloud cluster)."""
-    for variable in ("SKIFF_E2E_KUBECONFIG", "KUBECONFIG"):
-        value = os.environ.get(variable)
-        if value:
-            return Path(value)
-    return None
+    """$SKIFF_E2E_KUBECONFIG: a cluster the user named for the tests (kind, a cloud cluster). $KUBECONFIG is never
+    read here: the cluster every kubectl of the user's points at must not receive test namespaces and CRDs."""
+    value = os.environ.get("SKIFF_E2E_KUBECONFIG")
+    return Path(value) if value else None
 
 
 @contextlib.contextmanager
@@ -467,17 +465,15 @@ def missing_simulated_nodes(client: Kubectl) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m e2e.cluster add-nodes`: adds the simulated nodes to the cluster in $KUBECONFIG (one that
-    runs kwok, e.g. kind with kwok installed), so the whole e2e suite can run there."""
+    """`python -m e2e.cluster add-nodes --kubeconfig PATH`: adds the simulated nodes to a cluster that runs kwok
+    (e.g. kind with kwok installed), so the whole e2e suite can run there with SKIFF_E2E_KUBECONFIG=PATH."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m e2e.cluster")
     parser.add_argument("command", choices=["add-nodes"])
-    parser.parse_args(argv)
-    kubeconfig = user_kubeconfig()
-    if kubeconfig is None:
-        parser.error("set $KUBECONFIG (or $SKIFF_E2E_KUBECONFIG) to the cluster to add the nodes to")
-    add_simulated_nodes(Kubectl(kubeconfig))
+    parser.add_argument("--kubeconfig", type=Path, required=True, help="the cluster to add the nodes to")
+    args = parser.parse_args(argv)
+    add_simulated_nodes(Kubectl(args.kubeconfig))
     return 0
 
 

@@ -40,9 +40,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def kube() -> Iterator[Kubectl]:
-    """kubectl for the user's cluster ($SKIFF_E2E_KUBECONFIG or $KUBECONFIG), else a local control plane."""
+    """kubectl for the cluster in $SKIFF_E2E_KUBECONFIG, else a local control plane ($KUBECONFIG is ignored)."""
     if user_kubeconfig() is None and not controlplane_built():
-        reason = f"no cluster: $KUBECONFIG is unset and the local control plane is not built; run: {BUILD_HINT}"
+        reason = f"no cluster: the local control plane is not built; run: {BUILD_HINT}"
+        reason += " (or set $SKIFF_E2E_KUBECONFIG to a cluster the tests may use)"
         if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
             pytest.fail(reason + " (SKIFF_E2E_REQUIRED=1: e2e tests must run)", pytrace=False)
         pytest.skip(reason)
@@ -90,11 +91,11 @@ def claims(kube: Kubectl, namespace: str) -> list[str]:
 @pytest.fixture(scope="session")
 def simulated_nodes(kube: Kubectl) -> None:
     """The nodes kwok simulates (a GPU node, a MIG node, a CPU node): the local control plane has them; a
-    cluster of the user's needs kwok running and `python -m e2e.cluster add-nodes`."""
+    cluster of the user's needs kwok running and `python -m e2e.cluster add-nodes --kubeconfig PATH`."""
     missing = missing_simulated_nodes(kube)
     if missing:
         reason = f"the cluster lacks the simulated nodes {missing}; run kwok in it, then:"
-        reason += " python -m e2e.cluster add-nodes"
+        reason += " python -m e2e.cluster add-nodes --kubeconfig $SKIFF_E2E_KUBECONFIG"
         if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)

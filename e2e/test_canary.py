@@ -1,4 +1,4 @@
-"""Canary traffic splits against a real API server: with the Gateway API CRDs installed (the vendored
+"""Canary traffic splits against a real API server: with the Gateway API CRDs installed (third_party/,
 standard-channel v1.6.1 files) the operator's GRPCRoute is accepted with the spec's weights and follows every
 edit (50/50, promotion, rollback, removal of the old version, whose children are deleted after draining); a
 canary that never becomes ready is held at 0% with the reason in status; without the Gateway API the Service
@@ -10,41 +10,24 @@ and what the API server accepts."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e.cluster import REPO, Kubectl, eventually, user_kubeconfig
+from e2e.cluster import Kubectl, eventually, user_kubeconfig
 from e2e.harness import OperatorProcess, condition
-from e2e.vendor import gateway_api_dir
+from e2e.vendor import gateway_api_crd
 
-GATEWAY_API_DIR = gateway_api_dir() or REPO.parent / "shared" / "vendor-data" / "gateway-api-v1.6.1"
 # The standard-channel CRDs a GRPCRoute and its parent Gateway need.
 GATEWAY_API_CRDS = ("gatewayclasses", "gateways", "grpcroutes", "referencegrants")
 GRPC_ROUTE_CRD = "grpcroutes.gateway.networking.k8s.io"
 MODEL = "fraud-scorer"
 
 
-def _crd_files() -> list[Path]:
-    files = [GATEWAY_API_DIR / f"gateway.networking.k8s.io_{name}.yaml" for name in GATEWAY_API_CRDS]
-    missing = [str(f) for f in files if not f.exists()]
-    if missing:
-        reason = (
-            f"the Gateway API CRDs are not at {GATEWAY_API_DIR} (missing {', '.join(missing)}); set "
-            "SKIFF_GATEWAY_API_DIR to a directory holding the standard-channel v1.6.1 CRD files"
-        )
-        if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
-            pytest.fail(reason + " (SKIFF_E2E_REQUIRED=1: e2e tests must run)", pytrace=False)
-        pytest.skip(reason)
-    return files
-
-
 @pytest.fixture
 def gateway_api(kube: Kubectl) -> None:
     """The Gateway API CRDs, installed server-side (idempotent) and Established."""
-    for path in _crd_files():
+    for path in map(gateway_api_crd, GATEWAY_API_CRDS):
         kube.run("apply", "--server-side", "--field-manager=skiff-e2e", "-f", str(path))
     for name in GATEWAY_API_CRDS:
         kube.run("wait", "--for=condition=Established", f"crd/{name}.gateway.networking.k8s.io", "--timeout=60s")

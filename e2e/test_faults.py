@@ -42,7 +42,7 @@ def plane(kube: Kubectl) -> LocalControlPlane:
     """The local control plane: killing its API server or reading its audit log needs one started here."""
     found = local_control_plane(kube)
     if found is None:
-        pytest.fail("fault tests need the local control plane (unset KUBECONFIG and SKIFF_E2E_KUBECONFIG)")
+        pytest.fail("fault tests need the local control plane (unset SKIFF_E2E_KUBECONFIG)")
     return found
 
 

@@ -1,64 +1,47 @@
-"""Finds the third-party data files tests need: the Gateway API v1.6.1 CRDs and the skaffold v4beta14 schema.
-
-They are not committed. Looked for, in order: an explicit environment variable; `shared/vendor-data` next to
-the checkout or next to any folder above it; `/work/shared/vendor-data`. The Gateway API CRDs have one more
-source that needs no local copy: the `sigs.k8s.io/gateway-api` module from the Go module proxy (its
-`config/crd/standard/` files are byte-identical to the vendored ones), cached under $SKIFF_CACHE/go/mod.
-"""
+"""The third-party data files tests use, committed under third_party/ with their licenses and pinned by sha256."""
 
 from __future__ import annotations
 
-import os
-import subprocess
+import hashlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-GATEWAY_API_VERSION = "v1.6.1"
-GATEWAY_API_MODULE = "sigs.k8s.io/gateway-api"
-SKAFFOLD_SCHEMA = Path("skaffold-schema-v4beta14") / "v4beta14.json"
+THIRD_PARTY = REPO / "third_party"
+# Standard channel, config/crd/standard/ of the Go module sigs.k8s.io/gateway-api@v1.6.1 (go.sum
+# h1:mock6phZbI6rvZerwrVNk7hVNymQgHo+6sJ81Ia7ftY=): the CRDs a GRPCRoute and its parent Gateway need.
+GATEWAY_API_DIR = THIRD_PARTY / "gateway-api-v1.6.1"
+# skaffold's published JSON schema for skaffold.yaml apiVersion skaffold/v4beta14.
+SKAFFOLD_SCHEMA = THIRD_PARTY / "skaffold-schema-v4beta14" / "v4beta14.json"
+
+SHA256 = {
+    "gateway-api-v1.6.1/LICENSE": "20b6dde626f521dbb384f75e6d96c3d16789df3bf878b58bc2810614fb4db07c",
+    "gateway-api-v1.6.1/gateway.networking.k8s.io_gatewayclasses.yaml": (
+        "53710048ba26f8620eed59d5e51b157ecf040daf5c6eef31a4b991e0808c4be5"
+    ),
+    "gateway-api-v1.6.1/gateway.networking.k8s.io_gateways.yaml": (
+        "25b885f5870b8fff1ae82efa2628b2761cef3745900c2aecf8fb76629a01255a"
+    ),
+    "gateway-api-v1.6.1/gateway.networking.k8s.io_grpcroutes.yaml": (
+        "53a8d029da8f07e55d3fa58a5cf6de5950dab19fbb8d6a8082fb5e51ca5ef6fc"
+    ),
+    "gateway-api-v1.6.1/gateway.networking.k8s.io_referencegrants.yaml": (
+        "8c645e9333cfa67790cc2a53e0c00076f88b2bd4230d2b49688c78bc34f9b2c3"
+    ),
+    "skaffold-schema-v4beta14/LICENSE": "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30",
+    "skaffold-schema-v4beta14/v4beta14.json": "7c29a621995d2c6143d3c423c8e3d3dfb25703a49fd1cf77644b54168414b39e",
+}
 
 
-def cache_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "skiff"
-    return Path(os.environ.get("SKIFF_CACHE") or default)
+def gateway_api_crd(plural: str) -> Path:
+    """The standard-channel v1.6.1 CRD file for `plural` (e.g. "grpcroutes")."""
+    return GATEWAY_API_DIR / f"gateway.networking.k8s.io_{plural}.yaml"
 
 
-def vendor_dirs() -> list[Path]:
-    """Candidate `vendor-data` folders, most specific first (existing ones only)."""
-    candidates: list[Path] = []
-    if os.environ.get("SKIFF_VENDOR_DATA"):
-        candidates.append(Path(os.environ["SKIFF_VENDOR_DATA"]))
-    candidates += [parent / "shared" / "vendor-data" for parent in REPO.parents]
-    candidates.append(Path("/work/shared/vendor-data"))
-    return [c for c in dict.fromkeys(candidates) if c.is_dir()]
-
-
-def skaffold_schema() -> Path | None:
-    if os.environ.get("SKIFF_SKAFFOLD_SCHEMA"):
-        return Path(os.environ["SKIFF_SKAFFOLD_SCHEMA"])
-    return next((d / SKAFFOLD_SCHEMA for d in vendor_dirs() if (d / SKAFFOLD_SCHEMA).is_file()), None)
-
-
-def _gateway_api_from_go_proxy() -> Path | None:
-    env = {**os.environ, "GOMODCACHE": str(cache_dir() / "go" / "mod"), "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
-    try:
-        result = subprocess.run(
-            ["go", "mod", "download", "-json", f"{GATEWAY_API_MODULE}@{GATEWAY_API_VERSION}"],
-            capture_output=True, text=True, timeout=300, env=env, cwd=str(cache_dir().parent),
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in result.stdout.splitlines():
-        if '"Dir":' in line:
-            folder = Path(line.split('"Dir":', 1)[1].strip().strip('",')) / "config" / "crd" / "standard"
-            return folder if folder.is_dir() else None
-    return None
-
-
-def gateway_api_dir() -> Path | None:
-    """A folder holding `gateway.networking.k8s.io_*.yaml` (standard channel, v1.6.1)."""
-    if os.environ.get("SKIFF_GATEWAY_API_DIR"):
-        return Path(os.environ["SKIFF_GATEWAY_API_DIR"])
-    name = f"gateway-api-{GATEWAY_API_VERSION}"
-    local = next((d / name for d in vendor_dirs() if (d / name).is_dir()), None)
-    return local or _gateway_api_from_go_proxy()
+def mismatched_files() -> list[str]:
+    """The pinned files under third_party/ that are missing or whose sha256 differs (empty when all match)."""
+    bad = []
+    for name, digest in SHA256.items():
+        path = THIRD_PARTY / name
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            bad.append(name)
+    return bad

@@ -1,5 +1,5 @@
 """Fixtures for the packaging tests (the chart, the install bundle, the images, skaffold.yaml): helm and the
-skaffold schema. Without them these tests skip, saying what to run; with SKIFF_E2E_REQUIRED=1 (`make test`, CI)
+skaffold schema. Without helm these tests skip, saying what to run; with SKIFF_E2E_REQUIRED=1 (`make test`, CI)
 they fail instead, so a skip never stands in for a pass."""
 
 from __future__ import annotations
@@ -8,10 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-from e2e.helm import HELM_HINT, REPO, Helm, helm_binary
-from e2e.vendor import skaffold_schema as find_skaffold_schema
-
-SKAFFOLD_SCHEMA_DEFAULT = REPO.parent / "shared" / "vendor-data" / "skaffold-schema-v4beta14" / "v4beta14.json"
+from e2e.helm import HELM_HINT, Helm, helm_binary
+from e2e.vendor import SKAFFOLD_SCHEMA
 
 
 def missing(reason: str) -> None:
@@ -31,8 +29,5 @@ def helm() -> Helm:
 
 @pytest.fixture(scope="session")
 def skaffold_schema() -> Path:
-    """$SKIFF_SKAFFOLD_SCHEMA, else shared/vendor-data/skaffold-schema-v4beta14/v4beta14.json (see e2e/vendor.py)."""
-    path = find_skaffold_schema() or SKAFFOLD_SCHEMA_DEFAULT
-    if not path.is_file():
-        missing(f"the skaffold/v4beta14 JSON schema is not at {path}; set $SKIFF_SKAFFOLD_SCHEMA to its path")
-    return path
+    """skaffold's v4beta14 JSON schema, committed under third_party/ (see e2e/vendor.py)."""
+    return SKAFFOLD_SCHEMA
