@@ -258,13 +258,18 @@ def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None
 
 
 class LocalControlPlane:
-    """kwokctl create/delete cluster in a private work dir; every process it starts is gone after stop()."""
+    """kwokctl create/delete cluster in a work dir (a private temporary one unless given); every process it starts
+    is gone after stop(). Its components run in their own session, so they outlive the process that started them
+    until stop() (`make up` relies on that)."""
 
-    def __init__(self, bin_dir: Path, *, log: Log = _stderr, name: str = CLUSTER_NAME) -> None:
+    def __init__(
+        self, bin_dir: Path, *, log: Log = _stderr, name: str = CLUSTER_NAME, workdir: Path | None = None
+    ) -> None:
         self.bin_dir = bin_dir
         self.log = log
         self.name = name
-        self.workdir = Path(tempfile.mkdtemp(prefix="skiff-controlplane-"))
+        self.workdir = workdir.resolve() if workdir else Path(tempfile.mkdtemp(prefix="skiff-controlplane-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.kubeconfig = self.workdir / "kubeconfig"
         self._kwokctl = str(bin_dir / "kwokctl")
         self._env = {**os.environ, "KWOK_WORKDIR": str(self.workdir / "kwok")}
@@ -279,6 +284,7 @@ class LocalControlPlane:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,  # a Ctrl-C in the terminal reaches this process, which tears down in order
         )
 
     def start(self) -> Kubectl:
@@ -345,7 +351,7 @@ class LocalControlPlane:
             raise RuntimeError(f"{component} (pid {pid}) is not running")
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
         os.kill(pid, signal.SIGKILL)
-        eventually(lambda: _exited(pid), timeout=10, interval=0.05, what=f"{component} (pid {pid}) to exit")
+        eventually(lambda: process_exited(pid), timeout=10, interval=0.05, what=f"{component} (pid {pid}) to exit")
         self.log(f"killed {component} (pid {pid})")
         return argv
 
@@ -389,7 +395,7 @@ class LocalControlPlane:
         self.log("control plane stopped and its files removed")
 
 
-def _exited(pid: int) -> bool:
+def process_exited(pid: int) -> bool:
     """The process is gone or a zombie: its sockets are closed (an empty cmdline comes earlier, before that)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

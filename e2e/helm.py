@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -24,21 +23,20 @@ CRD_SOURCE = REPO / "crds" / "skiff.dev_inferencemodels.yaml"
 CRD_TEMPLATE = CHART / "templates" / "crd.yaml"
 INSTALL_BUNDLE = REPO / "manifests" / "install.yaml"
 HELM_SCRIPT = REPO / "e2e" / "controlplane" / "helm.sh"
-HELM_HINT = "make controlplane  (or: bash e2e/controlplane/helm.sh, about 2 s once; or set $SKIFF_HELM)"
+HELM_HINT = "make controlplane  (or: bash e2e/controlplane/helm.sh: seconds on x86-64, minutes of compiling on arm64)"
 KEEP = "helm.sh/resource-policy"
 INSTALL_NAMESPACE = "skiff-system"
 INSTALL_RELEASE = "skiff"
 
 
 def helm_binary() -> str | None:
-    """$SKIFF_HELM, else the helm e2e/controlplane/helm.sh fetched, else helm on PATH; None when there is none."""
+    """$SKIFF_HELM, else the pinned helm e2e/controlplane/helm.sh provides (its cache, or helm on PATH when its
+    version matches); None when there is none yet."""
     if os.environ.get("SKIFF_HELM"):
         return os.environ["SKIFF_HELM"]
     cached = subprocess.run(["bash", str(HELM_SCRIPT), "--path"], capture_output=True, text=True, check=True)
     path = Path(cached.stdout.strip())
-    if path.is_file() and os.access(path, os.X_OK):
-        return str(path)
-    return shutil.which("helm")
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
 class HelmError(RuntimeError):

@@ -145,6 +145,9 @@ def _small_model(namespace: str, index: int) -> dict[str, Any]:
     }
 
 
+# The ready bound, the idle window and a resync, plus the control plane's start when this test runs first: more
+# than the global 300 s on a loaded 2-core machine.
+@pytest.mark.timeout(READY_BOUND_S + IDLE_WINDOW_S + RESYNC_S + 300)
 def test_hundred_models_become_ready_then_an_idle_operator_only_watches(
     kube: Kubectl,
     plane: LocalControlPlane,

@@ -54,6 +54,7 @@ def test_serve_rejects_bad_flags_with_the_flag_named(tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(420)  # the CLI gets 300 s; a loaded 2-core machine needs the margin
 def test_demo_exports_serves_and_infers() -> None:
     """The README's main job on the embedded default."""
     result = _cli("demo", "--port", "18501", timeout=300)

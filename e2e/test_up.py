@@ -1,0 +1,40 @@
+"""`make up` / `make down` (e2e/up.py): the cluster answers, the operator reconciles an example, a second `up`
+reuses what runs, and after `down` no process and no file is left."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from e2e import up
+from e2e.cluster import BUILD_HINT, Kubectl, controlplane_built, process_exited
+from e2e.harness import load_example, wait_model_ready
+
+
+@pytest.mark.timeout(600)
+def test_up_keeps_a_working_cluster_until_down_removes_everything(tmp_path: Path) -> None:
+    if not controlplane_built():
+        reason = f"the local control plane is not built; run: {BUILD_HINT}"
+        if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    state = tmp_path / "up"
+    kubeconfig = up.up(state)
+    try:
+        kube = Kubectl(kubeconfig)
+        assert {n["metadata"]["name"] for n in kube.get("nodes")["items"]} >= {"gpu-node", "mig-node", "cpu-node"}
+        operator = up.operator_pid(state)
+        assert operator is not None
+        body = load_example("canary", up.NAMESPACE)
+        kube.apply(body)
+        wait_model_ready(kube, up.NAMESPACE, body["metadata"]["name"])
+        assert up.up(state) == kubeconfig  # a second `make up` reuses the running one
+        assert up.operator_pid(state) == operator
+        processes = [operator, *up.control_plane(state, print).pids()]
+        assert len(processes) >= 6  # the operator, etcd, 3 Kubernetes components, kwok
+    finally:
+        up.down(state)
+    assert not state.exists()
+    assert [pid for pid in processes if not process_exited(pid)] == []
