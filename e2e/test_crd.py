@@ -56,7 +56,7 @@ def test_get_shows_the_printer_columns(kube: Kubectl, crd: dict[str, Any], names
     wide_header = kube.run("get", "im", "-n", namespace, "-o", "wide").splitlines()[0].split()
     assert wide_header == ["NAME", *wide]
     # The categories work too: `kubectl get skiff` lists InferenceModels.
-    assert "inferencemodel.skiff.dev/resnet50-cpu" in kube.run("get", "skiff", "-n", namespace, "-o", "name")
+    assert "inferencemodel.skiff.dev/sample-cnn-cpu" in kube.run("get", "skiff", "-n", namespace, "-o", "name")
 
 
 def test_every_example_is_accepted_by_the_server(kube: Kubectl, crd: dict[str, Any], namespace: str) -> None:

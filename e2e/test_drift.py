@@ -20,39 +20,39 @@ def test_deleted_deployment_is_recreated(
     kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
 ) -> None:
     kube.apply(load_example("cpu", namespace))
-    wait_model_ready(kube, namespace, "resnet50-cpu")
-    old_uid = kube.get("deployment", "resnet50-cpu-v1", "-n", namespace)["metadata"]["uid"]
+    wait_model_ready(kube, namespace, "sample-cnn-cpu")
+    old_uid = kube.get("deployment", "sample-cnn-cpu-v1", "-n", namespace)["metadata"]["uid"]
 
-    kube.run("delete", "deployment", "resnet50-cpu-v1", "-n", namespace, "--wait=true")
+    kube.run("delete", "deployment", "sample-cnn-cpu-v1", "-n", namespace, "--wait=true")
 
     def recreated() -> dict[str, Any] | None:
-        found = kube.get_or_none("deployment", "resnet50-cpu-v1", namespace)
+        found = kube.get_or_none("deployment", "sample-cnn-cpu-v1", namespace)
         return found if found and found["metadata"]["uid"] != old_uid else None
 
     restored = eventually(recreated, timeout=60, what="the operator to recreate the Deployment")
     assert restored["spec"]["replicas"] == 2
-    wait_model_ready(kube, namespace, "resnet50-cpu")
+    wait_model_ready(kube, namespace, "sample-cnn-cpu")
 
 
 def test_edited_replicas_are_restored(
     kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
 ) -> None:
     kube.apply(load_example("cpu", namespace))
-    wait_model_ready(kube, namespace, "resnet50-cpu")
+    wait_model_ready(kube, namespace, "sample-cnn-cpu")
 
-    kube.run("scale", "deployment", "resnet50-cpu-v1", "-n", namespace, "--replicas=5")
+    kube.run("scale", "deployment", "sample-cnn-cpu-v1", "-n", namespace, "--replicas=5")
 
     eventually(
-        lambda: kube.get("deployment", "resnet50-cpu-v1", "-n", namespace)["spec"]["replicas"] == 2,
+        lambda: kube.get("deployment", "sample-cnn-cpu-v1", "-n", namespace)["spec"]["replicas"] == 2,
         timeout=60,
         what="replicas to return to the spec's 2",
     )
     eventually(
-        lambda: len(kube.items("pods", namespace, "skiff.dev/model=resnet50-cpu")) == 2,
+        lambda: len(kube.items("pods", namespace, "skiff.dev/model=sample-cnn-cpu")) == 2,
         timeout=60,
         what="the extra pods to go",
     )
-    wait_model_ready(kube, namespace, "resnet50-cpu")
+    wait_model_ready(kube, namespace, "sample-cnn-cpu")
 
 
 def test_deleting_the_model_removes_every_child_through_the_garbage_collector(

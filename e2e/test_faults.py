@@ -100,14 +100,14 @@ def test_conflicts_and_timeouts_are_retried_with_backoff_not_a_tight_loop(
         faults.mode = "timeout"
         time.sleep(phase_s)
         faults.mode = "allow"
-        wait_model_ready(kube, namespace, "resnet50-cpu")
+        wait_model_ready(kube, namespace, "sample-cnn-cpu")
     conflicts, timeouts = faults.operator_calls("conflict"), faults.operator_calls("timeout")
     print(f"operator writes answered 409: {len(conflicts)}, timed out: {len(timeouts)} ({phase_s:.0f}s each)")
     # The API server really answered the operator's apply with 409, and with an error for the timeout.
     applies = [
         r
         for r in audit.requests(since)
-        if r.from_operator and r.verb == "patch" and r.resource == "deployments" and r.name == "resnet50-cpu-v1"
+        if r.from_operator and r.verb == "patch" and r.resource == "deployments" and r.name == "sample-cnn-cpu-v1"
     ]
     codes = sorted({r.code for r in applies})
     print(f"the API server's answers to the operator's applies of the Deployment: {codes}")
@@ -139,7 +139,7 @@ def _small_model(namespace: str, index: int) -> dict[str, Any]:
         "kind": "InferenceModel",
         "metadata": {"name": f"m{index:03d}", "namespace": namespace},
         "spec": {
-            "versions": [{"name": "v1", "modelUri": "pvc://models/resnet50/v1", "replicas": 1}],
+            "versions": [{"name": "v1", "modelUri": "pvc://models/sample-cnn/v1", "replicas": 1}],
             "resources": {"cpu": "100m", "memory": "256Mi"},
         },
     }

@@ -48,9 +48,9 @@ def test_runtime_started_from_the_operators_deployment_passes_its_probes_and_ser
         lambda: kube.get_or_none("deployment", f"{name}-v1", namespace), timeout=60, what="the Deployment"
     )
 
-    # The claim "models" holds resnet50/v1 (the example's modelUri pvc://models/resnet50/v1).
+    # The claim "models" holds sample-cnn/v1 (the example's modelUri pvc://models/sample-cnn/v1).
     claim_root = tmp_path / "pvc-models"
-    export_sample_model(claim_root / "resnet50" / "v1")
+    export_sample_model(claim_root / "sample-cnn" / "v1")
     scratch = tmp_path / "pod"
     scratch.mkdir()
     pod = local_pod(deployment, claim_roots={"models": claim_root}, scratch=scratch)
@@ -105,7 +105,7 @@ def test_runtime_from_a_tls_deployment_serves_inference_over_tls_with_the_cluste
     secret = secret_data(kube, secret_name, namespace)
 
     claim_root = tmp_path / "pvc-models"
-    export_sample_model(claim_root / "resnet50" / "v1")
+    export_sample_model(claim_root / "sample-cnn" / "v1")
     scratch = tmp_path / "pod"
     scratch.mkdir()
     pod = local_pod(deployment, claim_roots={"models": claim_root}, scratch=scratch, secrets={secret_name: secret})

@@ -87,7 +87,7 @@ def test_self_signed_secrets_cover_every_service_and_follow_a_new_version(
     # A second version adds a Service: the certificate is reissued for its names, by the same CA.
     patch = {
         "spec": {
-            "versions": [*body["spec"]["versions"], {"name": "v2", "modelUri": "pvc://models/resnet50/v1"}],
+            "versions": [*body["spec"]["versions"], {"name": "v2", "modelUri": "pvc://models/sample-cnn/v1"}],
             "traffic": [{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}],
         }
     }
@@ -116,7 +116,7 @@ def _secret_mode_model(namespace: str, secret: str) -> dict[str, Any]:
         "kind": "InferenceModel",
         "metadata": {"name": "own-cert", "namespace": namespace},
         "spec": {
-            "versions": [{"name": "v1", "modelUri": "pvc://models/resnet50/v1"}],
+            "versions": [{"name": "v1", "modelUri": "pvc://models/sample-cnn/v1"}],
             "tls": {"mode": "Secret", "secretName": secret},
         },
     }
