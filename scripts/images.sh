@@ -8,7 +8,7 @@
 # ($SKIFF_CACHE, default ~/.cache/skiff: containers/storage, never /var), plus an OCI archive of each image under
 # $SKIFF_CACHE/images. Each image is rebuilt only when its inputs change (the Dockerfile, every file it COPYs, the
 # base image id, the build arguments); every step prints its time. The host's CA bundle ($SSL_CERT_FILE or
-# $PIP_CERT) is mounted read-only for the build steps (/run/skiff-build/ca.crt) and never copied into a layer.
+# $PIP_CERT) is passed as the build secret skiff-ca: mounted for the steps that download, never in a layer.
 #
 # Usage: images.sh [build]              build what changed (base, runtime, operator), reuse the rest
 #        images.sh base                 build only the base image (when its inputs changed)
@@ -80,7 +80,9 @@ or .list file naming a bookworm mirror (e.g. 'deb http://deb.debian.org/debian b
   printf '%s\n' "${found[@]}"
 }
 
-image_id() { buildah "${storage_flags[@]}" images --noheading --no-trunc --format '{{.ID}}' "$1" 2>/dev/null | head -1; }
+image_id() {
+  buildah "${storage_flags[@]}" images --noheading --no-trunc --format '{{.ID}}' "$1" 2>/dev/null | head -1
+}
 
 # current NAME HASH: true when NAME's last build had these inputs and its image and archive are still there.
 current() {
@@ -138,7 +140,7 @@ build_image() {
     | sha256sum | cut -c1-16)"
   if current "$name" "$hash" "$tag"; then echo "==> $name $tag: current ($archives/$name.oci.tar)"; return; fi
   local ca mounts=(); ca="$(build_ca)"
-  [[ -n "$ca" ]] && mounts=(--volume "$ca:/run/skiff-build/ca.crt:ro")
+  [[ -n "$ca" ]] && mounts=(--secret "id=skiff-ca,src=$ca")
   begin "$name $tag: buildah bud -f $dockerfile (inputs $hash)"
   buildah "${storage_flags[@]}" bud --isolation chroot --network host --layers --pull=false \
     "${mounts[@]}" "${args[@]}" -f "$dockerfile" -t "$tag" . 2>&1 | sed -u 's/^/    /'
