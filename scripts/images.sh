@@ -14,6 +14,7 @@
 #        images.sh base                 build only the base image (when its inputs changed)
 #        images.sh check                exit 0 when buildah, podman, skopeo, mmdebstrap and runc are installed
 #        images.sh push REGISTRY        copy both images to docker://REGISTRY/skiff-{runtime,operator}:<version>
+#        images.sh inputs               print each image's input hash (what decides a rebuild)
 #        images.sh env                  print the paths and names the tests use (KEY=VALUE lines)
 #        images.sh skaffold             skaffold's custom builder: builds $IMAGE, pushes it when $PUSH_IMAGE=true
 # Environment: SKIFF_CACHE, SKIFF_APT_SOURCES (a .sources/.list file for bookworm instead of the host's),
@@ -130,14 +131,22 @@ build_ca() {
 }
 
 # build_image NAME DOCKERFILE TAG: buildah bud when the inputs changed, then the OCI archive.
+build_args=(--build-arg "BASE=$base_image")
+
+# input_hash DOCKERFILE: the build arguments, the base image id, the Dockerfile and every file it COPYs (less what
+# .dockerignore drops from those trees: bytecode).
+input_hash() {
+  local paths; mapfile -t paths < <(cd "$repo" && copied_paths "$1")
+  { printf '%s\n' "${build_args[@]}" "$(image_id "$base_image")"; cat "$repo/$1";
+    cd "$repo" && find "${paths[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z \
+      | xargs -0 sha256sum; } | sha256sum | cut -c1-16
+}
+
 build_image() {
   local name="$1" dockerfile="$2" tag="$3"
   cd "$repo"
-  local paths; mapfile -t paths < <(copied_paths "$dockerfile")
-  local args=(--build-arg "BASE=$base_image")
-  local hash; hash="$({ printf '%s\n' "${args[@]}" "$(image_id "$base_image")"; cat "$dockerfile";
-    find "${paths[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum; } \
-    | sha256sum | cut -c1-16)"
+  local args=("${build_args[@]}")
+  local hash; hash="$(input_hash "$dockerfile")"
   if current "$name" "$hash" "$tag"; then echo "==> $name $tag: current ($archives/$name.oci.tar)"; return; fi
   local ca mounts=(); ca="$(build_ca)"
   [[ -n "$ca" ]] && mounts=(--secret "id=skiff-ca,src=$ca")
@@ -212,10 +221,11 @@ case "${1:-build}" in
   check) check_tools && echo "ok: ${tools[*]}" ;;
   push) check_tools || exit 1; write_containers_conf; push "${2:-}" ;;
   skaffold) skaffold_build ;;
+  inputs) echo "runtime $(input_hash runtime/Dockerfile)"; echo "operator $(input_hash operator/Dockerfile)" ;;
   env)
     write_containers_conf
     printf '%s\n' "CACHE=$cache" "STORAGE_ROOT=$store/storage" "RUN_ROOT=$store/run" \
       "CONTAINERS_CONF=$containers_conf" "ARCHIVES=$archives" "BASE_IMAGE=$base_image" \
       "RUNTIME_IMAGE=$runtime_image" "OPERATOR_IMAGE=$operator_image" ;;
-  *) echo "usage: $0 [build|check|push REGISTRY|env|skaffold]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|base|check|push REGISTRY|inputs|env|skaffold]" >&2; exit 2 ;;
 esac

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
+import shutil
+import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,3 +203,72 @@ def test_runtime_image_contract(image: str) -> None:
     exposed = {int(p) for ins in final if ins.keyword == "EXPOSE" for p in ins.args.split()}
     assert exposed == {contract.GRPC_PORT, contract.HEALTH_PORT, contract.METRICS_PORT}
     assert str(contract.RUNTIME_UID) in [ins.args.split(":")[0] for ins in final if ins.keyword == "USER"]
+
+
+# -- scripts/images.sh, without building anything ---------------------------------------------------------------
+
+SCRIPT = REPO / "scripts" / "images.sh"
+
+
+def input_hashes(root: Path, cache: Path) -> dict[str, str]:
+    done = subprocess.run(
+        ["bash", str(root / "scripts" / "images.sh"), "inputs"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, "SKIFF_CACHE": str(cache)},
+    )
+    return dict(line.split() for line in done.stdout.splitlines())
+
+
+def test_an_image_is_rebuilt_when_what_its_dockerfile_copies_changes_and_only_then(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    for tree in ("runtime/src", "operator/src"):
+        shutil.copytree(REPO / tree, root / tree, ignore=shutil.ignore_patterns("__pycache__"))
+    for file in ("scripts/images.sh", "runtime/Dockerfile", "operator/Dockerfile", "pyproject.toml", "uv.lock"):
+        (root / file).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / file, root / file)
+    (root / "README.md").write_text("readme\n")
+    cache = tmp_path / "cache"
+    before = input_hashes(root, cache)
+    assert set(before) == {"runtime", "operator"}
+
+    # Not copied into either image: bytecode, tests, another folder.
+    (root / "runtime/src/skiff_runtime/__pycache__").mkdir()
+    (root / "runtime/src/skiff_runtime/__pycache__/codec.cpython-311.pyc").write_bytes(b"x")
+    (root / "bench").mkdir()
+    (root / "bench/notes.md").write_text("x")
+    assert input_hashes(root, cache) == before
+
+    with (root / "runtime/src/skiff_runtime/codec.py").open("a") as source:
+        source.write("# changed\n")
+    after_source = input_hashes(root, cache)
+    assert after_source["runtime"] != before["runtime"]
+    assert after_source["operator"] != before["operator"]  # the operator's wheel holds both packages
+
+    with (root / "runtime/Dockerfile").open("a") as dockerfile:
+        dockerfile.write("# changed\n")
+    after_dockerfile = input_hashes(root, cache)
+    assert after_dockerfile["runtime"] != after_source["runtime"]
+    assert after_dockerfile["operator"] == after_source["operator"]
+
+
+def test_check_names_the_packages_to_install_when_tools_are_missing(tmp_path: Path) -> None:
+    """With only a shell and coreutils on PATH, `images.sh check` fails and says what to apt-get install."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "sed", "head"):
+        found = shutil.which(tool)
+        assert found
+        (bin_dir / tool).symlink_to(found)
+    done = subprocess.run(
+        [str(bin_dir / "bash"), str(SCRIPT), "check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 1
+    assert "missing: buildah podman skopeo mmdebstrap runc" in done.stderr
+    assert "apt-get install -y buildah podman skopeo mmdebstrap runc" in done.stderr
