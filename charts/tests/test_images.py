@@ -1,11 +1,16 @@
-"""The container images, checked without a container engine: every path they COPY from the build context
-exists (and .dockerignore keeps it), they run as a non-root uid, and they install what pyproject and uv.lock say."""
+"""The Dockerfiles, checked without a container engine: every path they COPY from the build context exists (and
+.dockerignore keeps it), they run as a non-root uid with HOME on the pod's /tmp, their base is the BASE build
+argument, and they install what pyproject and uv.lock say (plus the fixes Paddle needs on Python 3.11).
+e2e/test_images.py builds and runs the images."""
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
+import shutil
+import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +18,16 @@ from pathlib import Path
 import pytest
 from e2e.helm import REPO
 
-DOCKERFILES = {"operator": REPO / "operator" / "Dockerfile", "runtime": REPO / "runtime" / "Dockerfile"}
+DOCKERFILES = {
+    "operator": REPO / "operator" / "Dockerfile",
+    "runtime": REPO / "runtime" / "Dockerfile",
+    "runtime-gpu": REPO / "runtime" / "Dockerfile.gpu",
+}
+RUNTIMES = ("runtime", "runtime-gpu")
+# The extras each image installs with `uv sync --extra` (the GPU image adds paddlepaddle-gpu from Paddle's index).
+EXTRAS = {"operator": {"operator"}, "runtime": {"runtime", "paddle-cpu"}, "runtime-gpu": {"runtime"}}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+LOCKED = {package["name"]: package["version"] for package in tomllib.loads((REPO / "uv.lock").read_text())["package"]}
 
 
 @dataclass(frozen=True)
@@ -96,17 +109,76 @@ def test_dockerignore_rejects_what_it_should() -> None:
 
 
 @pytest.mark.parametrize("image", sorted(DOCKERFILES))
-def test_installs_its_extra_from_the_lock(image: str) -> None:
+def test_installs_its_extras_from_the_lock(image: str) -> None:
     runs = " ".join(ins.args for ins in instructions(DOCKERFILES[image]) if ins.keyword == "RUN")
     assert "uv sync --frozen" in runs
-    extras = set(re.findall(r"--extra ([\w-]+)", (DOCKERFILES[image]).read_text()))
-    assert image in extras
+    extras = set(re.findall(r"--extra ([\w-]+)", runs))
+    assert extras == EXTRAS[image]
     assert extras <= set(PYPROJECT["project"]["optional-dependencies"])
 
 
-def test_operator_image_is_slim_python() -> None:
-    text = DOCKERFILES["operator"].read_text()
-    assert "ARG PYTHON_BASE=python:3.11-slim" in text
+@pytest.mark.parametrize(
+    ("image", "default"),
+    [
+        ("operator", "python:3.11-slim"),
+        ("runtime", "python:3.11-slim"),
+        ("runtime-gpu", "paddlepaddle/paddle:3.0.0-gpu-cuda12.6-cudnn9.5-trt10.5"),
+    ],
+)
+def test_base_is_the_build_arg_base_defaulting_to_the_public_image(image: str, default: str) -> None:
+    """`docker build` works as is where registries are reachable; scripts/images.sh passes a local BASE."""
+    found = instructions(DOCKERFILES[image])
+    assert found[0] == Instruction("ARG", f"BASE={default}")
+    stages = [ins.args.split()[0] for ins in found if ins.keyword == "FROM"]
+    assert stages[-1] == "${BASE}"
+    assert set(stages) <= {"${BASE}", "ghcr.io/astral-sh/uv:0.13.8"}
+
+
+@pytest.mark.parametrize("image", sorted(DOCKERFILES))
+def test_home_is_the_pods_tmp_and_uid_1000_has_a_home_directory(image: str) -> None:
+    """Under readOnlyRootFilesystem only the pod's /tmp emptyDir is writable; paddle.jit.save writes under $HOME."""
+    final = final_stage(DOCKERFILES[image])
+    env = " ".join(ins.args for ins in final if ins.keyword == "ENV")
+    assert "HOME=/tmp" in env.split()
+    runs = " ".join(ins.args for ins in final if ins.keyword == "RUN")
+    assert "useradd --uid 1000 --user-group --create-home --home-dir /home/skiff" in runs
+
+
+@pytest.mark.parametrize("image", RUNTIMES)
+def test_runtime_images_add_what_paddle_needs_on_python_3_11(image: str) -> None:
+    """setuptools (paddlepaddle declares it only for Python >= 3.12), at uv.lock's version; libgomp.so.1."""
+    text = " ".join(ins.args for ins in instructions(DOCKERFILES[image]) if ins.keyword == "RUN")
+    pins = re.findall(r"setuptools==([\d.]+)", text)
+    assert pins == [LOCKED["setuptools"]]
+    final = " ".join(ins.args for ins in final_stage(DOCKERFILES[image]) if ins.keyword == "RUN")
+    assert "ldconfig -p | grep -q 'libgomp\\.so\\.1 '" in final
+    assert "apt-get install -y --no-install-recommends libgomp1" in final
+
+
+@pytest.mark.parametrize("image", ["operator", "runtime"])
+def test_downloads_trust_the_build_secret_ca_and_nothing_else_mounts_it(image: str) -> None:
+    """Every build-stage RUN that downloads mounts the secret skiff-ca; the final stage mounts no secret."""
+    found = instructions(DOCKERFILES[image])
+    final_from = max(i for i, ins in enumerate(found) if ins.keyword == "FROM")
+    for ins in found[:final_from]:
+        if ins.keyword == "RUN" and ("uv " in ins.args or "pip " in ins.args):
+            assert ins.args.startswith("--mount=type=secret,id=skiff-ca "), ins.args
+            assert ". /opt/ca.sh" in ins.args
+    assert not [ins for ins in found[final_from:] if "--mount" in ins.args]
+    assert '--secret "id=skiff-ca,src=$ca"' in (REPO / "scripts" / "images.sh").read_text()
+
+
+def test_gpu_image_installs_paddle_gpu_from_paddles_index() -> None:
+    text = DOCKERFILES["runtime-gpu"].read_text()
+    assert "https://www.paddlepaddle.org.cn/packages/stable/cu126/" in text
+    # The CPU image's paddle is the one the paddle-cpu extra pins; the GPU wheel is the same version.
+    assert PYPROJECT["project"]["optional-dependencies"]["paddle-cpu"] == ["paddlepaddle==3.3.1"]
+    gpu_wheel = re.search(r"paddlepaddle-gpu==([\d.]+)", text)
+    assert gpu_wheel
+    assert gpu_wheel.group(1) == LOCKED["paddlepaddle"]
+
+
+def test_operator_image_entrypoint_and_default_command() -> None:
     assert final_stage(DOCKERFILES["operator"])[-1] == Instruction(
         "CMD", '["run", "--all-namespaces", "--standalone", "--liveness=http://0.0.0.0:8080/healthz"]'
     )
@@ -115,27 +187,12 @@ def test_operator_image_is_slim_python() -> None:
     assert "skiff-operator" in PYPROJECT["project"]["scripts"]
 
 
-def test_runtime_image_gpu_by_default_cpu_by_build_arg() -> None:
-    text = DOCKERFILES["runtime"].read_text()
-    assert "ARG VARIANT=gpu" in text
-    gpu_base = re.search(r"^ARG GPU_BASE=(\S+)$", text, re.MULTILINE)
-    assert gpu_base
-    assert re.fullmatch(r"paddlepaddle/paddle:3\.\d+\.\d+-gpu-cuda12\.\d+-\S+", gpu_base.group(1))
-    assert "ARG CPU_BASE=python:3.11-slim" in text
-    assert "FROM base-${VARIANT}" in text
-    assert "https://www.paddlepaddle.org.cn/packages/stable/cu126/" in text
-    # The CPU image's paddle is the one the paddle-cpu extra pins (uv sync --extra paddle-cpu).
-    assert PYPROJECT["project"]["optional-dependencies"]["paddle-cpu"] == ["paddlepaddle==3.3.1"]
-    gpu_wheel = re.search(r"paddlepaddle-gpu==([\d.]+)", text)
-    assert gpu_wheel
-    assert gpu_wheel.group(1) == "3.3.1"
-
-
-def test_runtime_image_contract() -> None:
+@pytest.mark.parametrize("image", RUNTIMES)
+def test_runtime_image_contract(image: str) -> None:
     from skiff_operator.render import contract
     from skiff_runtime.allocator import ENV as ALLOCATOR_ENV
 
-    final = final_stage(DOCKERFILES["runtime"])
+    final = final_stage(DOCKERFILES[image])
     volumes = [ins.args for ins in final if ins.keyword == "VOLUME"]
     assert volumes == [json.dumps([contract.MODEL_ROOT, contract.TLS_DIR, contract.CLIENT_CA_DIR])]
     entry = [ins.args for ins in final if ins.keyword == "ENTRYPOINT"]
@@ -146,3 +203,72 @@ def test_runtime_image_contract() -> None:
     exposed = {int(p) for ins in final if ins.keyword == "EXPOSE" for p in ins.args.split()}
     assert exposed == {contract.GRPC_PORT, contract.HEALTH_PORT, contract.METRICS_PORT}
     assert str(contract.RUNTIME_UID) in [ins.args.split(":")[0] for ins in final if ins.keyword == "USER"]
+
+
+# -- scripts/images.sh, without building anything ---------------------------------------------------------------
+
+SCRIPT = REPO / "scripts" / "images.sh"
+
+
+def input_hashes(root: Path, cache: Path) -> dict[str, str]:
+    done = subprocess.run(
+        ["bash", str(root / "scripts" / "images.sh"), "inputs"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, "SKIFF_CACHE": str(cache)},
+    )
+    return dict(line.split() for line in done.stdout.splitlines())
+
+
+def test_an_image_is_rebuilt_when_what_its_dockerfile_copies_changes_and_only_then(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    for tree in ("runtime/src", "operator/src"):
+        shutil.copytree(REPO / tree, root / tree, ignore=shutil.ignore_patterns("__pycache__"))
+    for file in ("scripts/images.sh", "runtime/Dockerfile", "operator/Dockerfile", "pyproject.toml", "uv.lock"):
+        (root / file).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / file, root / file)
+    (root / "README.md").write_text("readme\n")
+    cache = tmp_path / "cache"
+    before = input_hashes(root, cache)
+    assert set(before) == {"runtime", "operator"}
+
+    # Not copied into either image: bytecode, tests, another folder.
+    (root / "runtime/src/skiff_runtime/__pycache__").mkdir()
+    (root / "runtime/src/skiff_runtime/__pycache__/codec.cpython-311.pyc").write_bytes(b"x")
+    (root / "bench").mkdir()
+    (root / "bench/notes.md").write_text("x")
+    assert input_hashes(root, cache) == before
+
+    with (root / "runtime/src/skiff_runtime/codec.py").open("a") as source:
+        source.write("# changed\n")
+    after_source = input_hashes(root, cache)
+    assert after_source["runtime"] != before["runtime"]
+    assert after_source["operator"] != before["operator"]  # the operator's wheel holds both packages
+
+    with (root / "runtime/Dockerfile").open("a") as dockerfile:
+        dockerfile.write("# changed\n")
+    after_dockerfile = input_hashes(root, cache)
+    assert after_dockerfile["runtime"] != after_source["runtime"]
+    assert after_dockerfile["operator"] == after_source["operator"]
+
+
+def test_check_names_the_packages_to_install_when_tools_are_missing(tmp_path: Path) -> None:
+    """With only a shell and coreutils on PATH, `images.sh check` fails and says what to apt-get install."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "sed", "head"):
+        found = shutil.which(tool)
+        assert found
+        (bin_dir / tool).symlink_to(found)
+    done = subprocess.run(
+        [str(bin_dir / "bash"), str(SCRIPT), "check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 1
+    assert "missing: buildah podman skopeo mmdebstrap runc" in done.stderr
+    assert "apt-get install -y buildah podman skopeo mmdebstrap runc" in done.stderr

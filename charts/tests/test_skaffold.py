@@ -64,15 +64,26 @@ def test_deploys_the_chart_with_the_built_operator_image(helm: Helm) -> None:
     assert 'image: "x:x"' in rendered
 
 
+RUNTIME_DOCKERFILES = {"cpu": "runtime/Dockerfile", "gpu": "runtime/Dockerfile.gpu"}
+
+
 @pytest.mark.parametrize("profile", ["cpu", "gpu"])
-def test_profiles_select_the_runtime_variant_and_a_dev_model(profile: str) -> None:
+def test_profiles_select_the_runtime_dockerfile_and_a_dev_model(profile: str) -> None:
     found = {p["name"]: p for p in config()["profiles"]}[profile]
     runtime_index = [a["image"] for a in config()["build"]["artifacts"]].index("ghcr.io/skiff-dev/skiff-runtime")
     assert found["patches"] == [
-        {"op": "replace", "path": f"/build/artifacts/{runtime_index}/docker/buildArgs/VARIANT", "value": profile}
+        {
+            "op": "replace",
+            "path": f"/build/artifacts/{runtime_index}/docker/dockerfile",
+            "value": RUNTIME_DOCKERFILES[profile],
+        }
     ]
-    assert "ARG VARIANT=" in (REPO / "runtime" / "Dockerfile").read_text()
+    assert (REPO / RUNTIME_DOCKERFILES[profile]).is_file()
     (model_file,) = found["manifests"]["rawYaml"]
+    assert_dev_model(model_file, gpu=profile == "gpu")
+
+
+def assert_dev_model(model_file: str, *, gpu: bool) -> None:
     model = yaml.safe_load((REPO / model_file).read_text())
     # skaffold rewrites the runtime image in InferenceModels (resourceSelector) to the tag it built.
     assert model["spec"]["runtime"]["image"] == "ghcr.io/skiff-dev/skiff-runtime"
@@ -83,4 +94,32 @@ def test_profiles_select_the_runtime_variant_and_a_dev_model(profile: str) -> No
     } in allow
     schema = yaml.safe_load(CRD_SOURCE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     jsonschema.validate(model, schema)
-    assert (int(model["spec"]["resources"].get("gpu", 0)) > 0) == (profile == "gpu")
+    assert (int(model["spec"]["resources"].get("gpu", 0)) > 0) == gpu
+
+
+def test_the_docker_builder_is_the_default_and_builds_the_gpu_runtime() -> None:
+    artifacts = {a["image"]: a for a in config()["build"]["artifacts"]}
+    assert all("docker" in a for a in artifacts.values())
+    assert artifacts["ghcr.io/skiff-dev/skiff-runtime"]["docker"]["dockerfile"] == "runtime/Dockerfile.gpu"
+
+
+def test_buildah_profile_builds_both_images_with_the_image_script_and_pushes() -> None:
+    """No Docker: skaffold's custom builder runs scripts/images.sh (as `make images` does), which must push."""
+    found = {p["name"]: p for p in config()["profiles"]}["buildah"]
+    assert found["build"]["local"]["push"] is True
+    artifacts = {a["image"]: a for a in found["build"]["artifacts"]}
+    assert set(artifacts) == {a["image"] for a in config()["build"]["artifacts"]}
+    dockerfiles = {
+        "ghcr.io/skiff-dev/skiff-operator": "operator/Dockerfile",
+        "ghcr.io/skiff-dev/skiff-runtime": "runtime/Dockerfile",
+    }
+    for image, artifact in artifacts.items():
+        assert artifact["custom"]["buildCommand"] == "bash scripts/images.sh skaffold"
+        # skaffold watches what the Dockerfile copies, the same inputs the script hashes.
+        assert artifact["custom"]["dependencies"] == {"dockerfile": {"path": dockerfiles[image]}}
+        assert (REPO / artifact["context"] / dockerfiles[image]).is_file()
+    script = (REPO / "scripts" / "images.sh").read_text()
+    assert "skaffold) skaffold_build ;;" in script
+    assert '"${PUSH_IMAGE:-false}" == true' in script
+    (model_file,) = found["manifests"]["rawYaml"]
+    assert_dev_model(model_file, gpu=False)
