@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import struct
+import time
 import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+from bench.hostile import HOSTILE, good_request, head, length_delimited
 
 from skiff_runtime.codec import (
     InferRequest,
@@ -594,3 +596,80 @@ def test_fixed_batch_dimension_is_not_limited_by_max_batch_size() -> None:
         inputs=(TensorSpec("x", Datatype.FP32, (64, 4)),), outputs=(TensorSpec("y", Datatype.FP32, (64,)),)
     )
     validate_request(infer_request(x_tensor(64, 4)), signature, MAX_BATCH)
+
+
+# ---- hostile messages: bounded work and memory before anything is expanded ----
+
+TWO_IO = ModelSignature(
+    inputs=(TensorSpec("features", Datatype.FP32, (-1, 4)), TensorSpec("ids", Datatype.INT64, (-1, 2))),
+    outputs=(TensorSpec("fetch_name_0", Datatype.FP32, (-1, 3)), TensorSpec("fetch_name_1", Datatype.INT64, (-1,))),
+)
+HOSTILE_BYTES = 4 << 20
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE), ids=str)
+def test_hostile_message_is_refused_in_bounded_time_and_memory(name: str) -> None:
+    message = HOSTILE[name](HOSTILE_BYTES)
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(InvalidInput) as info:
+            decode_request_bytes(message, TWO_IO, 8)
+        seconds = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert seconds < 1.0, f"{name}: {seconds:.2f} s"  # ~10 ms on a quiet core; before: up to 9 s at this size
+    assert peak < 2 * len(message), f"{name}: peak {peak / 2**20:.1f} MiB for {len(message) / 2**20:.1f} MiB"
+    assert len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (bytes(good_request()) + length_delimited(7, b"") * 100, "more than 6 raw_input_contents entries"),
+        (bytes(good_request()) + length_delimited(5, b"") * 100, "more than 6 inputs entries"),
+        (bytes(good_request()) + length_delimited(6, b"") * 100, "more than 6 outputs entries"),
+        (bytes(good_request()) + b"\x78\x00" * 1000, "has more than"),
+        (bytes(good_request()) + b"\x0a\x00" * 10, "more than 4 model_name entries"),
+    ],
+    ids=["raw", "inputs", "outputs", "unknown", "repeated-scalar"],
+)
+def test_field_counts_are_bounded_by_the_signature(data: bytes, fragment: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        decode_request_bytes(data, TWO_IO, 8)
+    assert fragment in str(info.value)
+    assert "the model takes 2 input(s) and has 2 output(s)" in str(info.value) or fragment == "has more than"
+
+
+def test_a_good_request_decodes_against_the_signature_with_its_tensors_in_place() -> None:
+    data = bytearray(good_request(batch=3))
+    request = decode_request_bytes(data, TWO_IO, 8)
+    assert [(t.name, t.shape) for t in request.inputs] == [("features", (3, 4)), ("ids", (3, 2))]
+    assert not request.inputs[0].data.flags.owndata  # a view into the message
+
+
+def test_typed_contents_larger_than_the_shape_allows_are_refused_before_parsing() -> None:
+    message = typed_request("features", "FP32", [1, 4], fp32_contents=[1.0] * 1000)
+    message.inputs.add(
+        name="ids", datatype="INT64", shape=[1, 2], contents=pb.InferTensorContents(int64_contents=[1, 2])
+    )
+    with pytest.raises(InvalidInput, match=r"typed contents of 4003 bytes are more than FP32\[1, 4\]"):
+        decode_request_bytes(message.SerializeToString(), TWO_IO, 8)
+
+
+def test_a_packed_shape_longer_than_any_rank_is_refused_unparsed() -> None:
+    data = head("m") + length_delimited(5, length_delimited(1, b"x") + length_delimited(3, b"\x01" * 1000))
+    with pytest.raises(InvalidInput, match="rank exceeds the limit of 16"):
+        decode_request_bytes(data)
+
+
+def test_client_strings_in_errors_are_cut() -> None:
+    message = raw_request(("n" * 10_000, "FP32", [1], bytes(4)))
+    with pytest.raises(InvalidInput) as info:
+        decode_request_bytes(message.SerializeToString(), TWO_IO, 8)
+    assert "... (10000 characters)" in str(info.value)
+    assert len(str(info.value)) < 400
+    with pytest.raises(InvalidInput) as datatype:
+        decode_request(typed_request("x", "Q" * 5000, [1]))
+    assert len(str(datatype.value)) < 600

@@ -344,3 +344,36 @@ async def test_admission_needs_a_ready_model(engine: FakeEngine) -> None:
     svc = ModelService("m", "1", ThreadWorker(lambda: engine), LIMITS)
     with pytest.raises(ModelNotReady):
         svc.admit()
+
+
+async def test_request_bytes_are_held_against_the_budget_until_answered(engine: FakeEngine) -> None:
+    svc = ModelService("m", "1", ThreadWorker(lambda: engine), ServiceLimits(max_batch_size=4, max_request_bytes=100))
+    await svc.load()
+    with svc.budget.hold(60):
+        assert svc.budget.held == 60
+        with pytest.raises(QueueFull, match="41 more bytes do not fit"), svc.budget.hold(41):
+            pass
+        with svc.budget.hold(40), pytest.raises(QueueFull, match="budget full"):  # spent: refused on the headers
+            svc.admit()
+    assert svc.budget.held == 0
+    with pytest.raises(QueueFull, match="larger than the whole budget"), svc.budget.hold(101):
+        pass
+    with svc.admit():  # room again
+        pass
+    await svc.close()
+
+
+async def test_decode_checks_the_signature_before_the_data(service: ModelService) -> None:
+    from skiff_runtime.proto import inference_pb2 as pb
+
+    message = pb.ModelInferRequest(model_name="m")
+    contents = pb.InferTensorContents(fp32_contents=[1.0])  # 1 element for 20: never looked at
+    message.inputs.add(name="x", datatype="FP32", shape=[5, 4], contents=contents)
+    with pytest.raises(InvalidInput, match=r"batch size 5 is outside 1\.\.4"):
+        service.decode(message.SerializeToString())
+    message.inputs[0].shape[:] = [2, 4]
+    message.inputs[0].contents.fp32_contents.extend([0.0] * 7)
+    assert service.decode(message.SerializeToString()).inputs[0].data.shape == (2, 4)
+    message.model_name = "other"
+    with pytest.raises(ModelNotFound):
+        service.decode(message.SerializeToString())

@@ -56,7 +56,7 @@ def test_defaults_apply_when_neither_flag_nor_env_is_set() -> None:
     assert settings.device == Device("cpu")
     assert settings.tensorrt_precision is TensorRTPrecision.OFF
     assert settings.trt_shape_ranges == {}
-    assert settings.max_message_bytes == 64 * 1024 * 1024
+    assert settings.max_message_bytes == 32 * 1024 * 1024
 
 
 def test_env_beats_defaults_and_flags_beat_env() -> None:
@@ -103,6 +103,12 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "metrics_port": ("9100", 9100),
         "max_queue_size": ("10", 10),
         "max_message_mb": ("8", 8),
+        "max_request_memory_mb": ("512", 512),
+        "receive_timeout_s": ("5", 5.0),
+        "max_connection_age_s": ("60", 60.0),
+        "max_connection_age_grace_s": ("10", 10.0),
+        "max_streams_per_connection": ("32", 32),
+        "batch_timeout_s": ("90", 90.0),
         "grace_period_s": ("2.5", 2.5),
         "log_level": ("debug", "DEBUG"),
         "tls_cert_file": ("/certs/tls.crt", Path("/certs/tls.crt")),
@@ -238,3 +244,16 @@ def test_parse_shape_ranges_rejects(text: str, fragment: str) -> None:
 def test_tls_files_must_come_together(argv: list[str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         parse_settings(["--model-dir", "/m", "--model-name", "m", *argv], env={})
+
+
+def test_request_memory_budget_is_explicit_or_a_share_of_the_memory_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from skiff_runtime import settings as settings_module
+
+    explicit = parse_settings([*REQUIRED_ARGS, "--max-request-memory-mb", "512"], env={})
+    assert explicit.max_request_bytes == 512 << 20
+    monkeypatch.setattr(settings_module, "memory_limit_bytes", lambda: 8 << 30)
+    assert parse_settings(REQUIRED_ARGS, env={}).max_request_bytes == 2 << 30  # a quarter of an 8 GiB limit
+    monkeypatch.setattr(settings_module, "memory_limit_bytes", lambda: None)
+    assert parse_settings(REQUIRED_ARGS, env={}).max_request_bytes == 1 << 30
+    tiny = parse_settings([*REQUIRED_ARGS, "--max-request-memory-mb", "1", "--max-message-mb", "16"], env={})
+    assert tiny.max_request_bytes == 32 << 20  # never less than two of the largest message

@@ -10,14 +10,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from skiff_runtime import allocator
 from skiff_runtime.settings import RuntimeSettings, SettingsError, add_options, settings_from_namespace
-from skiff_runtime.workers.base import Workers
+from skiff_runtime.workers.base import WorkerEvents, Workers
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -34,7 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
     return asyncio.run(run_server(settings, lambda on_exit: build_workers(settings, on_exit)))
 
 
-def build_workers(settings: RuntimeSettings, on_worker_exit: Callable[[int, int | None], None]) -> Workers:
+def build_workers(settings: RuntimeSettings, on_event: WorkerEvents) -> Workers:
     """Worker processes fed via shared memory, even when there is only one (one GPU, one CPU): Paddle's `run()`
     holds the GIL, so an inference thread in this process would stop the event loop (reading requests, refusing
     overload, health) for every batch. With `--workers 1`, MobileNetV3 on 2 cores, 3 interleaved rounds: c=8
@@ -47,7 +47,9 @@ def build_workers(settings: RuntimeSettings, on_worker_exit: Callable[[int, int 
     # A merged batch may exceed one message: size each worker's buffers for the largest batch of the largest
     # requests the server accepts (memfd pages cost memory only once touched).
     buffer_bytes = settings.max_message_bytes * 2
-    return ProcessPool(count, load_engine, settings, buffer_bytes, on_worker_exit, settings.worker_nice)
+    return ProcessPool(
+        count, load_engine, settings, buffer_bytes, on_event, settings.worker_nice, settings.batch_timeout_s
+    )
 
 
 def _parse_input(text: str) -> tuple[str, np.ndarray]:

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
-from skiff_runtime.errors import InvalidInput
+from skiff_runtime.errors import InvalidInput, shown
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.tensors import (
     NUMPY_DTYPES,
@@ -50,6 +50,35 @@ CONTENTS_FIELDS: Mapping[Datatype, str] = {
 }
 
 
+# Per-message bounds that hold before any per-element work (see `RequestLimits`).
+MAX_PARAMETERS = 64
+MAX_TENSORS = 64
+# Repeats of a singular field (protobuf keeps the last) and unknown fields a request may carry.
+_SPARE_FIELDS = 16
+# Inputs and outputs past the signature's count that are still decoded, so that a request naming one tensor
+# twice or one the model lacks gets that error rather than a bare count.
+_SPARE_TENSORS = 4
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """How many inputs, outputs and parameters one request may carry: counted on the wire before anything is
+    decoded, so a flood of tiny fields is refused after reading only this many of them."""
+
+    max_inputs: int = MAX_TENSORS
+    max_outputs: int = MAX_TENSORS
+    max_parameters: int = MAX_PARAMETERS
+    hint: str = f"at most {MAX_TENSORS} tensors"
+
+    @classmethod
+    def for_signature(cls, signature: ModelSignature) -> RequestLimits:
+        return cls(
+            max_inputs=len(signature.inputs) + _SPARE_TENSORS,
+            max_outputs=len(signature.outputs) + _SPARE_TENSORS,
+            hint=f"the model takes {len(signature.inputs)} input(s) and has {len(signature.outputs)} output(s)",
+        )
+
+
 @dataclass(frozen=True)
 class InferRequest:
     """A decoded inference request."""
@@ -77,18 +106,18 @@ def decode_parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, Para
     for key, value in params.items():
         choice = value.WhichOneof("parameter_choice")
         if choice is None:
-            raise InvalidInput(f"parameter {key!r} has no value")
+            raise InvalidInput(f"parameter {shown(key)} has no value")
         decoded[key] = getattr(value, choice)
     return decoded
 
 
 def _check_shape(name: str, shape: Sequence[int]) -> tuple[int, ...]:
     if len(shape) > MAX_RANK:
-        raise InvalidInput(f"input {name!r}: rank {len(shape)} exceeds the limit of {MAX_RANK}")
+        raise InvalidInput(f"input {shown(name)}: rank {len(shape)} exceeds the limit of {MAX_RANK}")
     if any(d < 0 for d in shape):
-        raise InvalidInput(f"input {name!r}: shape {list(shape)} has a negative dimension")
+        raise InvalidInput(f"input {shown(name)}: shape {list(shape)} has a negative dimension")
     if element_count([d for d in shape if d]) * _MAX_ITEMSIZE > _MAX_SHAPE_BYTES:
-        raise InvalidInput(f"input {name!r}: shape {list(shape)} is larger than any tensor can be")
+        raise InvalidInput(f"input {shown(name)}: shape {list(shape)} is larger than any tensor can be")
     return tuple(int(d) for d in shape)
 
 
@@ -99,19 +128,20 @@ def decode_bytes_elements(name: str, raw: bytes | memoryview, count: int) -> Arr
     view = memoryview(raw)
     while offset < len(raw):
         if len(items) >= count:
-            raise InvalidInput(f"input {name!r}: BYTES contents hold more than the {count} elements of its shape")
+            raise InvalidInput(f"input {shown(name)}: BYTES contents hold more than the {count} elements of its shape")
         if offset + 4 > len(raw):
-            raise InvalidInput(f"input {name!r}: BYTES element {len(items)} has a truncated length prefix")
+            raise InvalidInput(f"input {shown(name)}: BYTES element {len(items)} has a truncated length prefix")
         (length,) = struct.unpack_from("<I", raw, offset)
         offset += 4
         if offset + length > len(raw):
             raise InvalidInput(
-                f"input {name!r}: BYTES element {len(items)} declares {length} bytes, only {len(raw) - offset} remain"
+                f"input {shown(name)}: BYTES element {len(items)} declares {length} bytes, "
+                f"only {len(raw) - offset} remain"
             )
         items.append(bytes(view[offset : offset + length]))
         offset += length
     if len(items) != count:
-        raise InvalidInput(f"input {name!r}: BYTES contents hold {len(items)} elements, shape needs {count}")
+        raise InvalidInput(f"input {shown(name)}: BYTES contents hold {len(items)} elements, shape needs {count}")
     out = np.empty(count, dtype=object)
     out[:] = items
     return out
@@ -139,24 +169,45 @@ def _decode_raw(name: str, datatype: Datatype, shape: tuple[int, ...], raw: byte
     expected = count * dtype.itemsize
     if len(raw) != expected:
         raise InvalidInput(
-            f"input {name!r}: raw contents hold {len(raw)} bytes, but {datatype.value}{list(shape)} needs "
+            f"input {shown(name)}: raw contents hold {len(raw)} bytes, but {datatype.value}{list(shape)} needs "
             f"{expected} ({count} elements x {dtype.itemsize} bytes)"
         )
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
 
+# The most wire bytes one typed element takes: a 10-byte varint plus its tag when the field is not packed.
+_MAX_TYPED_ELEMENT_BYTES = 11
+_TYPED_OVERHEAD_BYTES = 64
+
+
+def _parse_contents(name: str, datatype: Datatype, shape: tuple[int, ...], data: bytes) -> pb.InferTensorContents:
+    """Parse typed contents whose head passed every check, after bounding their size by the shape: numeric
+    contents larger than `count` elements could ever take are refused before protobuf expands them."""
+    count = element_count(shape)
+    if datatype is not Datatype.BYTES and len(data) > count * _MAX_TYPED_ELEMENT_BYTES + _TYPED_OVERHEAD_BYTES:
+        raise InvalidInput(
+            f"input {shown(name)}: typed contents of {len(data)} bytes are more than "
+            f"{datatype.value}{list(shape)} ({count} elements) can take"
+        )
+    try:
+        return pb.InferTensorContents.FromString(data)
+    except DecodeError as exc:
+        raise InvalidInput(f"malformed ModelInferRequest: input {shown(name)}: contents: {exc}") from None
+
+
 def _decode_typed(name: str, datatype: Datatype, shape: tuple[int, ...], contents: pb.InferTensorContents) -> Array:
     field_name = CONTENTS_FIELDS.get(datatype)
     if field_name is None:
-        raise InvalidInput(f"input {name!r}: {datatype.value} travels only as raw_input_contents")
+        raise InvalidInput(f"input {shown(name)}: {datatype.value} travels only as raw_input_contents")
     for other, _ in contents.ListFields():
         if other.name != field_name:
-            raise InvalidInput(f"input {name!r}: {datatype.value} data must be in {field_name}, got {other.name}")
+            raise InvalidInput(f"input {shown(name)}: {datatype.value} data must be in {field_name}, got {other.name}")
     values = getattr(contents, field_name)
     count = element_count(shape)
     if len(values) != count:
         raise InvalidInput(
-            f"input {name!r}: {field_name} holds {len(values)} elements, {datatype.value}{list(shape)} needs {count}"
+            f"input {shown(name)}: {field_name} holds {len(values)} elements, "
+            f"{datatype.value}{list(shape)} needs {count}"
         )
     if datatype is Datatype.BYTES:
         out = np.empty(count, dtype=object)
@@ -169,24 +220,43 @@ def _decode_typed(name: str, datatype: Datatype, shape: tuple[int, ...], content
         outside = wide[(wide < info.min) | (wide > info.max)]
         if outside.size:
             raise InvalidInput(
-                f"input {name!r}: {field_name} holds {outside[0]}, outside the {datatype.value} range "
+                f"input {shown(name)}: {field_name} holds {outside[0]}, outside the {datatype.value} range "
                 f"{info.min}..{info.max}"
             )
         return wide.astype(dtype).reshape(shape)
     return np.asarray(values, dtype=dtype).reshape(shape)
 
 
+@dataclass(frozen=True)
+class _InputHead:
+    """One input as sent, before its data is decoded: name, datatype and shape, and where its typed contents are
+    (a parsed message, or serialized bytes parsed only once the head passed every check; None when absent)."""
+
+    name: str
+    datatype: str
+    shape: Sequence[int]
+    contents: pb.InferTensorContents | bytes | None
+
+
+# ---- the wire scan: counts and spans, before the protobuf parse ----
+
 # ModelInferRequest field 7, `repeated bytes raw_input_contents`: the tensors, kept out of the protobuf parse.
 RAW_INPUT_CONTENTS_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
+_INPUTS_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["inputs"].number
+_OUTPUTS_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["outputs"].number
+_PARAMETERS_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["parameters"].number
+_SHAPE_FIELD = pb.ModelInferRequest.InferInputTensor.DESCRIPTOR.fields_by_name["shape"].number
+_CONTENTS_FIELD = pb.ModelInferRequest.InferInputTensor.DESCRIPTOR.fields_by_name["contents"].number
 _LENGTH_DELIMITED = 2
 _FIXED_WIDTH = {1: 8, 5: 4}  # wire type -> bytes (64-bit, 32-bit)
 _MAX_VARINT_BYTES = 10
 
 
-def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+def _varint(data: memoryview, pos: int, end: int | None = None) -> tuple[int, int]:
+    end = len(data) if end is None else end
     value = 0
     for index in range(_MAX_VARINT_BYTES):
-        if pos + index >= len(data):
+        if pos + index >= end:
             raise InvalidInput("malformed ModelInferRequest: the message ends inside a varint")
         byte = data[pos + index]
         value |= (byte & 0x7F) << (7 * index)
@@ -195,88 +265,223 @@ def _varint(data: memoryview, pos: int) -> tuple[int, int]:
     raise InvalidInput("malformed ModelInferRequest: a varint is longer than 10 bytes")
 
 
-def split_request(data: bytes | memoryview) -> tuple[bytes, list[memoryview]]:
-    """Split a serialized ModelInferRequest into everything but raw_input_contents (bytes, for the protobuf parser)
-    and the raw_input_contents themselves as views into `data`: the tensors' bytes are never copied here, where
-    parsing the whole message would copy each of them twice (into the parser's arena, then out as `bytes`).
-    Fields are length-checked; a malformed message raises InvalidInput."""
-    view = memoryview(data).cast("B")
-    rest: list[memoryview] = []
-    raw: list[memoryview] = []
-    pos, end = 0, len(view)
+@dataclass(frozen=True)
+class _Field:
+    number: int
+    wire_type: int
+    start: int  # the tag's first byte
+    value: int  # the value's first byte (after the length, for length-delimited fields)
+    end: int
+
+
+def _scan(
+    view: memoryview,
+    start: int,
+    end: int,
+    message: type[Message],
+    caps: Mapping[int, int],
+    where: str = "",
+    hint: str = "",
+) -> list[_Field]:
+    """The fields of view[start:end], at most sum(caps) + _SPARE_FIELDS of them and at most caps[n] of field n:
+    a message carrying more is refused after reading that many tags, whatever its length."""
+    total = sum(caps.values()) + _SPARE_FIELDS
+    counts = dict.fromkeys(caps, 0)
+    fields: list[_Field] = []
+    pos = start
     while pos < end:
-        start = pos
-        tag, pos = _varint(view, pos)
-        field_number, wire_type = tag >> 3, tag & 7
-        if field_number == 0:
-            raise InvalidInput("malformed ModelInferRequest: field number 0")
+        if len(fields) == total:
+            raise InvalidInput(
+                f"{where or 'the request'} has more than {total} fields; a {message.DESCRIPTOR.name} needs far fewer"
+                + (f" ({hint})" if hint else "")
+            )
+        field_start = pos
+        tag, pos = _varint(view, pos, end)
+        number, wire_type = tag >> 3, tag & 7
+        label = f"{where} field {number}".lstrip()
+        if number == 0:
+            raise InvalidInput(f"malformed ModelInferRequest: {where + ' ' if where else ''}field number 0")
+        value = pos
         if wire_type == 0:
-            _, pos = _varint(view, pos)
+            _, pos = _varint(view, pos, end)
         elif wire_type in _FIXED_WIDTH:
             pos += _FIXED_WIDTH[wire_type]
         elif wire_type == _LENGTH_DELIMITED:
-            length, pos = _varint(view, pos)
-            if pos + length > end:
+            length, value = _varint(view, pos, end)
+            if length > end - value:
                 raise InvalidInput(
-                    f"malformed ModelInferRequest: field {field_number} declares {length} bytes, {end - pos} remain"
+                    f"malformed ModelInferRequest: {label} declares {length} bytes, {end - value} remain"
                 )
-            pos += length
-            if field_number == RAW_INPUT_CONTENTS_FIELD:
-                raw.append(view[pos - length : pos])
-                continue
+            pos = value + length
         else:
-            raise InvalidInput(f"malformed ModelInferRequest: wire type {wire_type} in field {field_number}")
+            raise InvalidInput(f"malformed ModelInferRequest: wire type {wire_type} in {label}")
         if pos > end:
-            raise InvalidInput(f"malformed ModelInferRequest: field {field_number} runs past the end")
-        rest.append(view[start:pos])
-    return b"".join(rest), raw
+            raise InvalidInput(f"malformed ModelInferRequest: {label} runs past the end")
+        if number in counts:
+            counts[number] += 1
+            if counts[number] > caps[number]:
+                name = message.DESCRIPTOR.fields_by_number[number].name
+                raise InvalidInput(
+                    f"{where or 'the request'} carries more than {caps[number]} {name} entries"
+                    + (f"; {hint}" if hint else "")
+                )
+        fields.append(_Field(number, wire_type, field_start, value, pos))
+    return fields
 
 
-def decode_request_bytes(data: bytes | memoryview) -> InferRequest:
-    """Decode a serialized ModelInferRequest, viewing its raw tensors in place (see `split_request`)."""
-    rest, raw = split_request(data)
+def _joined(view: memoryview, fields: Sequence[_Field]) -> bytes:
+    """The bytes of `fields`, adjacent ones copied as one span."""
+    spans: list[list[int]] = []
+    for item in fields:
+        if spans and spans[-1][1] == item.start:
+            spans[-1][1] = item.end
+        else:
+            spans.append([item.start, item.end])
+    return b"".join(view[a:b] for a, b in spans)
+
+
+def _input_caps(limits: RequestLimits) -> dict[int, int]:
+    return {1: 4, 2: 4, _SHAPE_FIELD: MAX_RANK, 4: limits.max_parameters, _CONTENTS_FIELD: 1}
+
+
+def _scan_input(view: memoryview, item: _Field, index: int, limits: RequestLimits) -> _InputHead:
+    """One `inputs` entry: its fields counted, a packed shape bounded by MAX_RANK, the head parsed without the
+    contents (kept as bytes until the head has passed every check)."""
+    where = f"input {index}"
+    fields = _scan(view, item.value, item.end, pb.ModelInferRequest.InferInputTensor, _input_caps(limits), where)
+    head_fields: list[_Field] = []
+    contents: bytes | None = None
+    for sub in fields:
+        if sub.number == _SHAPE_FIELD and sub.wire_type == _LENGTH_DELIMITED and sub.end - sub.value > 10 * MAX_RANK:
+            raise InvalidInput(
+                f"{where}: its shape takes {sub.end - sub.value} bytes, more than a rank-{MAX_RANK} shape can; "
+                f"rank exceeds the limit of {MAX_RANK}"
+            )
+        if sub.number == _CONTENTS_FIELD and sub.wire_type == _LENGTH_DELIMITED:
+            contents = bytes(view[sub.value : sub.end])
+        else:
+            head_fields.append(sub)
     try:
-        message = pb.ModelInferRequest.FromString(rest)
+        head = pb.ModelInferRequest.InferInputTensor.FromString(_joined(view, head_fields))
+    except DecodeError as exc:
+        raise InvalidInput(f"malformed ModelInferRequest: {where}: {exc}") from None
+    return _InputHead(head.name, head.datatype, head.shape, contents)
+
+
+def _top_caps(limits: RequestLimits) -> dict[int, int]:
+    return {
+        1: 4,
+        2: 4,
+        3: 4,
+        _PARAMETERS_FIELD: limits.max_parameters,
+        _INPUTS_FIELD: limits.max_inputs,
+        _OUTPUTS_FIELD: limits.max_outputs,
+        RAW_INPUT_CONTENTS_FIELD: limits.max_inputs,
+    }
+
+
+_OUTPUT_MESSAGE = pb.ModelInferRequest.InferRequestedOutputTensor
+_OUTPUT_CAPS = {1: 4, 2: MAX_PARAMETERS}
+
+
+def split_request(
+    data: bytes | memoryview, limits: RequestLimits | None = None
+) -> tuple[pb.ModelInferRequest, list[_InputHead], list[memoryview]]:
+    """Split a serialized ModelInferRequest without expanding anything: every part is counted against `limits`
+    first (a flood of tiny fields costs at most that many tag reads), the non-tensor rest is parsed from merged
+    spans, each input's head (name, datatype, shape) is parsed without its typed contents, and the
+    raw_input_contents are views into `data`: the tensors' bytes are never copied here, where parsing the whole
+    message would copy each of them twice. A malformed or over-full message raises InvalidInput."""
+    limits = limits or RequestLimits()
+    view = memoryview(data).cast("B")
+    fields = _scan(view, 0, len(view), pb.ModelInferRequest, _top_caps(limits), hint=limits.hint)
+    rest: list[_Field] = []
+    inputs: list[_InputHead] = []
+    raw: list[memoryview] = []
+    for item in fields:
+        if item.number == RAW_INPUT_CONTENTS_FIELD and item.wire_type == _LENGTH_DELIMITED:
+            raw.append(view[item.value : item.end])
+        elif item.number == _INPUTS_FIELD and item.wire_type == _LENGTH_DELIMITED:
+            inputs.append(_scan_input(view, item, len(inputs), limits))
+        else:
+            if item.number == _OUTPUTS_FIELD and item.wire_type == _LENGTH_DELIMITED:
+                where = f"requested output {sum(1 for f in rest if f.number == _OUTPUTS_FIELD)}"
+                _scan(view, item.value, item.end, _OUTPUT_MESSAGE, _OUTPUT_CAPS, where)
+            rest.append(item)
+    try:
+        message = pb.ModelInferRequest.FromString(_joined(view, rest))
     except DecodeError as exc:
         raise InvalidInput(f"malformed ModelInferRequest: {exc}") from None
-    return decode_request(message, raw)
+    return message, inputs, raw
+
+
+def decode_request_bytes(
+    data: bytes | memoryview, signature: ModelSignature | None = None, max_batch_size: int | None = None
+) -> InferRequest:
+    """Decode a serialized ModelInferRequest (see `split_request`). With the model's signature, counts are bounded
+    by it and every input's name, datatype and shape is checked against it before any tensor data is decoded."""
+    limits = RequestLimits.for_signature(signature) if signature is not None else RequestLimits()
+    message, inputs, raw = split_request(data, limits)
+    return _decode(message, inputs, raw, signature, max_batch_size)
 
 
 def decode_request(
-    message: pb.ModelInferRequest, raw_contents: Sequence[bytes | memoryview] | None = None
+    message: pb.ModelInferRequest,
+    raw_contents: Sequence[bytes | memoryview] | None = None,
+    signature: ModelSignature | None = None,
+    max_batch_size: int | None = None,
 ) -> InferRequest:
-    """Decode and structurally check a ModelInferRequest (signature checks come later, in validate_request).
-    `raw_contents`, when given, stands for the message's raw_input_contents (see `split_request`)."""
-    raw_input_contents = message.raw_input_contents if raw_contents is None else raw_contents
+    """Decode and structurally check a ModelInferRequest; with `signature`, check it before decoding the data.
+    `raw_contents`, when given, stands for the message's raw_input_contents."""
+    heads = [
+        _InputHead(t.name, t.datatype, t.shape, t.contents if t.HasField("contents") else None) for t in message.inputs
+    ]
+    return _decode(
+        message, heads, message.raw_input_contents if raw_contents is None else raw_contents, signature, max_batch_size
+    )
+
+
+def _decode(
+    message: pb.ModelInferRequest,
+    heads: Sequence[_InputHead],
+    raw_input_contents: Sequence[bytes | memoryview],
+    signature: ModelSignature | None,
+    max_batch_size: int | None,
+) -> InferRequest:
     raw_count = len(raw_input_contents)
-    if raw_count and raw_count != len(message.inputs):
+    if raw_count and raw_count != len(heads):
         raise InvalidInput(
-            f"raw_input_contents has {raw_count} entries for {len(message.inputs)} inputs; "
+            f"raw_input_contents has {raw_count} entries for {len(heads)} inputs; "
             "when raw contents are used every input needs one"
         )
     seen: set[str] = set()
-    inputs: list[Tensor] = []
-    for index, tensor in enumerate(message.inputs):
-        name = tensor.name
-        if name in seen:
-            raise InvalidInput(f"input {name!r} appears more than once")
-        seen.add(name)
-        datatype = parse_datatype(tensor.datatype, name)
-        shape = _check_shape(name, tensor.shape)
-        if raw_count:
-            if tensor.HasField("contents"):
-                raise InvalidInput(
-                    f"input {name!r} has typed contents while the request uses raw_input_contents; use one kind"
-                )
-            data = _decode_raw(name, datatype, shape, raw_input_contents[index])
-        elif tensor.HasField("contents"):
-            data = _decode_typed(name, datatype, shape, tensor.contents)
-        else:
-            raise InvalidInput(f"input {name!r} has no data (neither contents nor raw_input_contents)")
-        inputs.append(Tensor(name, datatype, data))
+    checked: list[tuple[str, Datatype, tuple[int, ...]]] = []
+    for head in heads:
+        if head.name in seen:
+            raise InvalidInput(f"input {shown(head.name)} appears more than once")
+        seen.add(head.name)
+        checked.append((head.name, parse_datatype(head.datatype, head.name), _check_shape(head.name, head.shape)))
     requested = tuple(o.name for o in message.outputs)
     if len(set(requested)) != len(requested):
-        raise InvalidInput(f"requested outputs repeat a name: {list(requested)}")
+        raise InvalidInput(f"requested outputs repeat a name: [{', '.join(shown(n) for n in requested)}]")
+    if signature is not None:
+        _check_signature(checked, requested, signature, max_batch_size or 1)
+    inputs: list[Tensor] = []
+    for index, (head, (name, datatype, shape)) in enumerate(zip(heads, checked, strict=True)):
+        if raw_count:
+            if head.contents is not None:
+                raise InvalidInput(
+                    f"input {shown(name)} has typed contents while the request uses raw_input_contents; use one kind"
+                )
+            data = _decode_raw(name, datatype, shape, raw_input_contents[index])
+        elif head.contents is not None:
+            contents = head.contents
+            if not isinstance(contents, pb.InferTensorContents):
+                contents = _parse_contents(name, datatype, shape, contents)
+            data = _decode_typed(name, datatype, shape, contents)
+        else:
+            raise InvalidInput(f"input {shown(name)} has no data (neither contents nor raw_input_contents)")
+        inputs.append(Tensor(name, datatype, data))
     return InferRequest(
         model_name=message.model_name,
         model_version=message.model_version,
@@ -289,34 +494,41 @@ def decode_request(
 
 def validate_request(request: InferRequest, signature: ModelSignature, max_batch_size: int) -> None:
     """Check a decoded request against the model's signature; InvalidInput names the tensor and the mismatch."""
+    heads = [(t.name, t.datatype, t.shape) for t in request.inputs]
+    _check_signature(heads, request.requested_outputs, signature, max_batch_size)
+
+
+def _check_signature(
+    heads: Sequence[tuple[str, Datatype, tuple[int, ...]]],
+    requested_outputs: Sequence[str],
+    signature: ModelSignature,
+    max_batch_size: int,
+) -> None:
     specs = {spec.name: spec for spec in signature.inputs}
-    unknown = [t.name for t in request.inputs if t.name not in specs]
+    unknown = [name for name, _, _ in heads if name not in specs]
     if unknown:
-        raise InvalidInput(f"unknown input {unknown[0]!r}; the model expects {list(specs)}")
-    missing = [name for name in specs if name not in {t.name for t in request.inputs}]
+        raise InvalidInput(f"unknown input {shown(unknown[0])}; the model expects {list(specs)}")
+    missing = [name for name in specs if name not in {h[0] for h in heads}]
     if missing:
         raise InvalidInput(f"missing input(s) {missing}; the model expects {list(specs)}")
     batch_sizes: dict[str, int] = {}
-    for tensor in request.inputs:
-        spec = specs[tensor.name]
-        if tensor.datatype is not spec.datatype:
-            raise InvalidInput(
-                f"input {tensor.name!r}: expected datatype {spec.datatype.value}, got {tensor.datatype.value}"
-            )
-        shape = tensor.shape
+    for name, datatype, shape in heads:
+        spec = specs[name]
+        if datatype is not spec.datatype:
+            raise InvalidInput(f"input {name!r}: expected datatype {spec.datatype.value}, got {datatype.value}")
         if len(shape) != len(spec.shape):
             raise InvalidInput(
-                f"input {tensor.name!r}: expected rank {len(spec.shape)} (shape {list(spec.shape)}), "
+                f"input {name!r}: expected rank {len(spec.shape)} (shape {list(spec.shape)}), "
                 f"got rank {len(shape)} (shape {list(shape)})"
             )
         for axis, (want, got) in enumerate(zip(spec.shape, shape, strict=True)):
             if want != -1 and want != got:
                 raise InvalidInput(
-                    f"input {tensor.name!r}: dimension {axis} must be {want} (shape {list(spec.shape)}), "
+                    f"input {name!r}: dimension {axis} must be {want} (shape {list(spec.shape)}), "
                     f"got {got} (shape {list(shape)})"
                 )
         if spec.shape and spec.shape[0] == -1:
-            batch_sizes[tensor.name] = shape[0]
+            batch_sizes[name] = shape[0]
     if batch_sizes:
         sizes = set(batch_sizes.values())
         if len(sizes) > 1:
@@ -324,10 +536,10 @@ def validate_request(request: InferRequest, signature: ModelSignature, max_batch
         batch = sizes.pop()
         if batch < 1 or batch > max_batch_size:
             raise InvalidInput(f"batch size {batch} is outside 1..{max_batch_size} (the server's max batch size)")
-    for name in request.requested_outputs:
+    for name in requested_outputs:
         if signature.output(name) is None:
             raise InvalidInput(
-                f"unknown requested output {name!r}; the model has {[s.name for s in signature.outputs]}"
+                f"unknown requested output {shown(name)}; the model has {[s.name for s in signature.outputs]}"
             )
 
 

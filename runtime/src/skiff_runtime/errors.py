@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+# Echoed client strings (names, datatypes, versions) are cut to this many characters in error messages.
+MAX_ECHO_CHARS = 80
+
+
+def shown(text: str) -> str:
+    """A client string for an error message: quoted, and cut to MAX_ECHO_CHARS characters."""
+    if len(text) <= MAX_ECHO_CHARS:
+        return repr(text)
+    return f"{text[:MAX_ECHO_CHARS]!r}... ({len(text)} characters)"
+
 
 class SkiffError(Exception):
     """Base of every error the runtime reports to a caller."""
@@ -25,6 +35,10 @@ class QueueFull(SkiffError):
 
 class DeadlineExceeded(SkiffError):
     """The caller's deadline passed before the request could run."""
+
+
+class WorkerLost(SkiffError):
+    """The worker process running the request's batch died or hung (and a retry did not help); retry later."""
 
 
 class InferenceFailed(SkiffError):

@@ -15,12 +15,20 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
-from skiff_runtime.codec import InferRequest, InferResponse, validate_request
-from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, ModelNotFound, ModelNotReady, QueueFull
+from skiff_runtime.codec import InferRequest, InferResponse, decode_request_bytes, validate_request
+from skiff_runtime.errors import (
+    DeadlineExceeded,
+    InferenceFailed,
+    ModelNotFound,
+    ModelNotReady,
+    QueueFull,
+    shown,
+)
 from skiff_runtime.tensors import Array, ModelSignature, Tensor, datatype_of
 from skiff_runtime.workers.base import Workers, is_batchable
 
@@ -42,6 +50,38 @@ class ServiceLimits:
     max_queue_size: int = 256
     dynamic_batching: bool = True
     max_queue_delay_s: float = 0.0
+    max_request_bytes: int = 1 << 30
+
+
+class ByteBudget:
+    """Bytes of request messages held at once (queued and running): memory bounded by bytes, not by count."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def check_room(self) -> None:
+        """QueueFull when the budget is already spent: asked on the headers, before any byte is read."""
+        if self.held >= self.limit:
+            raise QueueFull(
+                f"request memory budget full ({self.held} of {self.limit} bytes held by queued and running "
+                "requests, --max-request-memory-mb); retry with backoff"
+            )
+
+    @contextmanager
+    def hold(self, nbytes: int) -> Iterator[None]:
+        """Count `nbytes` while the block runs; QueueFull if they do not fit."""
+        if self.held + nbytes > self.limit:
+            too_big = " (larger than the whole budget: raise --max-request-memory-mb)" if nbytes > self.limit else ""
+            raise QueueFull(
+                f"request memory budget full: {nbytes} more bytes do not fit ({self.held} of {self.limit} held)"
+                f"{too_big}; retry with backoff"
+            )
+        self.held += nbytes
+        try:
+            yield
+        finally:
+            self.held -= nbytes
 
 
 def select_outputs(
@@ -91,6 +131,7 @@ class ModelService:
         self.state = ModelState.LOADING
         self.error: str | None = None
         self._arriving = 0  # admitted requests whose message has not reached the queue yet
+        self.budget = ByteBudget(limits.max_request_bytes)
 
     @property
     def ready(self) -> bool:
@@ -118,9 +159,11 @@ class ModelService:
     def check_model(self, name: str, version: str) -> None:
         """NOT_FOUND unless (name, version) is this model; an empty version means the served one."""
         if name != self.name:
-            raise ModelNotFound(f"unknown model {name!r}; this server serves {self.name!r}")
+            raise ModelNotFound(f"unknown model {shown(name)}; this server serves {self.name!r}")
         if version and version != self.version:
-            raise ModelNotFound(f"model {name!r} has no version {version!r}; it serves version {self.version!r}")
+            raise ModelNotFound(
+                f"model {shown(name)} has no version {shown(version)}; it serves version {self.version!r}"
+            )
 
     def warmup_batch_sizes(self) -> list[int]:
         """Every batch size the batcher can emit when it merges; else the smallest and largest request."""
@@ -177,11 +220,19 @@ class ModelService:
         once when the requests queued plus those still arriving already fill max_queue_size."""
         if self._batcher is None or self.state is not ModelState.READY:
             raise ModelNotReady(f"model {self.name!r} is {self.state.value.lower()}; retry when it is SERVING")
+        self.budget.check_room()
         limit = self.limits.max_queue_size
         if self._arriving + self._batcher.depth >= limit:
             raise QueueFull(f"queue full ({limit} requests waiting or arriving, max_queue_size); retry with backoff")
         self._arriving += 1
         return Admission(self)
+
+    def decode(self, data: bytes | memoryview) -> InferRequest:
+        """Decode a serialized request against this model: counts bounded by its signature, and every input's name,
+        datatype and shape checked before any tensor data is decoded (codec.decode_request_bytes)."""
+        request = decode_request_bytes(data, self.signature, self.limits.max_batch_size)
+        self.check_model(request.model_name, request.model_version)
+        return request
 
     async def infer(
         self, request: InferRequest, deadline: float | None = None, admission: Admission | None = None

@@ -164,7 +164,13 @@ class RuntimeSettings:
     dynamic_batching: bool = True
     max_queue_delay_us: int = 0
     max_queue_size: int = 256
-    max_message_mb: int = 64
+    max_message_mb: int = 32
+    max_request_memory_mb: int = 0
+    receive_timeout_s: float = 30.0
+    max_connection_age_s: float = 300.0
+    max_connection_age_grace_s: float = 30.0
+    max_streams_per_connection: int = 100
+    batch_timeout_s: float = 60.0
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
@@ -188,6 +194,17 @@ class RuntimeSettings:
     @property
     def max_message_bytes(self) -> int:
         return self.max_message_mb * 1024 * 1024
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The byte budget for request messages held at once: --max-request-memory-mb, else a quarter of the
+        container's memory limit (cgroup v2 memory.max), else 1 GiB; never less than two of the largest message."""
+        if self.max_request_memory_mb:
+            budget = self.max_request_memory_mb * 1024 * 1024
+        else:
+            limit = memory_limit_bytes()
+            budget = limit // MEMORY_LIMIT_SHARE if limit else DEFAULT_REQUEST_MEMORY_BYTES
+        return max(budget, 2 * self.max_message_bytes)
 
 
 @dataclass(frozen=True)
@@ -246,7 +263,28 @@ OPTIONS: tuple[Option, ...] = (
     Option("dynamic_batching", _bool, "merge concurrent requests into batches (default true)"),
     Option("max_queue_delay_us", _non_negative, "how long a batch may wait to fill, in microseconds (default 0)"),
     Option("max_queue_size", _positive, "requests waiting for the engine before RESOURCE_EXHAUSTED (default 256)"),
-    Option("max_message_mb", _positive, "largest gRPC message in MiB, both directions (default 64)"),
+    Option("max_message_mb", _positive, "largest gRPC message in MiB, both directions (default 32)"),
+    Option(
+        "max_request_memory_mb",
+        _non_negative,
+        "request bytes held at once, queued and running, before RESOURCE_EXHAUSTED (default 0 = a quarter of the "
+        "container memory limit from cgroup memory.max, else 1024; at least twice --max-message-mb)",
+    ),
+    Option("receive_timeout_s", _seconds, "seconds a call may take to send its message after its headers (30)"),
+    Option(
+        "max_connection_age_s",
+        _seconds,
+        "close client connections after this many seconds with GOAWAY, so clients reconnect and spread over pods "
+        "(default 300; 0 = never)",
+    ),
+    Option("max_connection_age_grace_s", _seconds, "seconds calls on a closing connection may still run (30)"),
+    Option("max_streams_per_connection", _positive, "concurrent calls one client connection may open (100)"),
+    Option(
+        "batch_timeout_s",
+        _seconds,
+        "a worker still running one batch after this many seconds is stopped and replaced, and the batch fails "
+        "UNAVAILABLE (default 60; 0 = no limit)",
+    ),
     Option("tls_cert_file", Path, "PEM certificate chain: serve TLS on the inference port (reloaded on change)"),
     Option("tls_key_file", Path, "PEM private key for --tls-cert-file"),
     Option("tls_client_ca_file", Path, "PEM CA bundle: require client certificates signed by it (mutual TLS)"),
@@ -271,6 +309,19 @@ def available_cpus() -> int:
     except (OSError, ValueError):
         pass
     return max(1, cpus)
+
+
+MEMORY_LIMIT_SHARE = 4
+DEFAULT_REQUEST_MEMORY_BYTES = 1 << 30
+
+
+def memory_limit_bytes() -> int | None:
+    """The container's memory limit (cgroup v2 memory.max), or None when there is none."""
+    try:
+        text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 class SettingsError(ValueError):

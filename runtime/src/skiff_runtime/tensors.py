@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from skiff_runtime.errors import InvalidInput
+from skiff_runtime.errors import InvalidInput, shown
 
 
 class Datatype(enum.StrEnum):
@@ -67,7 +67,9 @@ def parse_datatype(name: str, tensor: str) -> Datatype:
         return Datatype(name)
     except ValueError:
         allowed = ", ".join(d.value for d in Datatype)
-        raise InvalidInput(f"tensor {tensor!r}: unknown datatype {name!r}; expected one of {allowed}") from None
+        raise InvalidInput(
+            f"tensor {shown(tensor)}: unknown datatype {shown(name)}; expected one of {allowed}"
+        ) from None
 
 
 def datatype_of(array: Array) -> Datatype:

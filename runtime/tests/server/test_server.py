@@ -180,13 +180,13 @@ MALFORMED = [
     ("unknown input", grpc.StatusCode.INVALID_ARGUMENT, "unknown input 'tokens'"),
     ("mixed raw and typed", grpc.StatusCode.INVALID_ARGUMENT, "use one kind"),
     ("raw count mismatch", grpc.StatusCode.INVALID_ARGUMENT, "raw_input_contents has 1 entries for 2 inputs"),
-    ("huge declared shape", grpc.StatusCode.INVALID_ARGUMENT, "needs 4000000000000"),
+    ("huge declared shape", grpc.StatusCode.INVALID_ARGUMENT, "dimension 1 must be 4 (shape [-1, 4]), got 1000000"),
     ("negative dim", grpc.StatusCode.INVALID_ARGUMENT, "negative dimension"),
     ("batch over max", grpc.StatusCode.INVALID_ARGUMENT, "batch size 9 is outside 1..8"),
     ("batch sizes disagree", grpc.StatusCode.INVALID_ARGUMENT, "disagree on the batch dimension"),
     ("unknown requested output", grpc.StatusCode.INVALID_ARGUMENT, "unknown requested output 'logits'"),
     ("no data", grpc.StatusCode.INVALID_ARGUMENT, "'features' has no data"),
-    ("FP16 typed", grpc.StatusCode.INVALID_ARGUMENT, "FP16 travels only as raw_input_contents"),
+    ("FP16 typed", grpc.StatusCode.INVALID_ARGUMENT, "expected datatype FP32, got FP16"),
     ("duplicate input", grpc.StatusCode.INVALID_ARGUMENT, "'features' appears more than once"),
 ]
 

@@ -19,27 +19,37 @@ from grpc_health.v1 import health_pb2_grpc
 
 from skiff_runtime.metrics import RuntimeMetrics
 from skiff_runtime.server.auth import BearerTokenAuth, TokenFile
-from skiff_runtime.server.health import ModelHealth
+from skiff_runtime.server.health import MAX_WATCH_STREAMS, ModelHealth
+from skiff_runtime.server.receive import add_handlers, bounded, capture
 from skiff_runtime.server.rpcs import RpcObserver
 from skiff_runtime.server.servicer import InferenceServicer, register
 from skiff_runtime.server.status_codes import ErrorInterceptor
 from skiff_runtime.server.tls import ReloadingCredentials, TlsFiles
 from skiff_runtime.service import ModelService, ServiceLimits
 from skiff_runtime.settings import RuntimeSettings
-from skiff_runtime.workers.base import Workers
+from skiff_runtime.workers.base import WorkerEvent, WorkerEvents, Workers
 
 log = logging.getLogger(__name__)
 
-# Builds the workers; the callback reports a worker process that exited (index, exit code).
-WorkersFactory = Callable[[Callable[[int, int | None], None]], Workers]
+# Builds the workers; the callback hears when a worker process exits and when its replacement is ready.
+WorkersFactory = Callable[[WorkerEvents], Workers]
 
 
 def _channel_options(settings: RuntimeSettings) -> list[tuple[str, int]]:
-    return [
+    options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.max_concurrent_streams", settings.max_streams_per_connection),
         ("grpc.so_reuseport", 0),
     ]
+    if settings.max_connection_age_s:
+        # GOAWAY after this age: long-lived client connections move to other pods as they scale, and calls on
+        # the closing connection get the grace to finish.
+        options += [
+            ("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(settings.max_connection_age_grace_s * 1000)),
+        ]
+    return options
 
 
 class RuntimeServer:
@@ -53,8 +63,9 @@ class RuntimeServer:
             max_queue_size=settings.max_queue_size,
             dynamic_batching=settings.dynamic_batching,
             max_queue_delay_s=settings.max_queue_delay_us / 1e6,
+            max_request_bytes=settings.max_request_bytes,
         )
-        workers = workers_factory(self._worker_exited)
+        workers = workers_factory(self._worker_event)
         self.service = ModelService(
             settings.model_name, settings.model_version, workers, limits, self.metrics.observe_batch
         )
@@ -77,10 +88,12 @@ class RuntimeServer:
             options=_channel_options(settings),
             maximum_concurrent_rpcs=self.max_concurrent_rpcs,
         )
-        register(InferenceServicer(self.service), self.grpc_server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.grpc_server)
-        self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.health_server)
+        register(InferenceServicer(self.service, settings.receive_timeout_s), self.grpc_server)
+        # Health on the inference port: each call reads its message within the receive timeout, and Watch streams
+        # are capped so they cannot hold the server's concurrent-RPC places.
+        service, handlers = capture(health_pb2_grpc.add_HealthServicer_to_server, self.health.servicer)
+        add_handlers(self.grpc_server, service, bounded(handlers, settings.receive_timeout_s, MAX_WATCH_STREAMS))
+        self.health_server = self.health.probe_server()
         self.tls = (
             ReloadingCredentials(TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file))
             if settings.tls_cert_file is not None and settings.tls_key_file is not None
@@ -90,6 +103,7 @@ class RuntimeServer:
         self.health_port = 0
         self.metrics_port = 0
         self._stopping = asyncio.Event()
+        self._background: set[asyncio.Task[None]] = set()
         self.exit_code = 0
 
     async def start(self) -> None:
@@ -101,7 +115,7 @@ class RuntimeServer:
         else:
             self.grpc_port = self.grpc_server.add_insecure_port(address)
         self.health_port = self.health_server.add_insecure_port(f"{host}:{self.settings.health_port}")
-        await self.health_server.start()
+        self.health_server.start()
         await self.grpc_server.start()
         self.metrics_port = self.metrics.serve(host, self.settings.metrics_port)
         log.info(
@@ -126,8 +140,18 @@ class RuntimeServer:
         self.exit_code = 1
         self.request_stop()
 
-    def _worker_exited(self, index: int, exitcode: int | None) -> None:
-        self._fail("worker process exited; stopping so the pod restarts", worker=index, exitcode=exitcode)
+    def _worker_event(self, event: WorkerEvent) -> None:
+        """A worker exited or was replaced: health says SERVING only while some worker can run a batch; a worker
+        the pool cannot replace stops the server (exit 1) so that Kubernetes restarts the pod."""
+        self.metrics.workers.set(event.alive)
+        if event.gave_up:
+            self._fail("worker process cannot be replaced; stopping so the pod restarts", worker=event.index,
+                       exitcode=event.exitcode)  # fmt: skip
+            return
+        if self.service.ready:
+            task = asyncio.get_running_loop().create_task(self.health.set_serving(event.alive > 0))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     async def load_model(self) -> None:
         try:
@@ -159,7 +183,7 @@ class RuntimeServer:
             log.warning("grace period over with requests in flight", extra={"in_flight": self.rpcs.in_flight})
         log.info("drained", extra={"seconds": round(loop.time() - started, 3)})
         await self.grpc_server.stop(max(0.5, self.settings.grace_period_s - (loop.time() - started)))
-        await self.health_server.stop(0)
+        self.health_server.stop(0).wait(5)
         await self.service.close()
         log.info("stopped")
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 
 from skiff_runtime import __version__
-from skiff_runtime.codec import decode_request_bytes, encode_response_bytes
-from skiff_runtime.errors import DeadlineExceeded, InvalidInput
+from skiff_runtime.codec import encode_response_bytes
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
+from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message
 from skiff_runtime.service import ModelService
 from skiff_runtime.tensors import Datatype, TensorSpec
 
@@ -54,8 +53,9 @@ def _config_dims(spec: TensorSpec, batched: bool) -> list[int]:
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Thin adapter: every decision lives in ModelService and the codec."""
 
-    def __init__(self, service: ModelService) -> None:
+    def __init__(self, service: ModelService, receive_timeout_s: float = MESSAGE_ARRIVAL_TIMEOUT_S) -> None:
         self.service = service
+        self.receive_timeout_s = receive_timeout_s
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: object) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -110,33 +110,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         decoded with its tensors viewed in place (codec.decode_request_bytes). The response leaves serialized, each
         output copied once (codec.encode_response_bytes)."""
         with self.service.admit() as admission:
-            try:
-                async with asyncio.timeout(MESSAGE_ARRIVAL_TIMEOUT_S):
-                    request = await context.read()
-            except TimeoutError:
-                raise DeadlineExceeded(
-                    f"the request message did not arrive within {MESSAGE_ARRIVAL_TIMEOUT_S:.0f} s of its headers"
-                ) from None
-            if request is grpc.aio.EOF:
-                raise InvalidInput("ModelInfer carried no ModelInferRequest message")
-            decoded = decode_request_bytes(request)
-            self.service.check_model(decoded.model_name, decoded.model_version)
-            response = await self.service.infer(decoded, _deadline(context), admission)
+            request = await read_message(context, self.receive_timeout_s, "ModelInferRequest")
+            with self.service.budget.hold(len(request)):
+                decoded = self.service.decode(request)
+                response = await self.service.infer(decoded, _deadline(context), admission)
         return encode_response_bytes(response)
-
-
-class _Captured:
-    """Stands in for a server to collect the method handlers that generated code registers."""
-
-    def __init__(self) -> None:
-        self.service = ""
-        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        pass
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
-        self.service, self.handlers = service, dict(handlers)
 
 
 def register(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
@@ -144,11 +122,10 @@ def register(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
     calls are the same bytes on the wire (headers, one message, end of stream), so every unary client, tritonclient
     included, works unchanged, while the handler can answer RESOURCE_EXHAUSTED before reading the message. Its
     message arrives undeserialized (the handler splits the tensors out before the protobuf parse) and its response
-    leaves as the bytes the handler serialized."""
-    captured = _Captured()
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, captured)
-    captured.handlers["ModelInfer"] = grpc.stream_unary_rpc_method_handler(
+    leaves as the bytes the handler serialized. Every method reads its message within the receive timeout."""
+    service, handlers = capture(pb_grpc.add_GRPCInferenceServiceServicer_to_server, servicer)
+    handlers = bounded(handlers, servicer.receive_timeout_s, max_streams=0)
+    handlers["ModelInfer"] = grpc.stream_unary_rpc_method_handler(
         servicer.ModelInfer, request_deserializer=None, response_serializer=None
     )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(captured.service, captured.handlers),))
-    server.add_registered_method_handlers(captured.service, captured.handlers)
+    add_handlers(server, service, handlers)

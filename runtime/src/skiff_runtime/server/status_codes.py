@@ -20,6 +20,7 @@ STATUS_CODES: Mapping[type[errors.SkiffError], grpc.StatusCode] = {
     errors.QueueFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.InferenceFailed: grpc.StatusCode.INTERNAL,
+    errors.WorkerLost: grpc.StatusCode.UNAVAILABLE,
     errors.ModelLoadError: grpc.StatusCode.UNAVAILABLE,
 }
 

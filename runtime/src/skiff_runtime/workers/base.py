@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -10,6 +11,21 @@ import numpy as np
 from skiff_runtime.tensors import NUMPY_DTYPES, Array, ModelSignature
 
 WARMUP_VARIABLE_DIM = 16
+
+
+@dataclass(frozen=True)
+class WorkerEvent:
+    """A worker process exited, or its replacement became ready. `alive` counts the workers able to run batches
+    afterwards; `gave_up` means the pool will not replace it (the replacement failed to load, or workers died too
+    often) and the server should stop so that Kubernetes restarts the pod."""
+
+    index: int
+    exitcode: int | None
+    alive: int
+    gave_up: bool = False
+
+
+WorkerEvents = Callable[[WorkerEvent], None]
 
 
 class Engine(Protocol):

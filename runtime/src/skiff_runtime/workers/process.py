@@ -3,8 +3,13 @@
 Paddle's `run()` holds the GIL, so threads add no speed; processes do. This process (the front) keeps gRPC,
 validation and batching; each worker process owns one engine. A batch is written once, straight into the
 chosen worker's input buffer (an anonymous memfd mapped by both sides), the worker runs it and writes the
-outputs into its output buffer, and only small descriptors cross the pipe. If a worker dies, its batch fails
-with INTERNAL and `on_worker_exit` is told, so the server can stop and let Kubernetes restart the pod.
+outputs into its output buffer, and only small descriptors cross the pipe.
+
+A worker that dies (a native crash, an OOM kill) is replaced by a new process and its batch runs once more on
+another worker; a batch that fails twice that way, or runs past `batch_timeout_s` (its worker is killed and
+replaced), fails with WorkerLost (UNAVAILABLE: the client may retry). `on_event` hears every exit and every
+replacement; when a replacement cannot load, or workers die more than MAX_RESTARTS times in RESTART_WINDOW_S, the
+pool gives up on that worker and says so, and the server stops so that Kubernetes restarts the pod.
 """
 
 from __future__ import annotations
@@ -24,15 +29,22 @@ from typing import Any
 
 import numpy as np
 
-from skiff_runtime.errors import InferenceFailed, ModelLoadError, ModelNotReady
+from skiff_runtime.errors import InferenceFailed, ModelLoadError, ModelNotReady, WorkerLost
 from skiff_runtime.logs import configure_logging
 from skiff_runtime.tensors import Array, ModelSignature
-from skiff_runtime.workers.base import Engine, warm_up
+from skiff_runtime.workers.base import Engine, WorkerEvent, WorkerEvents, warm_up
 from skiff_runtime.workers.layout import views, write_arrays, write_concatenated
 
 log = logging.getLogger(__name__)
 
 EngineFactory = Callable[[Any], Engine]
+
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
+
+
+class _WorkerDied(Exception):
+    """The worker running a batch exited before answering."""
 
 
 def _map(fd: int, size: int) -> mmap.mmap:
@@ -85,6 +97,8 @@ class _Worker:
     inputs: mmap.mmap
     outputs: mmap.mmap
     reply: asyncio.Future[Any] | None = None
+    ready: bool = False  # loaded, warmed and watched by the event loop
+    dead: bool = False
 
 
 class ProcessPool:
@@ -96,20 +110,25 @@ class ProcessPool:
         factory: EngineFactory,
         settings: Any,
         buffer_bytes: int,
-        on_worker_exit: Callable[[int, int | None], None] | None = None,
+        on_event: WorkerEvents | None = None,
         nice: int = 0,
+        batch_timeout_s: float = 0.0,
     ) -> None:
         self.count = count
         self._nice = nice
         self._factory = factory
         self._settings = settings
         self._buffer_bytes = buffer_bytes
-        self._on_worker_exit = on_worker_exit
+        self._on_event = on_event
+        self._batch_timeout_s = batch_timeout_s
         self._workers: list[_Worker] = []
         self._idle: asyncio.Queue[_Worker] | None = None
         self._platform = "unknown"
         self._signature: ModelSignature | None = None
         self._closing = False
+        self._warmup_batch_sizes: list[int] = []
+        self._restarts: list[float] = []
+        self._respawning: set[asyncio.Task[None]] = set()
 
     @property
     def platform(self) -> str:
@@ -124,6 +143,11 @@ class ProcessPool:
     @property
     def pids(self) -> list[int | None]:
         return [w.process.pid for w in self._workers]
+
+    @property
+    def alive(self) -> int:
+        """Workers able to run a batch now (loaded, not dead)."""
+        return sum(1 for w in self._workers if w.ready and not w.dead)
 
     def _spawn(self, index: int, batch_sizes: Sequence[int]) -> _Worker:
         context = multiprocessing.get_context("spawn")  # never fork a process that runs gRPC threads
@@ -159,6 +183,7 @@ class ProcessPool:
 
     async def start(self, warmup_batch_sizes: Sequence[int]) -> None:
         loop = asyncio.get_running_loop()
+        self._warmup_batch_sizes = list(warmup_batch_sizes)
         self._workers = [self._spawn(i, warmup_batch_sizes) for i in range(self.count)]
         results = await asyncio.gather(
             *(loop.run_in_executor(None, self._await_ready, w) for w in self._workers), return_exceptions=True
@@ -172,8 +197,17 @@ class ProcessPool:
         # round-robin over 2 workers on 2 cores cost ~1 ms per MobileNetV3 call (bench/RESULTS.md).
         self._idle = asyncio.LifoQueue()
         for worker in self._workers:
-            loop.add_reader(worker.conn.fileno(), self._on_readable, worker)
-            self._idle.put_nowait(worker)
+            self._watch(worker)
+
+    def _watch(self, worker: _Worker) -> None:
+        assert self._idle is not None
+        worker.ready = True
+        asyncio.get_running_loop().add_reader(worker.conn.fileno(), self._on_readable, worker)
+        self._idle.put_nowait(worker)
+
+    def _notify(self, worker: _Worker, gave_up: bool = False) -> None:
+        if self._on_event is not None:
+            self._on_event(WorkerEvent(worker.index, worker.process.exitcode, self.alive, gave_up))
 
     def _on_readable(self, worker: _Worker) -> None:
         try:
@@ -181,33 +215,102 @@ class ProcessPool:
         except (EOFError, OSError):
             asyncio.get_running_loop().remove_reader(worker.conn.fileno())
             worker.process.join(timeout=1)
+            worker.dead = True
             message = ("exit", worker.process.exitcode)
             if not self._closing:
-                log.error("worker process exited", extra={"worker": worker.index, "exitcode": message[1]})
-                if self._on_worker_exit is not None:
-                    self._on_worker_exit(worker.index, worker.process.exitcode)
+                self._replace(worker)
         if worker.reply is not None and not worker.reply.done():
             worker.reply.set_result(message)
+
+    def _replace(self, worker: _Worker) -> None:
+        """Start a new process in a dead worker's place, unless workers die too often."""
+        now = time.monotonic()
+        self._restarts = [t for t in self._restarts if now - t < RESTART_WINDOW_S] + [now]
+        gave_up = len(self._restarts) > MAX_RESTARTS
+        log.error(
+            "worker process exited" + ("; too many restarts, giving up" if gave_up else "; starting a new one"),
+            extra={"worker": worker.index, "exitcode": worker.process.exitcode, "alive": self.alive},
+        )
+        self._notify(worker, gave_up)
+        if not gave_up:
+            task = asyncio.create_task(self._respawn(worker.index))
+            self._respawning.add(task)
+            task.add_done_callback(self._respawning.discard)
+
+    async def _respawn(self, index: int) -> None:
+        loop = asyncio.get_running_loop()
+        old = self._workers[index]
+        new = self._spawn(index, self._warmup_batch_sizes)
+        self._workers[index] = new
+        old.conn.close()
+        try:
+            await loop.run_in_executor(None, self._await_ready, new)
+        except ModelLoadError as exc:
+            new.dead = True
+            if not self._closing:
+                log.error("the replacement worker could not load the model", extra={"worker": index, "error": str(exc)})
+                self._notify(new, gave_up=True)
+            return
+        if self._closing:
+            return
+        self._watch(new)
+        log.info("worker process replaced", extra={"worker": index, "pid": new.process.pid, "alive": self.alive})
+        self._notify(new)
+
+    async def _idle_worker(self) -> _Worker:
+        assert self._idle is not None
+        while True:
+            worker = await self._idle.get()
+            if not worker.dead:
+                return worker
 
     async def run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         if self._idle is None:
             raise ModelNotReady("the model is not loaded yet")
-        worker = await self._idle.get()
+        try:
+            return await self._run_once(parts)
+        except _WorkerDied as died:
+            log.warning("retrying a batch on another worker", extra={"reason": str(died)})
+        try:
+            return await self._run_once(parts)
+        except _WorkerDied as died:
+            raise WorkerLost(f"{died}, twice; retry the request") from None
+
+    async def _run_once(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        assert self._idle is not None
+        worker = await self._idle_worker()
         try:
             descriptors = write_concatenated(memoryview(worker.inputs), parts, self._buffer_bytes)
             worker.reply = asyncio.get_running_loop().create_future()
-            worker.conn.send(("run", descriptors))
-            message = await worker.reply
+            try:
+                worker.conn.send(("run", descriptors))
+            except OSError:
+                worker.reply.set_result(("exit", worker.process.exitcode))
+            message = await self._answer(worker, worker.reply)
             if message[0] == "exit":
-                raise InferenceFailed(f"worker {worker.index} exited (code {message[1]}) while running the batch")
+                raise _WorkerDied(f"worker {worker.index} exited (code {message[1]}) while running the batch")
             if message[0] == "error":
                 raise InferenceFailed(message[1])
             # Copy the outputs out of shared memory: the buffer is reused by the next batch.
             return {name: np.array(view) for name, view in views(memoryview(worker.outputs), message[1]).items()}
         finally:
             worker.reply = None
-            if worker.process.is_alive():
+            if not worker.dead and worker.process.is_alive():
                 self._idle.put_nowait(worker)
+
+    async def _answer(self, worker: _Worker, reply: asyncio.Future[Any]) -> Any:
+        """The worker's answer; one that hangs past batch_timeout_s is killed (and replaced) and WorkerLost."""
+        if not self._batch_timeout_s:
+            return await reply
+        try:
+            return await asyncio.wait_for(asyncio.shield(reply), self._batch_timeout_s)
+        except TimeoutError:
+            worker.dead = True
+            worker.process.kill()  # its pipe closes: _on_readable replaces it
+            raise WorkerLost(
+                f"worker {worker.index} ran a batch for more than {self._batch_timeout_s:g} s "
+                "(--batch-timeout-s); it was stopped and is being replaced. Retry the request"
+            ) from None
 
     async def close(self) -> None:
         self._closing = True
@@ -218,6 +321,8 @@ class ProcessPool:
                 worker.conn.send(("stop",))
             except (OSError, ValueError):
                 pass
+            if not worker.ready:  # a replacement still loading: it would not read the stop message yet
+                worker.process.kill()
         for worker in self._workers:
             await loop.run_in_executor(None, worker.process.join, 10)
             if worker.process.is_alive():

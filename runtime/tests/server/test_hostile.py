@@ -1,0 +1,139 @@
+"""Hostile messages against a live runtime, built byte by byte (bench/hostile.py): each answered in bounded time
+and memory while health keeps answering; calls that never send their message and Watch floods stay bounded."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+from bench.hostile import HOSTILE, good_request, measure
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from skiff_runtime.client import SkiffClient
+from skiff_runtime.proto import inference_pb2 as pb
+
+pytestmark = [pytest.mark.paddle, pytest.mark.server]
+
+MESSAGE_BYTES = 8 << 20
+# Generous bounds for a loaded 2-core CI machine; `python -m bench.hostile` measures the real figures
+# (docs/reliability.md): ~10 ms per message, health p99 ~2 ms. Before the bounded scan: up to 9 s per 4 MiB
+# message with health Checks timing out throughout.
+MAX_SECONDS = 5.0
+MAX_HEALTH_MS = 1000.0
+
+
+@pytest.mark.parametrize("name", list(HOSTILE), ids=str)
+def test_hostile_message_is_refused_in_bounded_time_and_memory_while_health_answers(two_io_server, name) -> None:
+    message = HOSTILE[name](MESSAGE_BYTES)
+    outcome = measure(two_io_server.target, two_io_server.health_target, two_io_server.proc.pid, message)
+    print(f"{name}: {outcome.code} in {outcome.seconds:.3f} s, RSS +{outcome.rss_growth_mib:.0f} MiB, "
+          f"health max {max(outcome.health_ms, default=0):.1f} ms")  # fmt: skip
+    assert outcome.code == "INVALID_ARGUMENT", outcome.details
+    assert len(outcome.details) < 400
+    assert outcome.seconds < MAX_SECONDS
+    assert outcome.rss_growth_mib < 4 * len(message) / 2**20 + 32
+    assert outcome.health_failures == 0
+    assert outcome.health_ms
+    assert max(outcome.health_ms) < MAX_HEALTH_MS
+    assert two_io_server.proc.poll() is None
+    good = measure(two_io_server.target, two_io_server.health_target, two_io_server.proc.pid, good_request(2))
+    assert good.code == "OK"
+
+
+def _silent(release: threading.Event) -> object:
+    """A request iterator that yields nothing until released: the call sends its headers and no message."""
+    release.wait(30)
+    return
+    yield
+
+
+def test_calls_without_a_message_time_out_and_watch_streams_are_capped(runtime_factory, model_dirs) -> None:
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", "1", "--receive-timeout-s", "1")
+    runtime.wait_serving()
+    release = threading.Event()
+    with grpc.insecure_channel(runtime.target) as channel:
+        for method in ("/inference.GRPCInferenceService/ServerLive", "/grpc.health.v1.Health/Check"):
+            silent = channel.stream_unary(method, request_serializer=None, response_deserializer=None)
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as caught:
+                silent(_silent(release), timeout=20)
+            assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, caught.value.details()
+            assert "did not arrive within 1 s" in caught.value.details()
+            assert time.monotonic() - started < 10
+        for target in (runtime.target, runtime.health_target):
+            with grpc.insecure_channel(target) as watch_channel:
+                stub = health_pb2_grpc.HealthStub(watch_channel)
+                request = health_pb2.HealthCheckRequest(service="conv")
+                streams = [stub.Watch(request, timeout=30) for _ in range(4)]
+                for stream in streams:
+                    assert next(stream).status == health_pb2.HealthCheckResponse.SERVING
+                with pytest.raises(grpc.RpcError) as refused:
+                    next(stub.Watch(request, timeout=10))
+                assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "poll with Check" in refused.value.details()
+                assert stub.Check(request, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+                for stream in streams:
+                    stream.cancel()
+        with SkiffClient(runtime.target) as client:  # inference unaffected throughout
+            assert client.infer("conv", {"image": np.ones((1, 3, 32, 32), np.float32)})["fetch_name_0"].shape == (1, 10)
+    release.set()
+    assert runtime.terminate() == 0
+
+
+def test_health_answers_while_a_flood_of_hostile_messages_arrives(two_io_server) -> None:
+    """Four clients send the costliest messages back to back; health on the probe port keeps answering."""
+    stop = threading.Event()
+    codes: dict[str, int] = {}
+    lock = threading.Lock()
+    messages = [HOSTILE[n](2 << 20) for n in ("raw_input_contents: empty fields", "parameters: tiny entries")]
+
+    def flood() -> None:
+        options = [("grpc.max_send_message_length", -1)]
+        with grpc.insecure_channel(two_io_server.target, options=options) as channel:
+            call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+            while not stop.is_set():
+                for message in messages:
+                    try:
+                        call(message, timeout=10)
+                        code = "OK"
+                    except grpc.RpcError as exc:
+                        code = exc.code().name
+                    with lock:
+                        codes[code] = codes.get(code, 0) + 1
+
+    threads = [threading.Thread(target=flood) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    latencies = []
+    try:
+        with grpc.insecure_channel(two_io_server.health_target) as channel:
+            check = health_pb2_grpc.HealthStub(channel).Check
+            request = health_pb2.HealthCheckRequest(service="two_io")
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                started = time.perf_counter()
+                assert check(request, timeout=2).status == health_pb2.HealthCheckResponse.SERVING
+                latencies.append(time.perf_counter() - started)
+                time.sleep(0.01)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    p99_ms = 1000 * float(np.percentile(latencies, 99))
+    print(f"flood: {codes}; health p99 {p99_ms:.1f} ms over {len(latencies)} checks")
+    assert set(codes) == {"INVALID_ARGUMENT"}
+    assert sum(codes.values()) > 20
+    assert p99_ms < MAX_HEALTH_MS
+
+
+def test_a_request_over_the_message_limit_is_refused_by_grpc(two_io_server) -> None:
+    """Over --max-message-mb (32 MiB by default) gRPC refuses before Python sees a byte."""
+    big = pb.ModelInferRequest(model_name="two_io", raw_input_contents=[bytes(33 << 20)])
+    with grpc.insecure_channel(two_io_server.target, options=[("grpc.max_send_message_length", -1)]) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as caught:
+            call(big.SerializeToString(), timeout=30)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
