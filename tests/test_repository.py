@@ -10,8 +10,9 @@ import pytest
 from e2e.vendor import SHA256, THIRD_PARTY, mismatched_files
 
 REPO = Path(__file__).resolve().parents[1]
-# A sibling folder of the checkout, a workstation's home or the machine this project was built on.
-OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.~])/(?:work|home|root|Users)/")
+# A sibling folder of the checkout, a workstation's home or the machine this project was built on. /home/skiff is
+# the images' own user (inside a container, not on the host).
+OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.~])/(?:work|root|Users)/|(?<![\w.~])/home/(?!skiff\b)\w")
 THIS_FILE = Path(__file__).relative_to(REPO).as_posix()
 
 
@@ -41,7 +42,10 @@ def test_the_outside_pattern_catches(line: str) -> None:
     assert OUTSIDE.search(line)
 
 
-@pytest.mark.parametrize("line", ["~/.cache/skiff", "$HOME/.cache", "/usr/bin:/bin", "third_party/shared", "a/home/b"])
+@pytest.mark.parametrize(
+    "line",
+    ["~/.cache/skiff", "$HOME/.cache", "/usr/bin:/bin", "third_party/shared", "a/home/b", "--home-dir /home/skiff"],
+)
 def test_the_outside_pattern_allows(line: str) -> None:
     assert not OUTSIDE.search(line)
 
