@@ -592,7 +592,7 @@ _RAW_OUTPUT_TAG = _encode_varint(RAW_OUTPUT_CONTENTS_FIELD << 3 | _LENGTH_DELIMI
 def encode_response_bytes(response: InferResponse) -> bytes:
     """The serialized ModelInferResponse, byte for byte what `encode_response(...).SerializeToString()` gives, with
     each output copied once (straight into the message) instead of three times (`tobytes`, protobuf's arena,
-    serialization): 0.17 vs 7 ms for a 1x21x224x224 FP32 output (bench/notes.md)."""
+    serialization): 0.17 vs 7 ms for a 1x21x224x224 FP32 output (docs/design-decisions.md)."""
     parts: list[bytes | memoryview] = [_response_head(response).SerializeToString()]
     for tensor in response.outputs:
         buffer = _tensor_buffer(tensor)
