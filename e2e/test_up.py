@@ -3,23 +3,17 @@ reuses what runs, and after `down` no process and no file is left."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from e2e import up
-from e2e.cluster import BUILD_HINT, Kubectl, controlplane_built, process_exited
+from e2e.cluster import Kubectl, process_exited
 from e2e.harness import load_example, wait_model_ready
 
 
 @pytest.mark.timeout(600)
-def test_up_keeps_a_working_cluster_until_down_removes_everything(tmp_path: Path) -> None:
-    if not controlplane_built():
-        reason = f"the local control plane is not built; run: {BUILD_HINT}"
-        if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
+def test_up_keeps_a_working_cluster_until_down_removes_everything(tmp_path: Path, controlplane_binaries: None) -> None:
     state = tmp_path / "up"
     kubeconfig = up.up(state)
     try:
