@@ -14,9 +14,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
+from skiff_operator.ownership import Holder, StoredSecret, controller_of, occupants
 from skiff_operator.render.contract import CONTAINER_NAME
 from skiff_operator.render.route import GATEWAY_GROUP, GRPC_ROUTE_API_VERSION
-from skiff_operator.routing import GRPC_ROUTE_KIND, OwnedChild
+from skiff_operator.routing import GRPC_ROUTE_KIND, Children, OwnedChild
 from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState
 
@@ -100,8 +101,9 @@ class Kube:
                 group, version, manifest["metadata"]["namespace"], plural, name, dict(manifest), **options
             )
 
-    async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        """A Secret's data, decoded; None when it does not exist. Callers never log or format the values."""
+    async def read_secret(self, namespace: str, name: str) -> StoredSecret | None:
+        """A Secret's data (decoded), type and controller; None when it does not exist. Callers never log or
+        format the values."""
         try:
             secret = await self._core.read_namespaced_secret(name, namespace)
         except ApiException as error:
@@ -110,7 +112,13 @@ class Kube:
             raise translate_error(error, "Secret", name) from error
         except (aiohttp.ClientError, TimeoutError) as error:
             raise translate_error(error, "Secret", name) from error
-        return secret_data(secret.data)
+        metadata = self._api.sanitize_for_serialization(secret.metadata) or {}
+        return StoredSecret(
+            data=secret_data(secret.data),
+            type=str(secret.type or "Opaque"),
+            holder=controller_of({"metadata": metadata}),
+            annotations=dict(metadata.get("annotations") or {}),
+        )
 
     # -- traffic routing: detection, the children a model owns, pruning ------------------------------------
 
@@ -126,23 +134,41 @@ class Kube:
             raise translate_error(error, "CustomResourceDefinition", name) from error
         return crd_serves_version(self._api.sanitize_for_serialization(crd), version)
 
-    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
-        """Deployments, Services (and GRPCRoutes when `routes`) labelled for the model and controlled by it."""
+    async def list_children(self, model: InferenceModel, *, routes: bool) -> Children:
+        """Every Deployment and Service (and GRPCRoute when `routes`) in the model's namespace, split into those
+        the model controls and the rest. Not label-selected: an object with a name the model renders but not our
+        labels must be seen too, or applying would take it over."""
         namespace = model.ref.namespace
-        selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
         serialize = self._api.sanitize_for_serialization
-        async with _translated_errors("Deployment", selector):
-            deployments = await self._apps.list_namespaced_deployment(namespace, label_selector=selector)
-            services = await self._core.list_namespaced_service(namespace, label_selector=selector)
+        async with _translated_errors("Deployment", namespace):
+            deployments = await self._apps.list_namespaced_deployment(namespace)
+            services = await self._core.list_namespaced_service(namespace)
             # Items of a typed list carry no kind; set it from the list they came from.
             raw = [{**serialize(item), "kind": "Deployment"} for item in deployments.items]
             raw += [{**serialize(item), "kind": "Service"} for item in services.items]
             if routes:
-                listed = await self._custom.list_namespaced_custom_object(
-                    GATEWAY_GROUP, "v1", namespace, "grpcroutes", label_selector=selector
-                )
-                raw += [{"kind": GRPC_ROUTE_KIND, **item} for item in listed.get("items", [])]
-        return tuple(owned_child(item) for item in raw if owned_by(item, model.ref.uid))
+                listed = await self._custom.list_namespaced_custom_object(GATEWAY_GROUP, "v1", namespace, "grpcroutes")
+                raw += [{**item, "kind": GRPC_ROUTE_KIND} for item in listed.get("items", [])]
+        uid = model.ref.uid
+        return Children(
+            owned=tuple(owned_child(item) for item in raw if owned_by(item, uid)),
+            occupants=tuple(o for item in raw for o in occupants(str(item["kind"]), [item], uid)),
+        )
+
+    async def read_controller(self, api_version: str, kind: str, namespace: str, name: str) -> Holder | None:
+        """The controller of a custom object (a cert-manager Certificate); None when it does not exist."""
+        group, version = api_version.split("/")
+        try:
+            found = await self._custom.get_namespaced_custom_object(
+                group, version, namespace, _CUSTOM_PLURALS[(api_version, kind)], name
+            )
+        except ApiException as error:
+            if error.status == _NOT_FOUND:
+                return None
+            raise translate_error(error, kind, name) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise translate_error(error, kind, name) from error
+        return controller_of(found)
 
     async def delete_child(self, namespace: str, child: OwnedChild) -> None:
         """Deletes a child; its ReplicaSets and Pods follow through the garbage collector. Gone already is fine."""
@@ -278,7 +304,7 @@ def crd_serves_version(crd: Mapping[str, Any], version: str) -> bool:
 
 
 def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
-    """A listed Deployment, Service or GRPCRoute -> what routing and pruning need."""
+    """A listed Deployment, Service, GRPCRoute or NetworkPolicy -> what routing and pruning need."""
     metadata = manifest.get("metadata") or {}
     kind = str(manifest.get("kind", ""))
     status = manifest.get("status") or {}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skiff_operator import names
+from skiff_operator.ownership import Occupant
 from skiff_operator.render.route import GATEWAY_GROUP, ParentGateway, render_grpc_route
 from skiff_operator.render.service import render_model_service
 from skiff_operator.spec import InferenceModel, Routing, RoutingMode, TrafficShare
@@ -74,6 +75,15 @@ class OwnedChild:
     version: str | None  # the skiff.dev/version label; None for model-wide objects
     ready_replicas: int = 0
     progress_deadline_exceeded: bool = False  # Deployment condition Progressing, reason ProgressDeadlineExceeded
+
+
+@dataclass(frozen=True)
+class Children:
+    """One read of the kinds a model renders in its namespace: what the model controls, and every other object
+    of those kinds (a name the model renders among them is a NameConflict, never written)."""
+
+    owned: tuple[OwnedChild, ...] = ()
+    occupants: tuple[Occupant, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -320,6 +330,6 @@ class RoutingCluster(Protocol):
 
     async def crd_serves(self, name: str, version: str) -> bool: ...
 
-    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]: ...
+    async def list_children(self, model: InferenceModel, *, routes: bool) -> Children: ...
 
     async def delete_child(self, namespace: str, child: OwnedChild) -> None: ...
