@@ -20,6 +20,7 @@ from skiff_operator.tls import reconcile_tls
 from tests.test_reconcile import FakeCluster, condition
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
+TLS_ITEMS = [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]  # never the whole Secret
 Body = Callable[..., dict[str, Any]]
 SELF_SIGNED = {"mode": "SelfSigned"}
 TWO_VERSIONS = {
@@ -217,7 +218,7 @@ async def test_good_user_secret_is_mounted_and_reported(make_body: Body) -> None
     outcome = await reconcile(make_body(tls={"mode": "Secret", "secretName": "my-cert"}), cluster, NOW)
     assert condition(outcome.status, "Ready") == ("False", "RollingOut")
     volumes = cluster.objects[("Deployment", "demo-v1")]["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "tls", "secret": {"secretName": "my-cert", "defaultMode": 0o440}} in volumes
+    assert {"name": "tls", "secret": {"secretName": "my-cert", "defaultMode": 0o440, "items": TLS_ITEMS}} in volumes
     assert outcome.status["tls"]["dnsNames"] == ["demo.ml.svc"]
     assert applied_secrets(outcome.applied) == []  # the user's Secret is never written
 
