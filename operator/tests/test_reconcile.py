@@ -54,7 +54,7 @@ class FakeCluster:
         """What exists: every Deployment, Service (and GRPCRoute), split by controller as kube.list_children does."""
         owned, taken = [], []
         for (kind, name), manifest in sorted(self.objects.items()):
-            if kind not in ("Deployment", "Service") and not (routes and kind == GRPC_ROUTE_KIND):
+            if kind not in ("Deployment", "Service", "NetworkPolicy") and not (routes and kind == GRPC_ROUTE_KIND):
                 continue
             if controller_of(manifest).uid != model.ref.uid:
                 taken += occupants(kind, [manifest], model.ref.uid)
@@ -89,8 +89,10 @@ def condition(status: dict[str, Any], kind: str) -> tuple[str, str]:
 async def test_reconcile_applies_every_child(make_body: Body) -> None:
     cluster = FakeCluster()
     outcome = await reconcile(make_body(name="bert"), cluster, NOW)
-    assert set(cluster.objects) == {("Deployment", "bert-v1"), ("Service", "bert-v1"), ("Service", "bert")}
-    assert outcome.applied == ("Deployment/bert-v1", "Service/bert-v1", "Service/bert")
+    assert set(cluster.objects) == {
+        ("Deployment", "bert-v1"), ("Service", "bert-v1"), ("Service", "bert"), ("NetworkPolicy", "bert")
+    }  # fmt: skip
+    assert outcome.applied == ("Deployment/bert-v1", "Service/bert-v1", "Service/bert", "NetworkPolicy/bert")
     assert condition(outcome.status, "Ready") == ("False", "RollingOut")
 
 
@@ -100,7 +102,7 @@ async def test_reconcile_is_the_same_every_time(make_body: Body) -> None:
     first = copy.deepcopy(cluster.objects)
     await reconcile(make_body(), cluster, NOW)
     assert cluster.objects == first
-    assert cluster.apply_count == 6  # full desired state each time; the server makes unchanged applies no-ops
+    assert cluster.apply_count == 8  # full desired state each time; the server makes unchanged applies no-ops
 
 
 async def test_deleted_child_is_restored(make_body: Body) -> None:
@@ -232,3 +234,12 @@ async def test_a_child_the_model_controls_is_written_even_without_its_labels(mak
     outcome = await reconcile(make_body(), cluster, NOW)
     assert "Service/demo" in outcome.applied
     assert cluster.objects[("Service", "demo")]["metadata"]["labels"]["skiff.dev/model"] == "demo"
+
+
+async def test_network_policy_turned_off_is_deleted(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    assert ("NetworkPolicy", "demo") in cluster.objects
+    outcome = await reconcile(make_body(networkPolicy={"enabled": False}), cluster, NOW)
+    assert "NetworkPolicy/demo" not in outcome.applied
+    assert cluster.deleted == [("NetworkPolicy", "demo")]

@@ -85,7 +85,7 @@ async def test_self_signed_creates_the_ca_and_the_server_secret(make_body: Body)
     cluster = TLSFakeCluster()
     outcome = await reconcile(make_body(tls=SELF_SIGNED), cluster, NOW)
     assert applied_secrets(outcome.applied) == ["Secret/demo-tls-ca", "Secret/demo-tls"]
-    assert outcome.applied[-3:] == ("Deployment/demo-v1", "Service/demo-v1", "Service/demo")
+    assert outcome.applied[-4:-1] == ("Deployment/demo-v1", "Service/demo-v1", "Service/demo")
     assert sorted(cluster.secret("demo-tls-ca")) == ["ca.crt", "ca.key"]
     server = cluster.certificate()
     assert dns_names(server) == {"demo", "demo.ml", "demo.ml.svc", "demo.ml.svc.cluster.local"} | {

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skiff_operator import names
+from skiff_operator.auth import check_auth
 from skiff_operator.errors import ApplyRejected
 from skiff_operator.ownership import Occupant, name_conflict_message, name_conflicts
 from skiff_operator.render import render_deployment, render_version_service
+from skiff_operator.render.network_policy import render_network_policy
 from skiff_operator.routing import (
     GRPC_ROUTE_CRD,
     RoutingCluster,
@@ -105,6 +107,10 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     if tls.problem is not None:
         return _with_tls(_blocked(generation, tls.problem, previous, now), tls)
 
+    auth_problem = await check_auth(model, cluster)
+    if auth_problem is not None:
+        return _with_tls(_blocked(generation, auth_problem, previous, now), tls)
+
     missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
     try:
         plan, taken = await _plan_routing(body, model, cluster, now)
@@ -119,6 +125,9 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
             manifests.append(render_deployment(running, version))
         manifests.append(render_version_service(running, version))
     manifests += plan.manifests  # the model Service, then the GRPCRoute (Gateway mode)
+    policy = render_network_policy(model)
+    if policy is not None:
+        manifests.append(policy)
     rendered = {(m["kind"], m["metadata"]["name"]) for m in manifests}
     rendered.update(("Deployment", names.deployment_name(model.ref.name, v.name)) for v in running.spec.versions)
     # Ownership before apply: a name held by any object this model does not control is never written.

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from skiff_operator import certs, names
@@ -46,9 +46,11 @@ def render_tls_volumes(model: InferenceModel) -> list[dict[str, Any]]:
     secret = tls_secret_name(model)
     if secret is None:
         return []
-    volumes = [secret_volume(TLS_VOLUME, secret, (certs.TLS_CERT_KEY, certs.TLS_KEY_KEY))]
+    keys = (certs.TLS_CERT_KEY, certs.TLS_KEY_KEY)
+    volumes = [secret_volume(TLS_VOLUME, secret, {key: key for key in keys})]
     if model.spec.tls.client_ca_secret_name:
-        volumes.append(secret_volume(CLIENT_CA_VOLUME, model.spec.tls.client_ca_secret_name, (certs.CA_CERT_KEY,)))
+        client_ca = {certs.CA_CERT_KEY: certs.CA_CERT_KEY}
+        volumes.append(secret_volume(CLIENT_CA_VOLUME, model.spec.tls.client_ca_secret_name, client_ca))
     return volumes
 
 
@@ -123,11 +125,11 @@ def render_certificate(model: InferenceModel) -> dict[str, Any]:
     }
 
 
-def secret_volume(name: str, secret: str, keys: Sequence[str]) -> dict[str, Any]:
-    """A Secret volume that projects only `keys` (never the whole Secret: whatever else it holds, a CA key or a
-    token, stays out of the pod). A missing key keeps the pod in ContainerCreating, so the reconcile checks the
-    keys before the Deployment changes."""
-    items = [{"key": key, "path": key} for key in keys]
+def secret_volume(name: str, secret: str, files: Mapping[str, str]) -> dict[str, Any]:
+    """A Secret volume that projects only the keys of `files` (key -> file name), never the whole Secret: whatever
+    else it holds, a CA key or a token, stays out of the pod. A missing key keeps the pod in ContainerCreating, so
+    the reconcile checks the keys before the Deployment changes."""
+    items = [{"key": key, "path": path} for key, path in files.items()]
     return {"name": name, "secret": {"secretName": secret, "defaultMode": SECRET_FILE_MODE, "items": items}}
 
 
