@@ -112,6 +112,10 @@ are exactly what it calls; e2e/test_install.py runs the operator with only these
 - apiGroups: [cert-manager.io]
   resources: [certificates]
   verbs: [get, create, patch]
+# The per-model NetworkPolicy (spec.networkPolicy): listed with the children, deleted when turned off.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, create, patch, delete]
 # Per-request traffic splits between versions.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [grpcroutes]
