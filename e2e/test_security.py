@@ -281,11 +281,11 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
     user = f"system:serviceaccount:{namespace}:{TENANT}"
     hidden = tenant_model(namespace, "hidden", tls={"mode": "SelfSigned", "clientCASecretName": "hidden"})
     refused = first_refusal(kube, tenant, hidden)
-    assert f"you ({user}) cannot get Secret hidden in namespace {namespace}" in refused
+    assert f"you ({user}) cannot get Secret hidden in namespace {namespace}, so spec.tls.clientCASecretName" in refused
 
     cases = {
         "claim": (tenant_model(namespace, "claim", versions=[{"name": "v1", "modelUri": "pvc://fraud-models/x"}]),
-                  "cannot get PersistentVolumeClaim fraud-models"),
+                  "cannot get every PersistentVolumeClaim the versions mount (fraud-models)"),
         "image": (tenant_model(namespace, "image", runtime={"image": "evil.example/miner:1"}),
                   "image evil.example/miner:1 is not allowed"),
         "priority": (tenant_model(namespace, "priority", scheduling={"priorityClassName": "system-node-critical"}),
