@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from e2e.cluster import REPO
 
@@ -43,6 +45,7 @@ class Images:
     storage_root: Path
     run_root: Path
     containers_conf: Path
+    archives: Path
     runtime: str
     operator: str
 
@@ -54,6 +57,7 @@ class Images:
             Path(values["STORAGE_ROOT"]),
             Path(values["RUN_ROOT"]),
             Path(values["CONTAINERS_CONF"]),
+            Path(values["ARCHIVES"]),
             values["RUNTIME_IMAGE"],
             values["OPERATOR_IMAGE"],
         )
@@ -118,3 +122,30 @@ def pod_run_flags(
     if command:
         flags += ["--entrypoint", json.dumps(list(command))]
     return flags
+
+
+def layers_containing(archive: Path, needle: bytes) -> list[str]:
+    """The digests of the layers in an OCI archive (`images.sh` writes one per image) whose bytes contain needle:
+    every layer, not just the files the merged image shows."""
+    found = []
+    with tarfile.open(archive) as outer:
+
+        def read(name: str) -> IO[bytes]:
+            member = outer.extractfile(name)
+            assert member is not None, f"{archive} lacks {name}"
+            return member
+
+        def blob(digest: str) -> IO[bytes]:
+            return read("blobs/" + digest.replace(":", "/"))
+
+        (entry,) = json.load(read("index.json"))["manifests"]
+        for layer in json.load(blob(entry["digest"]))["layers"]:
+            compressed = layer["mediaType"].endswith("gzip")
+            with gzip.open(blob(layer["digest"])) if compressed else blob(layer["digest"]) as stream:
+                tail = b""
+                while chunk := stream.read(1 << 20):
+                    if needle in tail + chunk:
+                        found.append(layer["digest"])
+                        break
+                    tail = chunk[-len(needle) :]
+    return found

@@ -36,6 +36,7 @@ from e2e.images import (
     Images,
     build_images,
     images_required,
+    layers_containing,
     missing_tools,
     pod_run_flags,
 )
@@ -179,12 +180,22 @@ def test_build_ca_bundle_is_not_in_any_layer(images: Images, image: str) -> None
     assert "BEGIN CERTIFICATE" not in history
     config = images.inspect(reference)["Config"]
     assert not [v for v in config["Env"] if v.startswith(("SSL_CERT_FILE=", "PIP_CERT="))]
-    search = images.podman(
-        "run", "--rm", "--network", "none", "--user", "0", "--entrypoint", "grep", reference,
-        "-rIlsF", "--exclude-dir=proc", "--exclude-dir=sys", "--exclude-dir=dev", BUILD_CA_MARKER, "/",
-        check=False, timeout=300,
-    )  # fmt: skip
+
+    def files_containing(text: str) -> subprocess.CompletedProcess[str]:
+        return images.podman(
+            "run", "--rm", "--network", "none", "--user", "0", "--entrypoint", "grep", reference,
+            "-rIlsF", "--exclude-dir=proc", "--exclude-dir=sys", "--exclude-dir=dev", text, "/",
+            check=False, timeout=300,
+        )  # fmt: skip
+
+    # The search sees the image's files: the base's own CA bundle holds certificates.
+    assert "/etc/ssl/certs/ca-certificates.crt" in files_containing("BEGIN CERTIFICATE").stdout.split()
+    search = files_containing(BUILD_CA_MARKER)
     assert search.returncode == 1, f"found in {search.stdout!r}"
+    # Nor is it in any layer of the archive (a file a later layer deletes would still be there).
+    archive = images.archives / f"{image}.oci.tar"
+    assert layers_containing(archive, b"Debian") != []  # the search reads the layers' contents
+    assert layers_containing(archive, BUILD_CA_MARKER.encode()) == []
     under_run = images.podman("run", "--rm", "--network", "none", "--entrypoint", "find", reference, "/run").stdout
     assert "skiff-ca" not in under_run
     assert "skiff-build" not in under_run
