@@ -95,7 +95,7 @@ current() {
 record() { echo "$2 $(image_id "$3")" >"$archives/$1.inputs"; }
 
 build_base() {
-  local sources; mapfile -t sources < <(apt_sources)
+  local listed sources; listed="$(apt_sources)"; mapfile -t sources <<<"$listed"
   local mmdebstrap_flags=(--variant=minbase "--include=$base_packages"
     --aptopt='APT::Install-Recommends "false"' --dpkgopt='path-exclude=/usr/share/doc/*'
     --dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/man/*'
