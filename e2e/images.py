@@ -16,7 +16,8 @@ from typing import IO, Any
 from e2e.cluster import REPO
 
 SCRIPT = REPO / "scripts" / "images.sh"
-TOOLS = ("buildah", "podman", "skopeo", "mmdebstrap", "runc")
+# What scripts/images.sh needs, plus slirp4netns: the runtime container gets its own network namespace.
+TOOLS = ("buildah", "podman", "skopeo", "mmdebstrap", "runc", "slirp4netns")
 INSTALL_HINT = f"apt-get install -y {' '.join(TOOLS)}  (Debian/Ubuntu, as root; then: make images)"
 # The budgets docs/images.md reports: the Paddle CPU runtime (paddle alone is ~720 MiB) and the operator.
 SIZE_BUDGETS = {"runtime": 1_100_000_000, "operator": 300_000_000}
