@@ -55,7 +55,9 @@ def images(pytestconfig: pytest.Config) -> Images:
     if missing:
         reason = f"{', '.join(missing)} not installed; run: {INSTALL_HINT}"
         if images_required():
-            pytest.fail(reason + " (SKIFF_IMAGES_REQUIRED/SKIFF_E2E_REQUIRED=1: the image tests must run)")
+            pytest.fail(
+                reason + " (SKIFF_IMAGES_REQUIRED/SKIFF_E2E_REQUIRED=1: the image tests must run)", pytrace=False
+            )
         pytest.skip(reason)
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
@@ -235,7 +237,9 @@ def registry(tmp_path: Path) -> Iterator[str]:
     if binary is None:
         reason = "docker-registry not installed; run: apt-get install -y docker-registry"
         if images_required():
-            pytest.fail(reason + " (SKIFF_IMAGES_REQUIRED/SKIFF_E2E_REQUIRED=1: the image tests must run)")
+            pytest.fail(
+                reason + " (SKIFF_IMAGES_REQUIRED/SKIFF_E2E_REQUIRED=1: the image tests must run)", pytrace=False
+            )
         pytest.skip(reason)
     port = free_port()
     config = tmp_path / "registry.yml"
