@@ -84,7 +84,10 @@ class Images:
 
 
 def pod_run_flags(
-    pod_spec: Mapping[str, Any], *, claim_roots: Mapping[str, Path], published: Mapping[int, int]
+    pod_spec: Mapping[str, Any],
+    *,
+    claim_roots: Mapping[str, Path] | None = None,
+    published: Mapping[int, int] | None = None,
 ) -> list[str]:
     """`podman run` flags for a pod's only container, mechanically:
     - the pod's runAsUser/runAsGroup -> --user; readOnlyRootFilesystem -> --read-only; allowPrivilegeEscalation
@@ -92,7 +95,8 @@ def pod_run_flags(
     - an emptyDir -> a tmpfs at its mountPath (writable, exec, like the kubelet's directory); a
       PersistentVolumeClaim -> its root in `claim_roots` (plus subPath), bind-mounted read-only when the mount is;
     - env -> -e, unchanged; command -> --entrypoint (the image's PATH finds it), args follow the image;
-    - each containerPort -> published on 127.0.0.1 at `published[port]`, in podman's own network namespace.
+    - each containerPort -> published on 127.0.0.1 at `published[port]`, in podman's own network namespace; with
+      `published` None, the host's network (the container then reaches a control plane on 127.0.0.1).
     Anything else (Secrets, other volume kinds) raises: this test does not pretend to map it."""
     (container,) = pod_spec["containers"]
     pod_security = pod_spec.get("securityContext", {})
@@ -110,15 +114,18 @@ def pod_run_flags(
         if "emptyDir" in volume:
             flags += ["--tmpfs", f"{mount['mountPath']}:rw,exec,mode=1777"]
         elif "persistentVolumeClaim" in volume:
-            source = claim_roots[volume["persistentVolumeClaim"]["claimName"]] / mount.get("subPath", "")
+            source = (claim_roots or {})[volume["persistentVolumeClaim"]["claimName"]] / mount.get("subPath", "")
             flags += ["--volume", f"{source}:{mount['mountPath']}:{'ro' if mount.get('readOnly') else 'rw'}"]
         else:
             raise ValueError(f"volume {mount['name']}: only emptyDir and persistentVolumeClaim are mapped here")
     for variable in container.get("env", []):
         flags += ["--env", f"{variable['name']}={variable['value']}"]
-    flags += ["--network", "slirp4netns"]
-    for port in container.get("ports", []):
-        flags += ["--publish", f"127.0.0.1:{published[port['containerPort']]}:{port['containerPort']}"]
+    if published is None:
+        flags += ["--network", "host"]
+    else:
+        flags += ["--network", "slirp4netns"]
+        for port in container.get("ports", []):
+            flags += ["--publish", f"127.0.0.1:{published[port['containerPort']]}:{port['containerPort']}"]
     command: Sequence[str] = container.get("command", [])
     if command:
         flags += ["--entrypoint", json.dumps(list(command))]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -28,6 +29,7 @@ import yaml
 
 from e2e.cluster import REPO, Kubectl, eventually
 from e2e.harness import free_port, grpc_health_check, load_example, wait_model_ready
+from e2e.helm import HELM_HINT, Helm, documents, helm_binary
 from e2e.images import (
     BUILD_CA_MARKER,
     INSTALL_HINT,
@@ -203,23 +205,43 @@ def test_build_ca_bundle_is_not_in_any_layer(images: Images, image: str) -> None
     assert "skiff-build" not in under_run
 
 
-def test_operator_image_brings_an_inference_model_to_ready(
+def test_operator_image_runs_as_the_chart_deploys_it_and_brings_a_model_to_ready(
     images: Images, kube: Kubectl, namespace: str, claims: list[str], simulated_nodes: None, tmp_path: Path
 ) -> None:
-    """The operator image on the host network with a mounted kubeconfig, as the chart runs it otherwise."""
+    """The operator container the chart renders (user, read-only root, /tmp emptyDir, command and args), on the
+    host network with a kubeconfig for the local control plane in place of the in-cluster service account, and
+    its liveness endpoint moved from 0.0.0.0 to a free loopback port."""
+    binary = helm_binary()
+    if binary is None:
+        pytest.fail(f"helm not found; run: {HELM_HINT}", pytrace=False)
+    repository, tag = images.operator.rsplit(":", 1)
+    rendered = Helm(binary).template(
+        f'watchNamespaces=["{namespace}"]',
+        "operator.resyncSeconds=10",
+        f'image.repository="{repository}"',
+        f'image.tag="{tag}"',
+        namespace=namespace,
+    )
+    (deployment,) = [d for d in documents(rendered) if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (spec,) = pod["containers"]
+    assert spec["image"] == images.operator
+    liveness = free_port()
+    args = [
+        re.sub(r"^--liveness=http://0\.0\.0\.0:\d+/", f"--liveness=http://127.0.0.1:{liveness}/", a)
+        for a in spec["args"]
+    ]
+    assert sum(a != b for a, b in zip(args, spec["args"], strict=True)) == 1, spec["args"]
+    assert f"--namespace={namespace}" in args
+    flags = pod_run_flags(pod)
+    assert "--read-only" in flags
+    assert "1000:1000" in flags
+
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(kube.run("config", "view", "--raw", "--flatten", "--minify"))
     kubeconfig.chmod(0o644)
-    liveness = free_port()
-    with container(
-        images,
-        "--network", "host", "--user", "1000:1000", "--read-only", "--tmpfs", "/tmp:rw,mode=1777",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-        "--volume", f"{kubeconfig}:/etc/skiff/kubeconfig:ro", "--env", "KUBECONFIG=/etc/skiff/kubeconfig",
-        images.operator,
-        "run", "--standalone", f"--namespace={namespace}", "--resync-seconds=10",
-        f"--liveness=http://127.0.0.1:{liveness}/healthz",
-    ) as name:  # fmt: skip
+    credentials = ["--volume", f"{kubeconfig}:/etc/skiff/kubeconfig:ro", "--env", "KUBECONFIG=/etc/skiff/kubeconfig"]
+    with container(images, *flags, *credentials, images.operator, *args) as name:
         body = load_example("cpu", namespace)
         kube.apply(body)
         wait_model_ready(kube, namespace, body["metadata"]["name"], timeout_s=120)
