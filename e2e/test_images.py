@@ -1,11 +1,11 @@
 """The container images, built by `make images` (scripts/images.sh: mmdebstrap + buildah, cached) and run with
-podman: the runtime image serves a sample model from the pod the operator renders (its user, read-only root, /tmp
-emptyDir, env, ports), the operator image reconciles an InferenceModel on the local control plane, both fit their
-size budgets, and the CA bundle mounted for the build stays out of every layer.
+podman: the runtime image serves a sample model as the pod the operator renders (user, read-only root, /tmp
+emptyDir, env, ports); the operator image, as the chart renders it, brings an InferenceModel to Ready on the local
+control plane; both fit their size budgets and hold no trace of the CA bundle passed to the build; `make push`
+and skaffold's custom builder put them in a real registry on 127.0.0.1.
 
-Without buildah/podman these tests skip, saying what to install; with SKIFF_IMAGES_REQUIRED=1 or
-SKIFF_E2E_REQUIRED=1 (`make test`, CI) they fail instead.
-"""
+Without the tools these tests skip, saying what to install; with SKIFF_IMAGES_REQUIRED=1 or SKIFF_E2E_REQUIRED=1
+(`make test`, CI) they fail instead."""
 
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def container(images: Images, *args: str) -> Iterator[str]:
     try:
         yield name
     finally:
-        print(f"---- {name} log ----\n{images.podman('logs', name, check=False).stdout[-10000:]}")
+        logs = images.podman("logs", name, check=False)
+        print(f"---- {name} log ----\n{(logs.stdout + logs.stderr)[-10000:]}")
         images.podman("rm", "--force", "--time", "0", name, check=False)
 
 
