@@ -27,6 +27,7 @@ from e2e.cluster import (
     user_kubeconfig,
 )
 from e2e.harness import CRD_PATH, OperatorProcess, create_model_claims, install_crd
+from e2e.helm import HELM_HINT, Helm, helm_binary
 
 RESTRICTED = "pod-security.kubernetes.io/enforce"
 
@@ -59,6 +60,15 @@ def controlplane_binaries() -> None:
         if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
             pytest.fail(reason + " (SKIFF_E2E_REQUIRED=1: e2e tests must run)", pytrace=False)
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def helm(kube: Kubectl) -> Helm:
+    """helm bound to the cluster's kubeconfig (test_install.py, test_security.py)."""
+    binary = helm_binary()
+    if binary is None:
+        pytest.fail(f"helm not found; run: {HELM_HINT}", pytrace=False)
+    return Helm(binary, kubeconfig=kube.kubeconfig)
 
 
 @pytest.fixture(scope="session")

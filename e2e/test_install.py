@@ -22,18 +22,10 @@ import yaml
 
 from e2e.cluster import Kubectl, eventually, user_kubeconfig
 from e2e.harness import CRD_PATH, OPERATOR, free_port, install_crd, load_example
-from e2e.helm import CHART, HELM_HINT, Helm, HelmError, helm_binary
+from e2e.helm import CHART, Helm, HelmError
 
 RELEASE = "skiff"
 CRD_NAME = "inferencemodels.skiff.dev"
-
-
-@pytest.fixture(scope="session")
-def helm(kube: Kubectl) -> Helm:
-    binary = helm_binary()
-    if binary is None:
-        pytest.fail(f"helm not found; run: {HELM_HINT}", pytrace=False)
-    return Helm(binary, kubeconfig=kube.kubeconfig)
 
 
 def install(helm: Helm, namespace: str, *set_json: str, command: str = "install", extra: tuple[str, ...] = ()) -> str:
@@ -256,7 +248,7 @@ def test_cluster_wide_install_creates_the_crd_and_uninstall_keeps_it(
     tmp_path: Path,
 ) -> None:
     assert kube.attempt("get", "crd", CRD_NAME).returncode != 0
-    install(helm, namespace, "operator.resyncSeconds=10")
+    install(helm, namespace, "operator.resyncSeconds=10", "clusterWide=true")
     crd = kube.get("crd", CRD_NAME)
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert crd["metadata"]["annotations"]["meta.helm.sh/release-namespace"] == namespace

@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 import pytest
 
+from skiff_operator.errors import ClusterUnavailable
 from skiff_operator.handlers import (
     OperatorOptions,
     _Shared,
@@ -19,6 +20,7 @@ from skiff_operator.handlers import (
     child_owner,
     configure_settings,
     resync_forever,
+    watch_pods_forever,
 )
 from tests.test_reconcile import FakeCluster
 
@@ -43,8 +45,9 @@ def test_registry_holds_reconcile_and_child_watches() -> None:
     )
     assert registry._spawning.get_all_handlers() == []  # resync is a plain task, not a kopf timer
     watching = {str(h.id) for h in registry._watching.get_all_handlers()}
-    # Secrets: a deleted or edited operator-made certificate Secret is restored at once (user Secrets: on resync).
-    assert watching == {"child-deployments", "child-services", "child-pods", "child-secrets"}
+    # No kopf watch of Pods or Secrets: kopf filters labels client-side, after listing every one. Pods have a
+    # label-selected watch of their own (watch_pods_forever); Secrets are read by name on each reconcile.
+    assert watching == {"child-deployments", "child-services"}
 
 
 def test_registry_logs_kopf_in_like_the_api_client() -> None:
@@ -162,3 +165,38 @@ async def test_unreachable_cluster_becomes_a_temporary_error(make_body: Callable
     memo = kopf.Memo(skiff=_Shared(kube=cluster, exit_stack=contextlib.AsyncExitStack()))  # type: ignore[arg-type]
     with pytest.raises(kopf.TemporaryError):
         await create.fn(body=kopf.Body(make_body()), patch=kopf.Patch(), memo=memo, logger=logging.getLogger("t"))
+
+
+class WatchingKube:
+    """Serves one batch of pod events per watch call; the first call fails like a dropped connection."""
+
+    def __init__(self, batches: list[list[dict[str, Any]]]) -> None:
+        self.batches = batches
+        self.calls: list[tuple[str | None, str]] = []
+
+    async def watch_pods(self, namespace: str | None, selector: str, timeout_s: int) -> Any:
+        self.calls.append((namespace, selector))
+        if len(self.calls) == 1:
+            raise ClusterUnavailable("watch: connection reset")
+        for pod in self.batches.pop(0) if self.batches else []:
+            yield pod
+        if not self.batches:
+            await asyncio.Event().wait()  # a watch that stays open
+
+
+async def test_pod_watch_is_label_selected_and_schedules_the_pods_model() -> None:
+    pod = {"metadata": {"namespace": "ml", "name": "demo-v1-x", "labels": {"skiff.dev/model": "demo"}}}
+    unlabelled = {"metadata": {"namespace": "ml", "name": "other"}}
+    kube = WatchingKube([[pod, unlabelled]])
+    shared = _Shared(kube=kube, exit_stack=contextlib.AsyncExitStack())  # type: ignore[arg-type]
+    options = OperatorOptions(child_debounce_s=60, watch_retry_s=0)
+    task = asyncio.create_task(watch_pods_forever(shared, "ml", options, logging.getLogger("test")))
+    for _ in range(100):
+        if shared.pending:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    for pending in shared.pending.values():
+        pending.cancel()
+    assert set(shared.pending) == {("ml", "demo")}
+    assert kube.calls == [("ml", "app.kubernetes.io/managed-by=skiff-operator")] * 2  # retried after the failure

@@ -12,6 +12,7 @@ from skiff_operator.__main__ import SILENCED_BELOW_INFO, configure_logging, pars
 def test_namespaces_are_repeatable() -> None:
     config = parse_run_config(["run", "--namespace", "a", "-n", "b", "--liveness", "http://0.0.0.0:8080/healthz"])
     assert config.namespaces == ("a", "b")
+    assert config.options.namespaces == ("a", "b")  # the Pod watches run per namespace
     assert config.clusterwide is False
     assert config.liveness_endpoint == "http://0.0.0.0:8080/healthz"
 
@@ -19,6 +20,7 @@ def test_namespaces_are_repeatable() -> None:
 def test_all_namespaces() -> None:
     config = parse_run_config(["run", "--all-namespaces", "--standalone", "--resync-seconds", "15"])
     assert config.clusterwide is True
+    assert config.options.namespaces == ()
     assert config.standalone is True
     assert config.options.resync_interval_s == 15
 
@@ -59,3 +61,9 @@ def test_debug_logging_never_prints_api_response_bodies(caplog: pytest.LogCaptur
             logging.getLogger(name).setLevel(logging.NOTSET)
     assert "c2VjcmV0" not in caplog.text
     assert "applied Deployment/bert-v1" in caplog.text
+
+
+def test_namespace_patterns_are_refused_with_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_run_config(["run", "-n", "ml-*"])
+    assert "patterns are not supported" in capsys.readouterr().err

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
+from skiff_operator.ownership import controller_of, occupants
 from skiff_operator.reconcile import reconcile
-from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, OwnedChild
+from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, Children, OwnedChild
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState
 
@@ -49,11 +50,14 @@ class FakeCluster:
     async def crd_serves(self, name: str, version: str) -> bool:
         return self.gateway_api and (name, version) == (GRPC_ROUTE_CRD, "v1")
 
-    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
-        """What exists: every applied Deployment, Service (and GRPCRoute), Deployments with their states."""
-        owned = []
+    async def list_children(self, model: InferenceModel, *, routes: bool) -> Children:
+        """What exists: every Deployment, Service (and GRPCRoute), split by controller as kube.list_children does."""
+        owned, taken = [], []
         for (kind, name), manifest in sorted(self.objects.items()):
-            if kind not in ("Deployment", "Service") and not (routes and kind == GRPC_ROUTE_KIND):
+            if kind not in ("Deployment", "Service", "NetworkPolicy") and not (routes and kind == GRPC_ROUTE_KIND):
+                continue
+            if controller_of(manifest).uid != model.ref.uid:
+                taken += occupants(kind, [manifest], model.ref.uid)
                 continue
             version = manifest["metadata"]["labels"].get("skiff.dev/version")
             state = self.deployment_states.get(version or "") if kind == "Deployment" else None
@@ -66,7 +70,7 @@ class FakeCluster:
                     progress_deadline_exceeded=bool(state and state.progress_deadline_exceeded),
                 )
             )
-        return tuple(owned)
+        return Children(tuple(owned), tuple(taken))
 
     async def delete_child(self, namespace: str, child: OwnedChild) -> None:
         self.deleted.append((child.kind, child.name))
@@ -85,8 +89,10 @@ def condition(status: dict[str, Any], kind: str) -> tuple[str, str]:
 async def test_reconcile_applies_every_child(make_body: Body) -> None:
     cluster = FakeCluster()
     outcome = await reconcile(make_body(name="bert"), cluster, NOW)
-    assert set(cluster.objects) == {("Deployment", "bert-v1"), ("Service", "bert-v1"), ("Service", "bert")}
-    assert outcome.applied == ("Deployment/bert-v1", "Service/bert-v1", "Service/bert")
+    assert set(cluster.objects) == {
+        ("Deployment", "bert-v1"), ("Service", "bert-v1"), ("Service", "bert"), ("NetworkPolicy", "bert")
+    }  # fmt: skip
+    assert outcome.applied == ("Deployment/bert-v1", "Service/bert-v1", "Service/bert", "NetworkPolicy/bert")
     assert condition(outcome.status, "Ready") == ("False", "RollingOut")
 
 
@@ -96,7 +102,7 @@ async def test_reconcile_is_the_same_every_time(make_body: Body) -> None:
     first = copy.deepcopy(cluster.objects)
     await reconcile(make_body(), cluster, NOW)
     assert cluster.objects == first
-    assert cluster.apply_count == 6  # full desired state each time; the server makes unchanged applies no-ops
+    assert cluster.apply_count == 8  # full desired state each time; the server makes unchanged applies no-ops
 
 
 async def test_deleted_child_is_restored(make_body: Body) -> None:
@@ -181,3 +187,59 @@ async def test_events_follow_transitions_only(make_body: Body) -> None:
     third = await reconcile(body, cluster, NOW)
     assert third.events == ()
     assert condition(third.status, "Ready") == ("True", "AllVersionsReady")
+
+
+# -- ownership before apply ------------------------------------------------------------------------------------
+
+
+def foreign_service(name: str) -> dict[str, Any]:
+    """A Service someone else made: no controller, not our labels."""
+    return {"kind": "Service", "metadata": {"name": name, "labels": {"app": "victim"}}, "spec": {"ports": [1]}}
+
+
+async def test_an_existing_object_the_model_does_not_control_is_never_written(make_body: Body) -> None:
+    cluster = FakeCluster()
+    victim = foreign_service("demo")
+    cluster.objects[("Service", "demo")] = copy.deepcopy(victim)
+    outcome = await reconcile(make_body(), cluster, NOW)
+    assert outcome.applied == ()
+    assert cluster.objects == {("Service", "demo"): victim}  # the victim unchanged, nothing else created
+    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
+    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert "Service/demo exists and it has no controller" in message
+    assert [(e.type, e.reason) for e in outcome.events][:1] == [("Warning", "NameConflict")]
+
+
+async def test_two_models_rendering_the_same_name_the_second_is_refused(make_body: Body) -> None:
+    cluster = FakeCluster()
+    first = make_body(name="a", versions=[{"name": "b-c", "modelUri": "pvc://models/x"}])
+    await reconcile(first, cluster, NOW)
+    assert ("Deployment", "a-b-c") in cluster.objects
+    before = copy.deepcopy(cluster.objects)
+    second = make_body(name="a-b", versions=[{"name": "c", "modelUri": "pvc://models/x"}])
+    second["metadata"]["uid"] = "3f1c5a9e-0000-4000-8000-000000000002"
+    outcome = await reconcile(second, cluster, NOW)
+    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
+    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert "Deployment/a-b-c exists and it is controlled by InferenceModel a" in message
+    assert cluster.objects == before  # not even the second model's own Service "a-b" was applied
+    # The first model keeps reconciling its children as before.
+    assert condition((await reconcile(first, cluster, NOW)).status, "Ready") == ("False", "RollingOut")
+
+
+async def test_a_child_the_model_controls_is_written_even_without_its_labels(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    cluster.objects[("Service", "demo")]["metadata"]["labels"] = {}
+    outcome = await reconcile(make_body(), cluster, NOW)
+    assert "Service/demo" in outcome.applied
+    assert cluster.objects[("Service", "demo")]["metadata"]["labels"]["skiff.dev/model"] == "demo"
+
+
+async def test_network_policy_turned_off_is_deleted(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    assert ("NetworkPolicy", "demo") in cluster.objects
+    outcome = await reconcile(make_body(networkPolicy={"enabled": False}), cluster, NOW)
+    assert "NetworkPolicy/demo" not in outcome.applied
+    assert cluster.deleted == [("NetworkPolicy", "demo")]

@@ -12,13 +12,17 @@ import yaml
 
 from skiff_operator.spec import (
     DEFAULT_IMAGE,
+    AuthSpec,
     LogLevel,
     ModelUri,
+    NetworkPolicySpec,
+    Peer,
     SpecError,
     TensorRTPrecision,
     TrafficShare,
     parse_inference_model,
     parse_model_uri,
+    parse_spec,
 )
 from tests.conftest import example_paths, stored_body
 
@@ -158,3 +162,26 @@ def test_metadata_is_kept_for_owner_references(make_body: Body) -> None:
     ref = parse_inference_model(make_body(name="bert", namespace="nlp")).ref
     assert (ref.name, ref.namespace, ref.generation) == ("bert", "nlp", 1)
     assert ref.uid
+
+
+def test_network_policy_and_auth_parse_with_their_defaults() -> None:
+    raw = {"versions": [{"name": "v1", "modelUri": "pvc://m"}]}
+    parsed = parse_spec(raw)
+    assert parsed.network_policy == NetworkPolicySpec(
+        enabled=True, inference_from=(), metrics_namespaces=("monitoring",)
+    )
+    assert parsed.auth is None
+    parsed = parse_spec(
+        {
+            **raw,
+            "networkPolicy": {"inferenceFrom": [{"podSelector": {"matchLabels": {"b": "2", "a": "1"}}}]},
+            "auth": {"tokenSecretName": "tok"},
+        }
+    )
+    assert parsed.network_policy.inference_from == (Peer(None, (("a", "1"), ("b", "2"))),)
+    assert parsed.auth == AuthSpec("tok", "token")
+
+
+def test_a_peer_without_selectors_is_invalid() -> None:
+    with pytest.raises(SpecError, match="namespaceSelector or podSelector"):
+        parse_spec({"versions": [{"name": "v1", "modelUri": "pvc://m"}], "networkPolicy": {"inferenceFrom": [{}]}})

@@ -13,12 +13,14 @@ from typing import Any
 from cryptography import x509
 
 from skiff_operator import certs
+from skiff_operator.ownership import Holder, StoredSecret, controller_of
 from skiff_operator.reconcile import reconcile
 from skiff_operator.spec import parse_inference_model
 from skiff_operator.tls import reconcile_tls
 from tests.test_reconcile import FakeCluster, condition
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
+TLS_ITEMS = [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]  # never the whole Secret
 Body = Callable[..., dict[str, Any]]
 SELF_SIGNED = {"mode": "SelfSigned"}
 TWO_VERSIONS = {
@@ -35,16 +37,29 @@ class TLSFakeCluster(FakeCluster):
         self.crds = set(crds)
         self.reads: list[str] = []
 
-    def put_secret(self, name: str, data: Mapping[str, bytes]) -> None:
+    def put_secret(
+        self, name: str, data: Mapping[str, bytes], kind: str = "Opaque", annotations: Mapping[str, str] = {}
+    ) -> None:
+        """A Secret the user (or cert-manager, with its annotation) made: no controller."""
         encoded = {key: base64.b64encode(value).decode() for key, value in data.items()}
-        self.objects[("Secret", name)] = {"kind": "Secret", "metadata": {"name": name}, "data": encoded}
+        metadata = {"name": name, "annotations": dict(annotations)}
+        self.objects[("Secret", name)] = {"kind": "Secret", "metadata": metadata, "type": kind, "data": encoded}
 
-    async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
+    async def read_secret(self, namespace: str, name: str) -> StoredSecret | None:
         self.reads.append(name)
         secret = self.objects.get(("Secret", name))
         if secret is None:
             return None
-        return {key: base64.b64decode(value) for key, value in secret.get("data", {}).items()}
+        return StoredSecret(
+            data={key: base64.b64decode(value) for key, value in secret.get("data", {}).items()},
+            type=secret.get("type", "Opaque"),
+            holder=controller_of(secret),
+            annotations=secret["metadata"].get("annotations") or {},
+        )
+
+    async def read_controller(self, api_version: str, kind: str, namespace: str, name: str) -> Holder | None:
+        found = self.objects.get((kind, name))
+        return None if found is None else controller_of(found)
 
     async def crd_serves(self, name: str, version: str) -> bool:
         return name in self.crds
@@ -70,7 +85,7 @@ async def test_self_signed_creates_the_ca_and_the_server_secret(make_body: Body)
     cluster = TLSFakeCluster()
     outcome = await reconcile(make_body(tls=SELF_SIGNED), cluster, NOW)
     assert applied_secrets(outcome.applied) == ["Secret/demo-tls-ca", "Secret/demo-tls"]
-    assert outcome.applied[-3:] == ("Deployment/demo-v1", "Service/demo-v1", "Service/demo")
+    assert outcome.applied[-4:-1] == ("Deployment/demo-v1", "Service/demo-v1", "Service/demo")
     assert sorted(cluster.secret("demo-tls-ca")) == ["ca.crt", "ca.key"]
     server = cluster.certificate()
     assert dns_names(server) == {"demo", "demo.ml", "demo.ml.svc", "demo.ml.svc.cluster.local"} | {
@@ -150,8 +165,7 @@ async def test_a_tampered_server_secret_is_replaced(make_body: Body) -> None:
     cluster = TLSFakeCluster()
     body = make_body(tls=SELF_SIGNED)
     await reconcile(body, cluster, NOW)
-    data = cluster.secret("demo-tls")
-    cluster.put_secret("demo-tls", {"tls.crt": data["tls.crt"], "ca.crt": data["ca.crt"]})  # key gone
+    del cluster.objects[("Secret", "demo-tls")]["data"]["tls.key"]  # edited in place: still the model's
     outcome = await reconcile(body, cluster, NOW)
     assert applied_secrets(outcome.applied) == ["Secret/demo-tls"]
     assert certs.check_tls_secret(cluster.secret("demo-tls"), NOW) == []
@@ -204,7 +218,7 @@ async def test_good_user_secret_is_mounted_and_reported(make_body: Body) -> None
     outcome = await reconcile(make_body(tls={"mode": "Secret", "secretName": "my-cert"}), cluster, NOW)
     assert condition(outcome.status, "Ready") == ("False", "RollingOut")
     volumes = cluster.objects[("Deployment", "demo-v1")]["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "tls", "secret": {"secretName": "my-cert", "defaultMode": 0o440}} in volumes
+    assert {"name": "tls", "secret": {"secretName": "my-cert", "defaultMode": 0o440, "items": TLS_ITEMS}} in volumes
     assert outcome.status["tls"]["dnsNames"] == ["demo.ml.svc"]
     assert applied_secrets(outcome.applied) == []  # the user's Secret is never written
 
@@ -237,7 +251,10 @@ async def test_cert_manager_certificate_is_applied_and_its_secret_used_once_issu
     intermediate = certs.issue_ca("intermediate", NOW)
     leaf = certs.issue_server_certificate(intermediate, certificate["spec"]["dnsNames"], NOW)
     chain = leaf.cert_pem + intermediate.cert_pem
-    cluster.put_secret("demo-tls", {"tls.crt": chain, "tls.key": leaf.key_pem, "ca.crt": root.cert_pem})
+    issued_by = {"cert-manager.io/certificate-name": "demo-tls"}
+    cluster.put_secret(
+        "demo-tls", {"tls.crt": chain, "tls.key": leaf.key_pem, "ca.crt": root.cert_pem}, annotations=issued_by
+    )
     body["status"] = pending.status
     issued = await reconcile(body, cluster, NOW)
     assert ("Deployment", "demo-v1") in cluster.objects
@@ -275,3 +292,49 @@ async def test_longest_names_fit_in_a_certificate(make_body: Body) -> None:
     outcome = await reconcile(body, cluster, NOW)
     assert condition(outcome.status, "Ready") == ("False", "RollingOut")
     assert f"{'m' * 42}-{'v' * 20}.{'n' * 63}.svc.cluster.local" in outcome.status["tls"]["dnsNames"]
+
+
+# -- ownership and Secrets a model may not mount ----------------------------------------------------------------
+
+
+async def test_self_signed_never_takes_over_an_existing_secret(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    cluster.put_secret("demo-tls-ca", {"ca.crt": b"theirs", "ca.key": b"theirs"})
+    before = copy.deepcopy(cluster.objects)
+    outcome = await reconcile(make_body(tls=SELF_SIGNED), cluster, NOW)
+    assert outcome.applied == ()
+    assert cluster.objects == before
+    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
+    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert "Secret/demo-tls-ca exists" in message
+    assert "theirs" not in json.dumps(outcome.status)
+
+
+async def test_cert_manager_refuses_a_secret_it_did_not_issue_and_a_foreign_certificate(make_body: Body) -> None:
+    cluster = TLSFakeCluster(crds=("certificates.cert-manager.io",))
+    body = make_body(tls={"mode": "CertManager", "issuerRef": {"name": "corp"}})
+    cluster.put_secret("demo-tls", {"password": b"x"})  # someone's Secret: cert-manager would overwrite it
+    outcome = await reconcile(body, cluster, NOW)
+    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
+    assert ("Certificate", "demo-tls") not in cluster.objects
+
+    del cluster.objects[("Secret", "demo-tls")]
+    cluster.objects[("Certificate", "demo-tls")] = {"kind": "Certificate", "metadata": {"name": "demo-tls"}}
+    outcome = await reconcile(body, cluster, NOW)
+    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
+    assert "Certificate/demo-tls exists" in outcome.status["conditions"][0]["message"]
+    assert cluster.objects[("Certificate", "demo-tls")] == {"kind": "Certificate", "metadata": {"name": "demo-tls"}}
+
+
+async def test_service_account_token_secrets_are_refused(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    token = "kubernetes.io/service-account-token"
+    cluster.put_secret("sa-token", {"ca.crt": certs.issue_ca("x", NOW).cert_pem, "token": b"t"}, kind=token)
+    mutual = await reconcile(make_body(tls={**SELF_SIGNED, "clientCASecretName": "sa-token"}), cluster, NOW)
+    assert condition(mutual.status, "Ready") == ("False", "SecretRefused")
+    assert "spec.tls.clientCASecretName: Secret 'sa-token'" in mutual.status["conditions"][0]["message"]
+    assert ("Deployment", "demo-v1") not in cluster.objects
+
+    cluster.put_secret("sa-cert", user_secret(NOW, datetime.timedelta(days=30)), kind=token)
+    refused = await reconcile(make_body(tls={"mode": "Secret", "secretName": "sa-cert"}), cluster, NOW)
+    assert condition(refused.status, "Ready") == ("False", "SecretRefused")

@@ -56,51 +56,70 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
-{{/* True (non-empty) when the operator watches every namespace. */}}
+{{/* True (non-empty) when the operator watches every namespace: only with clusterWide, an explicit opt-in. */}}
 {{- define "skiff.clusterwide" -}}
-{{- if not .Values.watchNamespaces }}true{{ end }}
+{{- if .Values.clusterWide }}
+{{- if .Values.watchNamespaces }}
+{{- fail "set either clusterWide=true or watchNamespaces, not both" }}
+{{- end }}true
+{{- end }}
+{{- end }}
+
+{{/* The namespaces served when not cluster-wide, as a JSON list: watchNamespaces, else the release namespace. */}}
+{{- define "skiff.watchNamespaces" -}}
+{{- if include "skiff.clusterwide" . }}[]
+{{- else }}{{ default (list .Release.Namespace) .Values.watchNamespaces | toJson }}
+{{- end }}
 {{- end }}
 
 {{/* What the operator does in a namespace it watches (docs/operator.md, "The operator's RBAC needs"). The verbs
 are exactly what it calls; e2e/test_install.py runs the operator with only these and checks for no 403. */}}
 {{- define "skiff.namespacedRules" -}}
-# The InferenceModels: watched by kopf, patched for kopf's progress annotations; status written by the operator.
+# The InferenceModels: watched by kopf, patched for kopf's progress annotations, read by name for background
+# reconciles; status written by the operator.
 - apiGroups: [skiff.dev]
   resources: [inferencemodels]
   verbs: [get, list, watch, patch]
 - apiGroups: [skiff.dev]
   resources: [inferencemodels/status]
   verbs: [patch]
-# The children, applied with server-side apply and watched. An apply (PATCH) that creates the object needs
-# create as well as patch; delete is for versions removed from a model.
+# The children, applied with server-side apply. An apply (PATCH) that creates the object needs create as well as
+# patch; list is the one read per reconcile that also finds objects the model must not take over (NameConflict);
+# watch is kopf's; delete is for versions removed from a model.
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, watch, create, patch, delete]
-# Pod states and FailedScheduling events feed the model's status; Events are posted on the model.
+  verbs: [list, watch, create, patch, delete]
+# Pod states feed the model's status: listed and watched with a label selector the API server applies (RBAC
+# cannot scope a verb to labels; the operator never asks for unlabelled Pods).
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]
+# FailedScheduling events feed the status (a field-selected list); Events are posted on the model.
 - apiGroups: [""]
   resources: [events]
-  verbs: [list, watch, create]
+  verbs: [list, create]
 # A version's Deployment is held back while the claim in its modelUri is missing.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get]
-# TLS: the operator's self-signed CA and server certificates, or cert-manager Certificates.
+# TLS: Secrets are read by name only (no list, no watch) and written by server-side apply (no update).
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, list, watch, create, patch, update]
+  verbs: [get, create, patch]
 - apiGroups: [cert-manager.io]
   resources: [certificates]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, create, patch]
+# The per-model NetworkPolicy (spec.networkPolicy): listed with the children, deleted when turned off.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, create, patch, delete]
 # Per-request traffic splits between versions.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [grpcroutes]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [list, create, patch, delete]
 {{- end }}
 
 {{/* Cluster-scoped reads, needed in both scopes: kopf watches CRDs to learn which resources exist (and which

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 import kopf
 
 from skiff_operator.handlers import OperatorOptions, build_registry
+
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,12 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
     )
     if not namespaces and not args.all_namespaces:
         parser.error("choose the scope: --namespace NS (repeatable) or --all-namespaces")
+    for namespace in namespaces:
+        if not _NAMESPACE.match(namespace.strip()):
+            parser.error(
+                f"--namespace {namespace!r}: give a namespace name (patterns are not supported: Pods are watched "
+                "per named namespace, filtered by the API server)"
+            )
     return RunConfig(
         namespaces=tuple(ns.strip() for ns in namespaces),
         clusterwide=bool(args.all_namespaces),
@@ -89,7 +98,9 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
         peering_name=args.peering,
         log_level=args.log_level,
         options=OperatorOptions(
-            resync_interval_s=args.resync_seconds, watch_server_timeout_s=args.watch_timeout_seconds
+            resync_interval_s=args.resync_seconds,
+            watch_server_timeout_s=args.watch_timeout_seconds,
+            namespaces=() if args.all_namespaces else tuple(ns.strip() for ns in namespaces),
         ),
     )
 

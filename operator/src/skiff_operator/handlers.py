@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from skiff_operator import names
-from skiff_operator.errors import ClusterUnavailable
+from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kube import Kube
 from skiff_operator.reconcile import Outcome, reconcile
 from skiff_operator.spec import GROUP, PLURAL, VERSION
@@ -32,6 +32,8 @@ class OperatorOptions:
     watch_server_timeout_s: int = 300
     handler_backoff_s: float = 15.0
     posting_level: int = logging.WARNING  # kopf posts its own log lines at or above this level as Events
+    namespaces: tuple[str, ...] = ()  # where the Pod watches run; empty: every namespace
+    watch_retry_s: float = 5.0  # pause before a failed Pod watch starts again
 
 
 @dataclass
@@ -45,6 +47,7 @@ class _Shared:
     pending: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     models: set[tuple[str, str]] = field(default_factory=set)
     resync: asyncio.Task[None] | None = None
+    pod_watches: list[asyncio.Task[None]] = field(default_factory=list)
     # A copy of a handler's context, for the resync's reconciles: kopf.event() needs the event queue that kopf
     # sets per watched object, and the resync loop, started by the startup handler, has none (its Events failed
     # with LookupError and were lost; found by the e2e fault tests).
@@ -90,11 +93,13 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
         kube = await stack.enter_async_context(Kube.connect())
         shared = _Shared(kube=kube, exit_stack=stack)
         shared.resync = asyncio.create_task(resync_forever(shared, options, logger))
+        for namespace in options.namespaces or (None,):
+            shared.pod_watches.append(asyncio.create_task(watch_pods_forever(shared, namespace, options, logger)))
         memo["skiff"] = shared
 
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         shared = _shared(memo)
-        for task in [shared.resync, *shared.pending.values()]:
+        for task in [shared.resync, *shared.pod_watches, *shared.pending.values()]:
             if task is not None:
                 task.cancel()
         await shared.exit_stack.aclose()
@@ -128,7 +133,9 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
         on(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", backoff=options.handler_backoff_s)(
             reconcile_model
         )
-    children = (("apps", "v1", "deployments"), ("", "v1", "services"), ("", "v1", "pods"), ("", "v1", "secrets"))
+    # Pods: watch_pods_forever, label-selected by the API server. Secrets are not watched (no list/watch on
+    # Secrets at all): the resync re-reads the ones a model uses by name.
+    children = (("apps", "v1", "deployments"), ("", "v1", "services"))
     for group, version, plural in children:
         kopf.on.event(group, version, plural, registry=registry, id=f"child-{plural}", labels=_CHILD_FILTER)(
             child_changed
@@ -147,6 +154,29 @@ async def resync_forever(
         for key in sorted(shared.models):
             context = shared.posting_context.copy() if shared.posting_context is not None else None
             _schedule(shared, key, options, logger, context=context)
+
+
+async def watch_pods_forever(
+    shared: _Shared,
+    namespace: str | None,
+    options: OperatorOptions,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    """Reconciles a model soon after one of its pods changes. The API server filters the watch by the
+    managed-by label, so the operator never receives other Pods. A failed watch starts again after a pause."""
+    selector = ",".join(f"{key}={value}" for key, value in _CHILD_FILTER.items())
+    while True:
+        try:
+            async for pod in shared.kube.watch_pods(namespace, selector, options.watch_server_timeout_s):
+                key = child_owner(pod)
+                if key is not None:
+                    context = shared.posting_context.copy() if shared.posting_context is not None else None
+                    _schedule(shared, key, options, logger, context=context)
+        except ClusterUnavailable as error:
+            logger.warning("pod watch in %s failed, retrying: %s", namespace or "every namespace", error)
+        except ApplyRejected as error:  # e.g. 403: the RBAC lacks list/watch on pods
+            logger.error("pod watch in %s refused, retrying: %s", namespace or "every namespace", error)
+        await asyncio.sleep(options.watch_retry_s)
 
 
 def _schedule(

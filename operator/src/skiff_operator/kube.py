@@ -9,14 +9,16 @@ from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
+from skiff_operator.ownership import Holder, StoredSecret, controller_of, occupants
 from skiff_operator.render.contract import CONTAINER_NAME
+from skiff_operator.render.network_policy import NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND
 from skiff_operator.render.route import GATEWAY_GROUP, GRPC_ROUTE_API_VERSION
-from skiff_operator.routing import GRPC_ROUTE_KIND, OwnedChild
+from skiff_operator.routing import GRPC_ROUTE_KIND, Children, OwnedChild
 from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState
 
@@ -29,6 +31,7 @@ _RETRYABLE_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 # which kopf retries with backoff.
 REQUEST_TIMEOUT_S = 30.0
 _NOT_FOUND = 404
+_GONE = 410
 # Custom resources the operator applies: (apiVersion, kind) -> plural.
 _CUSTOM_PLURALS = {
     ("cert-manager.io/v1", "Certificate"): "certificates",
@@ -57,6 +60,7 @@ class Kube:
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
         self._extensions = client.ApiextensionsV1Api(api)
+        self._networking = client.NetworkingV1Api(api)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -77,6 +81,7 @@ class Kube:
             ("apps/v1", "Deployment"): self._apps.patch_namespaced_deployment,
             ("v1", "Service"): self._core.patch_namespaced_service,
             ("v1", "Secret"): self._core.patch_namespaced_secret,
+            (NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND): self._networking.patch_namespaced_network_policy,
         }
         if (manifest["apiVersion"], kind) in _CUSTOM_PLURALS:
             await self._apply_custom(manifest)
@@ -100,8 +105,9 @@ class Kube:
                 group, version, manifest["metadata"]["namespace"], plural, name, dict(manifest), **options
             )
 
-    async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        """A Secret's data, decoded; None when it does not exist. Callers never log or format the values."""
+    async def read_secret(self, namespace: str, name: str) -> StoredSecret | None:
+        """A Secret's data (decoded), type and controller; None when it does not exist. Callers never log or
+        format the values."""
         try:
             secret = await self._core.read_namespaced_secret(name, namespace)
         except ApiException as error:
@@ -110,7 +116,13 @@ class Kube:
             raise translate_error(error, "Secret", name) from error
         except (aiohttp.ClientError, TimeoutError) as error:
             raise translate_error(error, "Secret", name) from error
-        return secret_data(secret.data)
+        metadata = self._api.sanitize_for_serialization(secret.metadata) or {}
+        return StoredSecret(
+            data=secret_data(secret.data),
+            type=str(secret.type or "Opaque"),
+            holder=controller_of({"metadata": metadata}),
+            annotations=dict(metadata.get("annotations") or {}),
+        )
 
     # -- traffic routing: detection, the children a model owns, pruning ------------------------------------
 
@@ -126,23 +138,43 @@ class Kube:
             raise translate_error(error, "CustomResourceDefinition", name) from error
         return crd_serves_version(self._api.sanitize_for_serialization(crd), version)
 
-    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
-        """Deployments, Services (and GRPCRoutes when `routes`) labelled for the model and controlled by it."""
+    async def list_children(self, model: InferenceModel, *, routes: bool) -> Children:
+        """Every Deployment, Service, NetworkPolicy (and GRPCRoute when `routes`) in the model's namespace, split
+        into those the model controls and the rest. Not label-selected: an object with a name the model renders but
+        not our labels must be seen too, or applying would take it over."""
         namespace = model.ref.namespace
-        selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
         serialize = self._api.sanitize_for_serialization
-        async with _translated_errors("Deployment", selector):
-            deployments = await self._apps.list_namespaced_deployment(namespace, label_selector=selector)
-            services = await self._core.list_namespaced_service(namespace, label_selector=selector)
+        async with _translated_errors("Deployment", namespace):
+            deployments = await self._apps.list_namespaced_deployment(namespace)
+            services = await self._core.list_namespaced_service(namespace)
             # Items of a typed list carry no kind; set it from the list they came from.
             raw = [{**serialize(item), "kind": "Deployment"} for item in deployments.items]
             raw += [{**serialize(item), "kind": "Service"} for item in services.items]
+            policies = await self._networking.list_namespaced_network_policy(namespace)
+            raw += [{**serialize(item), "kind": NETWORK_POLICY_KIND} for item in policies.items]
             if routes:
-                listed = await self._custom.list_namespaced_custom_object(
-                    GATEWAY_GROUP, "v1", namespace, "grpcroutes", label_selector=selector
-                )
-                raw += [{"kind": GRPC_ROUTE_KIND, **item} for item in listed.get("items", [])]
-        return tuple(owned_child(item) for item in raw if owned_by(item, model.ref.uid))
+                listed = await self._custom.list_namespaced_custom_object(GATEWAY_GROUP, "v1", namespace, "grpcroutes")
+                raw += [{**item, "kind": GRPC_ROUTE_KIND} for item in listed.get("items", [])]
+        uid = model.ref.uid
+        return Children(
+            owned=tuple(owned_child(item) for item in raw if owned_by(item, uid)),
+            occupants=tuple(o for item in raw for o in occupants(str(item["kind"]), [item], uid)),
+        )
+
+    async def read_controller(self, api_version: str, kind: str, namespace: str, name: str) -> Holder | None:
+        """The controller of a custom object (a cert-manager Certificate); None when it does not exist."""
+        group, version = api_version.split("/")
+        try:
+            found = await self._custom.get_namespaced_custom_object(
+                group, version, namespace, _CUSTOM_PLURALS[(api_version, kind)], name
+            )
+        except ApiException as error:
+            if error.status == _NOT_FOUND:
+                return None
+            raise translate_error(error, kind, name) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise translate_error(error, kind, name) from error
+        return controller_of(found)
 
     async def delete_child(self, namespace: str, child: OwnedChild) -> None:
         """Deletes a child; its ReplicaSets and Pods follow through the garbage collector. Gone already is fine."""
@@ -155,6 +187,8 @@ class Kube:
                 await self._custom.delete_namespaced_custom_object(
                     GATEWAY_GROUP, "v1", namespace, "grpcroutes", child.name
                 )
+            elif child.kind == NETWORK_POLICY_KIND:
+                await self._networking.delete_namespaced_network_policy(child.name, namespace)
             else:
                 raise ApplyRejected(child.kind, child.name, f"the operator does not delete {child.kind}")
         except ApiException as error:
@@ -203,6 +237,36 @@ class Kube:
             event for event in (pod_event(serialize(item)) for item in events.items) if event.pod in pod_names
         )
         return ChildStates(deployments=states, pods=pod_states, events=pod_events)
+
+    async def watch_pods(self, namespace: str | None, selector: str, timeout_s: int) -> AsyncIterator[dict[str, Any]]:
+        """Pods matching `selector` in `namespace` (None: every namespace), filtered by the API server: kopf's label
+        filter is applied client-side, after every Pod has been listed and watched. Yields each Pod that changed,
+        forever: each watch resumes where the last one ended, and after 410 Gone starts over with a fresh list."""
+        version: str | None = None
+        list_pods: Any = self._core.list_pod_for_all_namespaces if namespace is None else self._core.list_namespaced_pod
+        args: tuple[str, ...] = () if namespace is None else (namespace,)
+        while True:
+            options: dict[str, Any] = {
+                "label_selector": selector,
+                "timeout_seconds": timeout_s,
+                "_request_timeout": timeout_s + 30,
+                "allow_watch_bookmarks": True,
+            }
+            if version is not None:
+                options["resource_version"] = version
+            pods = watch.Watch()
+            try:
+                async with pods:
+                    async for event in pods.stream(list_pods, *args, **options):
+                        version = pods.resource_version
+                        if event["type"] != "BOOKMARK":
+                            yield event["raw_object"]
+            except ApiException as error:
+                if error.status != _GONE:
+                    raise translate_error(error, "Pod", selector) from error
+                version = None
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise translate_error(error, "Pod", selector) from error
 
     async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -278,7 +342,7 @@ def crd_serves_version(crd: Mapping[str, Any], version: str) -> bool:
 
 
 def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
-    """A listed Deployment, Service or GRPCRoute -> what routing and pruning need."""
+    """A listed Deployment, Service, GRPCRoute or NetworkPolicy -> what routing and pruning need."""
     metadata = manifest.get("metadata") or {}
     kind = str(manifest.get("kind", ""))
     status = manifest.get("status") or {}

@@ -8,8 +8,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from skiff_operator import names
+from skiff_operator.auth import check_auth
 from skiff_operator.errors import ApplyRejected
+from skiff_operator.ownership import Occupant, name_conflict_message, name_conflicts
 from skiff_operator.render import render_deployment, render_version_service
+from skiff_operator.render.network_policy import render_network_policy
 from skiff_operator.routing import (
     GRPC_ROUTE_CRD,
     RoutingCluster,
@@ -103,26 +107,37 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     if tls.problem is not None:
         return _with_tls(_blocked(generation, tls.problem, previous, now), tls)
 
+    auth_problem = await check_auth(model, cluster)
+    if auth_problem is not None:
+        return _with_tls(_blocked(generation, auth_problem, previous, now), tls)
+
     missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
     try:
-        plan = await _plan_routing(body, model, cluster, now)
+        plan, taken = await _plan_routing(body, model, cluster, now)
     except ApplyRejected as error:  # e.g. no RBAC to read CRDs or list children: say so, do not crash-loop
         return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
     # The model as it runs now: the applied split and the provider's replicas (see skiff_operator.routing).
     running = routed_model(model, plan.decision.applied, plan.replicas)
+    manifests: list[dict[str, Any]] = []
+    for version in running.spec.versions:
+        # Without its volume a pod would sit in ContainerCreating; keep whatever runs now and report instead.
+        if version.model_uri.claim not in missing:
+            manifests.append(render_deployment(running, version))
+        manifests.append(render_version_service(running, version))
+    manifests += plan.manifests  # the model Service, then the GRPCRoute (Gateway mode)
+    policy = render_network_policy(model)
+    if policy is not None:
+        manifests.append(policy)
+    rendered = {(m["kind"], m["metadata"]["name"]) for m in manifests}
+    rendered.update(("Deployment", names.deployment_name(model.ref.name, v.name)) for v in running.spec.versions)
+    # Ownership before apply: a name held by any object this model does not control is never written.
+    conflicts = name_conflicts(rendered, taken)
+    if conflicts:
+        conflict = Problem(Reason.NAME_CONFLICT, name_conflict_message(conflicts))
+        return _with_tls(_blocked(generation, conflict, previous, now), tls)
     applied: list[str] = []
-    rendered: set[tuple[str, str]] = set()
     try:
-        for version in running.spec.versions:
-            manifests = [render_deployment(running, version), render_version_service(running, version)]
-            rendered.update((m["kind"], m["metadata"]["name"]) for m in manifests)
-            # Without its volume a pod would sit in ContainerCreating; keep whatever runs now and report instead.
-            if version.model_uri.claim in missing:
-                manifests = manifests[1:]
-            for manifest in manifests:
-                applied.append(await _apply(cluster, manifest))
-        for manifest in plan.manifests:  # the model Service, then the GRPCRoute (Gateway mode)
-            rendered.add((manifest["kind"], manifest["metadata"]["name"]))
+        for manifest in manifests:
             applied.append(await _apply(cluster, manifest))
         # Only after the new split is applied: a removed version goes once drained, a route once unused.
         deleted = prune(plan.owned, rendered, {v.name for v in model.spec.versions}, plan.keep_versions)
@@ -143,12 +158,14 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
 
 async def _plan_routing(
     body: Mapping[str, Any], model: InferenceModel, cluster: Cluster, now: datetime.datetime
-) -> RoutingPlan:
+) -> tuple[RoutingPlan, tuple[Occupant, ...]]:
     """Reads what routing depends on (is the Gateway API served, which children run and how ready they are,
-    what the last reconcile applied) and decides the split, the replicas and the routing manifests."""
+    what the last reconcile applied) and decides the split, the replicas and the routing manifests. Also returns
+    the objects of the same kinds the model does not control, from the same read."""
     served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
-    owned = await cluster.list_owned(model, routes=served)
-    return plan_routing(model, owned, previous_traffic(body.get("status")), grpc_route_served=served, now=now)
+    children = await cluster.list_children(model, routes=served)
+    plan = plan_routing(model, children.owned, previous_traffic(body.get("status")), grpc_route_served=served, now=now)
+    return plan, children.occupants
 
 
 def _with_tls(outcome: Outcome, tls: TLSState) -> Outcome:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skiff_operator import names
+from skiff_operator.ownership import Occupant
+from skiff_operator.render.network_policy import NETWORK_POLICY_KIND
 from skiff_operator.render.route import GATEWAY_GROUP, ParentGateway, render_grpc_route
 from skiff_operator.render.service import render_model_service
 from skiff_operator.spec import InferenceModel, Routing, RoutingMode, TrafficShare
@@ -25,6 +27,8 @@ from skiff_operator.traffic import TOTAL, TrafficDecision, VersionTraffic, appor
 
 GRPC_ROUTE_CRD = f"grpcroutes.{GATEWAY_GROUP}"
 GRPC_ROUTE_KIND = "GRPCRoute"
+# Model-wide children deleted once no longer rendered (the routing mode changed, the NetworkPolicy was turned off).
+PRUNED_WHEN_NOT_RENDERED = frozenset({GRPC_ROUTE_KIND, NETWORK_POLICY_KIND})
 
 
 class Mode(enum.StrEnum):
@@ -67,13 +71,22 @@ def _gateway_label(namespace: str | None, name: str) -> str:
 
 @dataclass(frozen=True)
 class OwnedChild:
-    """A Deployment, Service or GRPCRoute controlled by the model (as kube.list_owned reads it)."""
+    """A Deployment, Service, GRPCRoute or NetworkPolicy controlled by the model (as kube.list_children reads it)."""
 
     kind: str
     name: str
     version: str | None  # the skiff.dev/version label; None for model-wide objects
     ready_replicas: int = 0
     progress_deadline_exceeded: bool = False  # Deployment condition Progressing, reason ProgressDeadlineExceeded
+
+
+@dataclass(frozen=True)
+class Children:
+    """One read of the kinds a model renders in its namespace: what the model controls, and every other object
+    of those kinds (a name the model renders among them is a NameConflict, never written)."""
+
+    owned: tuple[OwnedChild, ...] = ()
+    occupants: tuple[Occupant, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -304,13 +317,13 @@ def prune(
     keep_versions: Collection[str],
 ) -> list[OwnedChild]:
     """Children to delete now: those of a version no longer in the spec (once drained; `keep_versions` are not
-    yet) and a GRPCRoute that is no longer rendered (the mode changed). Anything rendered stays."""
+    yet), and a GRPCRoute or NetworkPolicy that is no longer rendered. Anything rendered stays."""
     doomed = []
     for child in owned:
         if (child.kind, child.name) in rendered:
             continue
         removed_version = child.version is not None and child.version not in in_spec
-        if child.kind == GRPC_ROUTE_KIND or (removed_version and child.version not in keep_versions):
+        if child.kind in PRUNED_WHEN_NOT_RENDERED or (removed_version and child.version not in keep_versions):
             doomed.append(child)
     return doomed
 
@@ -320,6 +333,6 @@ class RoutingCluster(Protocol):
 
     async def crd_serves(self, name: str, version: str) -> bool: ...
 
-    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]: ...
+    async def list_children(self, model: InferenceModel, *, routes: bool) -> Children: ...
 
     async def delete_child(self, namespace: str, child: OwnedChild) -> None: ...

@@ -33,6 +33,8 @@ DEFAULT_PROBE_TIMEOUT_S = 5
 DEFAULT_PROBE_FAILURE_THRESHOLD = 3
 DEFAULT_PROGRESS_DEADLINE_S = 600
 DEFAULT_ISSUER_GROUP = "cert-manager.io"
+DEFAULT_METRICS_NAMESPACES = ("monitoring",)
+DEFAULT_TOKEN_KEY = "token"  # noqa: S105 - the name of a Secret key, not a password
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _PVC_URI = re.compile(r"^pvc://(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<path>(/[^/]+)*)$")
@@ -210,6 +212,31 @@ class TLSSpec:
 
 
 @dataclass(frozen=True)
+class Peer:
+    """Who may reach the inference port: pods by labels, in namespaces by labels (either may be empty)."""
+
+    namespace_labels: tuple[tuple[str, str], ...] | None = None  # None: the model's own namespace
+    pod_labels: tuple[tuple[str, str], ...] | None = None  # None: every pod of the selected namespaces
+
+
+@dataclass(frozen=True)
+class NetworkPolicySpec:
+    """spec.networkPolicy: the NetworkPolicy that guards the model's pods."""
+
+    enabled: bool = True
+    inference_from: tuple[Peer, ...] = ()
+    metrics_namespaces: tuple[str, ...] = DEFAULT_METRICS_NAMESPACES
+
+
+@dataclass(frozen=True)
+class AuthSpec:
+    """spec.auth: the bearer token inference RPCs must present, from a Secret."""
+
+    token_secret_name: str
+    token_key: str = DEFAULT_TOKEN_KEY
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     versions: tuple[Version, ...]
     traffic: tuple[TrafficShare, ...]
@@ -218,6 +245,8 @@ class ModelSpec:
     probes: Probes
     tls: TLSSpec = TLSSpec()
     routing: Routing = Routing()
+    network_policy: NetworkPolicySpec = NetworkPolicySpec()
+    auth: AuthSpec | None = None
 
     def version(self, name: str) -> Version:
         for version in self.versions:
@@ -280,6 +309,8 @@ def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
         probes=_parse_probes(_mapping(spec.get("probes", {}), "spec.probes")),
         tls=parse_tls(_mapping(spec.get("tls", {}), "spec.tls")),
         routing=_parse_routing(_mapping(spec.get("routing", {}), "spec.routing")),
+        network_policy=_parse_network_policy(_mapping(spec.get("networkPolicy", {}), "spec.networkPolicy")),
+        auth=_parse_auth(spec.get("auth")),
     )
 
 
@@ -470,6 +501,48 @@ def _parse_routing(raw: Mapping[str, Any]) -> Routing:
         _string(h, "spec.routing.hostnames[]") for h in _sequence(raw.get("hostnames", []), "spec.routing.hostnames")
     )
     return Routing(mode=mode, gateways=gateways, hostnames=hostnames)
+
+
+def _parse_network_policy(raw: Mapping[str, Any]) -> NetworkPolicySpec:
+    enabled = raw.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise SpecError("InvalidSpec", "spec.networkPolicy.enabled must be true or false")
+    peers = []
+    for item in _sequence(raw.get("inferenceFrom", []), "spec.networkPolicy.inferenceFrom"):
+        peer = _mapping(item, "spec.networkPolicy.inferenceFrom[]")
+        namespaces, pods = (_labels(peer, key) for key in ("namespaceSelector", "podSelector"))
+        if namespaces is None and pods is None:
+            raise SpecError(
+                "InvalidSpec", "spec.networkPolicy.inferenceFrom entries need namespaceSelector or podSelector"
+            )
+        peers.append(Peer(namespaces, pods))
+    metrics = raw.get("metricsNamespaces", list(DEFAULT_METRICS_NAMESPACES))
+    return NetworkPolicySpec(
+        enabled=enabled,
+        inference_from=tuple(peers),
+        metrics_namespaces=tuple(
+            _string(n, "spec.networkPolicy.metricsNamespaces[]")
+            for n in _sequence(metrics, "spec.networkPolicy.metricsNamespaces")
+        ),
+    )
+
+
+def _labels(peer: Mapping[str, Any], key: str) -> tuple[tuple[str, str], ...] | None:
+    """A selector's matchLabels, sorted; None when the selector is absent ({} selects everything)."""
+    if key not in peer:
+        return None
+    labels = _mapping(_mapping(peer[key], f"spec.networkPolicy.inferenceFrom[].{key}").get("matchLabels", {}), key)
+    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+def _parse_auth(raw: Any) -> AuthSpec | None:
+    if raw is None:
+        return None
+    auth = _mapping(raw, "spec.auth")
+    return AuthSpec(
+        token_secret_name=_string(auth.get("tokenSecretName"), "spec.auth.tokenSecretName"),
+        token_key=_string(auth.get("tokenKey", DEFAULT_TOKEN_KEY), "spec.auth.tokenKey"),
+    )
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:

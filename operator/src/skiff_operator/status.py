@@ -46,6 +46,12 @@ class Reason(enum.StrEnum):
     TLS_SECRET_INVALID = "TLSSecretInvalid"  # noqa: S105
     CERT_MANAGER_NOT_INSTALLED = "CertManagerNotInstalled"
     CERTIFICATE_PENDING = "CertificatePending"
+    # ownership and what a model may reference (skiff_operator.ownership)
+    NAME_CONFLICT = "NameConflict"
+    SECRET_REFUSED = "SecretRefused"  # noqa: S105 - a reason, not a password
+    # spec.auth (skiff_operator.auth)
+    AUTH_SECRET_MISSING = "AuthSecretMissing"  # noqa: S105
+    AUTH_SECRET_INVALID = "AuthSecretInvalid"  # noqa: S105
 
 
 # Problems that stop a rollout until something changes (Progressing=False), rather than slow it down.

@@ -16,7 +16,17 @@ from typing import Any, Protocol
 from cryptography import x509
 
 from skiff_operator import certs, names
+from skiff_operator.ownership import (
+    CERTIFICATE_NAME_ANNOTATION,
+    Holder,
+    Occupant,
+    StoredSecret,
+    foreign_holder,
+    name_conflict_message,
+    refused_secret_message,
+)
 from skiff_operator.render.tls import (
+    CERT_MANAGER_API_VERSION,
     CERTIFICATE_CRD,
     CERTIFICATE_CRD_VERSION,
     render_ca_secret,
@@ -38,9 +48,11 @@ class TLSCluster(Protocol):
 
     async def apply(self, manifest: Mapping[str, Any]) -> None: ...
 
-    async def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None: ...
+    async def read_secret(self, namespace: str, name: str) -> StoredSecret | None: ...
 
     async def crd_serves(self, name: str, version: str) -> bool: ...
+
+    async def read_controller(self, api_version: str, kind: str, namespace: str, name: str) -> Holder | None: ...
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,12 @@ async def _self_signed(model: InferenceModel, cluster: TLSCluster, now: datetime
     events: list[StatusEvent] = []
     applied: list[str] = []
 
-    ca = _usable_ca(await cluster.read_secret(namespace, ca_name), now)
+    stored_ca = await cluster.read_secret(namespace, ca_name)
+    stored_server = await cluster.read_secret(namespace, secret_name)
+    conflict = _conflict(model, [("Secret", ca_name, stored_ca), ("Secret", secret_name, stored_server)])
+    if conflict is not None:
+        return TLSState(TLSMode.SELF_SIGNED, secret_name, problem=conflict)
+    ca = _usable_ca(stored_ca.data if stored_ca else None, now)
     if ca is None:
         # A common name is at most 64 characters: the model's (at most 42), not the namespace's (up to 63).
         ca = certs.issue_ca(f"{model.ref.name} skiff CA", now)
@@ -101,7 +118,7 @@ async def _self_signed(model: InferenceModel, cluster: TLSCluster, now: datetime
         events.append(StatusEvent("Normal", CERTIFICATE_ISSUED, f"issued CA in Secret {ca_name}, valid until {until}"))
 
     wanted = tls_dns_names(model)
-    stored = await cluster.read_secret(namespace, secret_name) or {}
+    stored = stored_server.data if stored_server else {}
     decision = certs.decide_renewal(stored.get(certs.TLS_CERT_KEY), wanted, now, certs.ca_fingerprint(ca.cert_pem))
     if not decision.renew:
         problems = certs.check_tls_secret(stored, now)
@@ -155,8 +172,8 @@ async def _user_secret(model: InferenceModel, cluster: TLSCluster, now: datetime
     secret_name = model.spec.tls.secret_name
     assert secret_name is not None  # parse_tls requires it in mode Secret
     namespace = model.ref.namespace
-    data = await cluster.read_secret(namespace, secret_name)
-    if data is None:
+    secret = await cluster.read_secret(namespace, secret_name)
+    if secret is None:
         return TLSState(
             TLSMode.SECRET,
             secret_name,
@@ -167,6 +184,10 @@ async def _user_secret(model: InferenceModel, cluster: TLSCluster, now: datetime
                 "SelfSigned",
             ),
         )
+    refused = refused_secret_message(secret, f"spec.tls.secretName: Secret {secret_name!r}")
+    if refused is not None:
+        return TLSState(TLSMode.SECRET, secret_name, problem=Problem(Reason.SECRET_REFUSED, refused))
+    data = secret.data
     problems = certs.check_tls_secret(data, now)
     if problems:
         return TLSState(
@@ -191,8 +212,22 @@ async def _cert_manager(model: InferenceModel, cluster: TLSCluster, now: datetim
                 f"cert-manager ({CERT_MANAGER_INSTALL}), or use tls.mode SelfSigned",
             ),
         )
+    namespace = model.ref.namespace
+    certificate = await cluster.read_controller(CERT_MANAGER_API_VERSION, "Certificate", namespace, secret_name)
+    secret = await cluster.read_secret(namespace, secret_name)
+    # cert-manager writes the Secret named in the Certificate, whoever made it: one it did not issue for this
+    # model's Certificate (no matching annotation) would be taken over through it.
+    foreign_secret = secret is not None and secret.annotations.get(CERTIFICATE_NAME_ANNOTATION) != secret_name
+    taken = []
+    if certificate is not None and foreign_holder(certificate, model.ref.uid):
+        taken.append(Occupant("Certificate", secret_name, certificate))
+    if foreign_secret and secret is not None:
+        taken.append(Occupant("Secret", secret_name, secret.holder))
+    if taken:
+        problem = Problem(Reason.NAME_CONFLICT, name_conflict_message(taken))
+        return TLSState(TLSMode.CERT_MANAGER, secret_name, problem=problem)
     applied = (await _apply(cluster, render_certificate(model)),)
-    stored = await cluster.read_secret(model.ref.namespace, secret_name) or {}
+    stored = secret.data if secret else {}
     # Only what the pods need: a chain through an intermediate would fail a direct check against ca.crt.
     problems = certs.check_tls_secret({k: v for k, v in stored.items() if k != certs.CA_CERT_KEY}, now)
     if problems:
@@ -215,20 +250,33 @@ async def _cert_manager(model: InferenceModel, cluster: TLSCluster, now: datetim
 
 async def _client_ca_problem(model: InferenceModel, cluster: TLSCluster, secret_name: str) -> Problem | None:
     namespace = model.ref.namespace
-    data = await cluster.read_secret(namespace, secret_name)
+    secret = await cluster.read_secret(namespace, secret_name)
     where = f"spec.tls.clientCASecretName: Secret {secret_name!r}"
-    if data is None:
+    if secret is None:
         return Problem(
             Reason.TLS_SECRET_MISSING,
             f"{where} not found in namespace {namespace}; create it with the client CA in key {certs.CA_CERT_KEY!r}",
         )
+    refused = refused_secret_message(secret, where)
+    if refused is not None:
+        return Problem(Reason.SECRET_REFUSED, refused)
     try:
-        certs.read_certificate(data.get(certs.CA_CERT_KEY) or b"")
+        certs.read_certificate(secret.data.get(certs.CA_CERT_KEY) or b"")
     except ValueError:
         return Problem(
             Reason.TLS_SECRET_INVALID, f"{where}: key {certs.CA_CERT_KEY!r} is missing or not a PEM certificate"
         )
     return None
+
+
+def _conflict(model: InferenceModel, written: list[tuple[str, str, StoredSecret | None]]) -> Problem | None:
+    """NameConflict for the Secrets this step writes that exist and are not controlled by the model."""
+    taken = [
+        Occupant(kind, name, stored.holder)
+        for kind, name, stored in written
+        if stored is not None and foreign_holder(stored.holder, model.ref.uid)
+    ]
+    return Problem(Reason.NAME_CONFLICT, name_conflict_message(taken)) if taken else None
 
 
 async def _apply(cluster: TLSCluster, manifest: Mapping[str, Any]) -> str:

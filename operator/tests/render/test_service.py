@@ -64,6 +64,7 @@ def test_render_manifests_lists_every_child_once(make_body: Body) -> None:
         ("Deployment", "bert-v2"),
         ("Service", "bert-v2"),
         ("Service", "bert"),
+        ("NetworkPolicy", "bert"),
     ]
     assert all(len(name) <= 63 for _, name in kinds_and_names)
 

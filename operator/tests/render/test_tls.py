@@ -23,6 +23,7 @@ from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
 
 Body = Callable[..., dict[str, Any]]
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
+TLS_ITEMS = [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]  # never the whole Secret
 TWO_VERSIONS = {
     "versions": [{"name": "v1", "modelUri": "pvc://models/a"}, {"name": "v2", "modelUri": "pvc://models/b"}],
     "traffic": [{"version": "v1", "percent": 90}, {"version": "v2", "percent": 10}],
@@ -87,7 +88,7 @@ def test_disabled_mounts_nothing_and_sets_no_tls_env(make_body: Body) -> None:
 def test_tls_secret_is_mounted_read_only_and_named_in_env(make_body: Body, tls: dict[str, Any], secret: str) -> None:
     body = make_body(tls=tls)
     volumes = deployment(body)["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "tls", "secret": {"secretName": secret, "defaultMode": 0o440}} in volumes
+    assert {"name": "tls", "secret": {"secretName": secret, "defaultMode": 0o440, "items": TLS_ITEMS}} in volumes
     assert {"name": "tls", "mountPath": "/etc/skiff/tls", "readOnly": True} in container(body)["volumeMounts"]
     variables = env(body)
     assert variables["SKIFF_TLS_CERT_FILE"] == "/etc/skiff/tls/tls.crt"
@@ -100,7 +101,10 @@ def test_tls_secret_is_mounted_read_only_and_named_in_env(make_body: Body, tls: 
 def test_mutual_tls_mounts_the_client_ca(make_body: Body) -> None:
     body = make_body(tls={"mode": "SelfSigned", "clientCASecretName": "clients"})
     volumes = deployment(body)["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "client-ca", "secret": {"secretName": "clients", "defaultMode": 0o440}} in volumes
+    assert {
+        "name": "client-ca",
+        "secret": {"secretName": "clients", "defaultMode": 0o440, "items": [{"key": "ca.crt", "path": "ca.crt"}]},
+    } in volumes
     mounts = container(body)["volumeMounts"]
     assert {"name": "client-ca", "mountPath": "/etc/skiff/client-ca", "readOnly": True} in mounts
     assert env(body)["SKIFF_TLS_CLIENT_CA_FILE"] == "/etc/skiff/client-ca/ca.crt"
@@ -171,3 +175,21 @@ def test_parser_rejects_what_the_crd_rejects(make_body: Body, tls: dict[str, Any
     body["spec"]["tls"] = tls  # as if the CRD's rules were older than this operator
     with pytest.raises(SpecError):
         parse_inference_model(body)
+
+
+@pytest.mark.parametrize(
+    "tls",
+    [
+        {"mode": "SelfSigned", "clientCASecretName": "clients"},
+        {"mode": "Secret", "secretName": "mine"},
+        {"mode": "CertManager", "issuerRef": {"name": "corp"}},
+    ],
+)
+def test_every_secret_volume_projects_named_keys_only(make_body: Body, tls: dict[str, Any]) -> None:
+    model = parse_inference_model(make_body(tls=tls))
+    volumes = render_deployment(model, model.spec.versions[0])["spec"]["template"]["spec"]["volumes"]
+    secrets = [v["secret"] for v in volumes if "secret" in v]
+    assert secrets
+    assert all(s["items"] for s in secrets)
+    keys = {item["key"] for s in secrets for item in s["items"]}
+    assert keys <= {"tls.crt", "tls.key", "ca.crt"}

@@ -40,3 +40,8 @@ CLIENT_CA_DIR = "/etc/skiff/client-ca"  # mutual TLS: a Secret holding ca.crt
 ENV_TLS_CERT_FILE = "SKIFF_TLS_CERT_FILE"
 ENV_TLS_KEY_FILE = "SKIFF_TLS_KEY_FILE"
 ENV_TLS_CLIENT_CA_FILE = "SKIFF_TLS_CLIENT_CA_FILE"
+
+# Bearer-token auth of inference RPCs (spec.auth): the token Secret's key is mounted as one file.
+AUTH_DIR = "/etc/skiff/auth"
+AUTH_TOKEN_FILE_NAME = "token"  # noqa: S105 - a file name, not a password
+ENV_AUTH_TOKEN_FILE = "SKIFF_AUTH_TOKEN_FILE"  # noqa: S105

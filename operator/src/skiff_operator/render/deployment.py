@@ -9,6 +9,7 @@ from typing import Any
 
 from skiff_operator import names
 from skiff_operator.render import contract
+from skiff_operator.render.auth import render_auth_env, render_auth_mounts, render_auth_volumes
 from skiff_operator.render.common import render_metadata
 from skiff_operator.render.tls import render_tls_annotations, render_tls_env, render_tls_mounts, render_tls_volumes
 from skiff_operator.spec import InferenceModel, ModelSpec, TensorRTPrecision, Toleration, Version
@@ -92,6 +93,7 @@ def _render_pod_spec(model: InferenceModel, version: Version) -> dict[str, Any]:
             },
             {"name": "tmp", "emptyDir": {}},
             *render_tls_volumes(model),
+            *render_auth_volumes(model),
         ],
     }
     scheduling = spec.scheduling
@@ -146,7 +148,12 @@ def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]
             {"name": "metrics", "containerPort": contract.METRICS_PORT, "protocol": "TCP"},
         ],
         "resources": render_resources(version),
-        "volumeMounts": [mount, {"name": "tmp", "mountPath": contract.TMP_DIR}, *render_tls_mounts(model)],
+        "volumeMounts": [
+            mount,
+            {"name": "tmp", "mountPath": contract.TMP_DIR},
+            *render_tls_mounts(model),
+            *render_auth_mounts(model),
+        ],
         **render_probes(model.ref.name, model.spec),
         "securityContext": {
             "runAsNonRoot": True,
@@ -186,6 +193,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_GRACE_PERIOD_S, runtime.grace_period_s),
         (contract.ENV_LOG_LEVEL, runtime.log_level.value),
         *render_tls_env(model),
+        *render_auth_env(model),
     ]
     return [{"name": name, "value": _env_value(value)} for name, value in values if value is not None]
 

@@ -46,9 +46,11 @@ def render_tls_volumes(model: InferenceModel) -> list[dict[str, Any]]:
     secret = tls_secret_name(model)
     if secret is None:
         return []
-    volumes = [_secret_volume(TLS_VOLUME, secret)]
+    keys = (certs.TLS_CERT_KEY, certs.TLS_KEY_KEY)
+    volumes = [secret_volume(TLS_VOLUME, secret, {key: key for key in keys})]
     if model.spec.tls.client_ca_secret_name:
-        volumes.append(_secret_volume(CLIENT_CA_VOLUME, model.spec.tls.client_ca_secret_name))
+        client_ca = {certs.CA_CERT_KEY: certs.CA_CERT_KEY}
+        volumes.append(secret_volume(CLIENT_CA_VOLUME, model.spec.tls.client_ca_secret_name, client_ca))
     return volumes
 
 
@@ -123,8 +125,12 @@ def render_certificate(model: InferenceModel) -> dict[str, Any]:
     }
 
 
-def _secret_volume(name: str, secret: str) -> dict[str, Any]:
-    return {"name": name, "secret": {"secretName": secret, "defaultMode": SECRET_FILE_MODE}}
+def secret_volume(name: str, secret: str, files: Mapping[str, str]) -> dict[str, Any]:
+    """A Secret volume that projects only the keys of `files` (key -> file name), never the whole Secret: whatever
+    else it holds, a CA key or a token, stays out of the pod. A missing key keeps the pod in ContainerCreating, so
+    the reconcile checks the keys before the Deployment changes."""
+    items = [{"key": key, "path": path} for key, path in files.items()]
+    return {"name": name, "secret": {"secretName": secret, "defaultMode": SECRET_FILE_MODE, "items": items}}
 
 
 def _secret(model: InferenceModel, name: str, kind: str, data: Mapping[str, bytes]) -> dict[str, Any]:

@@ -1,0 +1,357 @@
+"""A shared cluster against a real API server: the operator never takes over an object it does not control
+(NameConflict, the victim unchanged), never mounts a service-account token, renders a NetworkPolicy the API
+server accepts; the chart's ValidatingAdmissionPolicy refuses a tenant who may only create InferenceModels in
+one namespace when the model names a Secret or claim the tenant cannot read, a disallowed image, PriorityClass
+or toleration; and the chart's RBAC is minimal: with one verb removed, a named check fails.
+
+No network plugin runs on kwok's simulated nodes, so NetworkPolicies are checked as objects (accepted, with the
+expected selectors), not enforced; docs/security.md says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster import Kubectl, eventually
+from e2e.harness import OperatorProcess, condition, load_example
+from e2e.helm import Helm, documents
+from e2e.test_install import (
+    RELEASE,
+    ChartOperator,
+    chart_deployment,
+    forbidden_lines,
+    install,
+    service_account_kubeconfig,
+)
+
+TENANT = "tenant"
+READY_JSONPATH = '{.status.conditions[?(@.type=="Ready")].reason}'
+
+
+def wait_reason(kube: Kubectl, namespace: str, name: str, reason: str) -> dict[str, Any]:
+    kube.run(
+        "wait", f"--for=jsonpath={READY_JSONPATH}={reason}", f"inferencemodel/{name}", "-n", namespace, "--timeout=90s"
+    )
+    model: dict[str, Any] = kube.get("inferencemodel", name, "-n", namespace)
+    return model
+
+
+def model_events(kube: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.kind=InferenceModel,involvedObject.name={name}"
+    return list(kube.get("events", "-n", namespace, "--field-selector", selector)["items"])
+
+
+def comparable(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a takeover would change: labels, owners, spec and data (not the server's bookkeeping)."""
+    metadata = manifest["metadata"]
+    kept = {key: metadata.get(key) for key in ("labels", "ownerReferences", "uid", "resourceVersion")}
+    return {"metadata": kept, **{k: manifest.get(k) for k in ("spec", "data", "type")}}
+
+
+# -- ownership before apply ---------------------------------------------------------------------------------
+
+
+def test_an_existing_service_and_secret_are_never_taken_over(
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
+) -> None:
+    model = load_example("tls", namespace)
+    name = model["metadata"]["name"]
+    victims: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": "victim"}},
+            "spec": {"selector": {"app": "victim"}, "ports": [{"port": 443}]},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{name}-tls-ca", "namespace": namespace},
+            "stringData": {"password": "hunter2"},
+        },
+    ]
+    kube.apply(victims)
+    before = [comparable(kube.get(v["kind"].lower(), v["metadata"]["name"], "-n", namespace)) for v in victims]
+
+    kube.apply(model)
+    stored = wait_reason(kube, namespace, name, "NameConflict")
+    message = condition(stored, "Ready")["message"]
+    assert f"Secret/{name}-tls-ca exists and it has no controller" in message
+    assert "hunter2" not in json.dumps(stored)
+    eventually(
+        lambda: [
+            e for e in model_events(kube, namespace, name) if (e["type"], e["reason"]) == ("Warning", "NameConflict")
+        ],
+        timeout=30,
+        what="a NameConflict Event on the model",
+    )
+    # Fix the Secret's name clash: the next reconcile meets the Service's.
+    kube.run("delete", "secret", f"{name}-tls-ca", "-n", namespace)
+    eventually(
+        lambda: (
+            f"Service/{name} exists" in condition(kube.get("inferencemodel", name, "-n", namespace), "Ready")["message"]
+        ),
+        timeout=60,
+        what="NameConflict naming the Service",
+    )
+    assert comparable(kube.get("service", name, "-n", namespace)) == before[0]
+    assert kube.items("deployment", namespace, f"skiff.dev/model={name}") == []  # nothing of the model applied
+
+    # Deleting the model leaves the victim: it was never the model's child.
+    kube.run("delete", "inferencemodel", name, "-n", namespace, "--wait=true", "--timeout=60s")
+    assert comparable(kube.get("service", name, "-n", namespace)) == before[0]
+
+
+def test_two_models_rendering_one_name_the_second_is_refused(
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
+) -> None:
+    first = load_example("cpu", namespace)
+    first["metadata"]["name"] = "a"
+    first["spec"]["versions"][0]["name"] = "b-c"
+    second = copy.deepcopy(first)
+    second["metadata"]["name"] = "a-b"
+    second["spec"]["versions"][0]["name"] = "c"
+    kube.apply(first)
+    kube.run("wait", "--for=condition=Ready", "inferencemodel/a", "-n", namespace, "--timeout=120s")
+    deployment = kube.get("deployment", "a-b-c", "-n", namespace)
+
+    kube.apply(second)
+    stored = wait_reason(kube, namespace, "a-b", "NameConflict")
+    assert "Deployment/a-b-c exists and it is controlled by InferenceModel a" in condition(stored, "Ready")["message"]
+    after = kube.get("deployment", "a-b-c", "-n", namespace)
+    assert comparable(after) == comparable(deployment)
+    assert condition(kube.get("inferencemodel", "a", "-n", namespace), "Ready")["status"] == "True"
+
+
+def test_a_service_account_token_secret_is_never_mounted(
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
+) -> None:
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/service-account-token",
+            "metadata": {
+                "name": "default-token",
+                "namespace": namespace,
+                "annotations": {"kubernetes.io/service-account.name": "default"},
+            },
+        }
+    )
+    eventually(
+        lambda: (kube.get("secret", "default-token", "-n", namespace).get("data") or {}).get("ca.crt"),
+        timeout=60,
+        what="the token controller to fill the token Secret (it has a ca.crt)",
+    )
+    model = load_example("tls", namespace)
+    model["spec"]["tls"]["clientCASecretName"] = "default-token"
+    kube.apply(model)
+    stored = wait_reason(kube, namespace, model["metadata"]["name"], "SecretRefused")
+    assert "never mounts service-account tokens" in condition(stored, "Ready")["message"]
+    assert kube.items("deployment", namespace, f"skiff.dev/model={model['metadata']['name']}") == []
+
+
+# -- NetworkPolicy --------------------------------------------------------------------------------------------
+
+
+def test_network_policy_is_accepted_with_the_expected_selectors_and_removed_on_opt_out(
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
+) -> None:
+    model = load_example("cpu", namespace)
+    name = model["metadata"]["name"]
+    model["spec"]["networkPolicy"] = {
+        "inferenceFrom": [{"namespaceSelector": {"matchLabels": {"team": "fraud"}}}],
+        "metricsNamespaces": ["monitoring"],
+    }
+    kube.apply(model)
+    kube.run("wait", "--for=condition=Ready", f"inferencemodel/{name}", "-n", namespace, "--timeout=120s")
+    policy = kube.get("networkpolicy", name, "-n", namespace)
+    assert policy["metadata"]["ownerReferences"][0]["kind"] == "InferenceModel"
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"skiff.dev/model": name}}
+    # The policy selects the model's pods, as the API server evaluates the selector.
+    selected = kube.items("pod", namespace, f"skiff.dev/model={name}")
+    assert len(selected) == model["spec"]["versions"][0]["replicas"]
+    ingress = {rule["ports"][0]["port"]: rule for rule in policy["spec"]["ingress"]}
+    assert ingress[8001]["from"] == [{"namespaceSelector": {"matchLabels": {"team": "fraud"}}}]
+    assert "from" not in ingress[8002]
+    assert ingress[8003]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
+
+    kube.run(
+        "patch",
+        "inferencemodel",
+        name,
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"networkPolicy":{"enabled":false}}}',
+    )
+    eventually(
+        lambda: kube.get_or_none("networkpolicy", name, namespace) is None, timeout=60, what="the policy deleted"
+    )
+
+
+# -- the admission policy: what a tenant may make the operator do -----------------------------------------------
+
+
+def admission_policy(helm_: Helm, namespace: str) -> list[dict[str, Any]]:
+    """The chart's ValidatingAdmissionPolicy and binding, as `helm install` in `namespace` would create them."""
+    rendered = helm_.template(release=RELEASE, namespace=namespace)
+    return [d for d in documents(rendered) if d["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+@pytest.fixture
+def policy(kube: Kubectl, helm: Helm, namespace: str) -> Iterator[list[dict[str, Any]]]:
+    """The policy and its binding for the test's namespace; deleted afterwards (they are cluster-scoped)."""
+    objects = admission_policy(helm, namespace)
+    kube.apply(objects)
+    try:
+        yield objects
+    finally:
+        for item in objects:
+            kube.run("delete", item["kind"].lower(), item["metadata"]["name"], "--ignore-not-found")
+
+
+@pytest.fixture
+def tenant(kube: Kubectl, namespace: str, tmp_path: Path) -> Kubectl:
+    """A ServiceAccount that may create InferenceModels in the namespace and read one Secret and one claim."""
+    rules = [
+        {"apiGroups": ["skiff.dev"], "resources": ["inferencemodels"], "verbs": ["get", "list", "create", "patch"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["readable"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "resourceNames": ["models"], "verbs": ["get"]},
+    ]
+    kube.apply(
+        [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": TENANT, "namespace": namespace}},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": TENANT, "namespace": namespace},
+                "rules": rules,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": TENANT, "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TENANT},
+                "subjects": [{"kind": "ServiceAccount", "name": TENANT, "namespace": namespace}],
+            },
+        ]
+    )
+    for secret in ("readable", "hidden"):
+        kube.run("create", "secret", "generic", secret, "-n", namespace, "--from-literal=ca.crt=x")
+    return Kubectl(service_account_kubeconfig(kube, namespace, TENANT, tmp_path / "tenant.kubeconfig"), kube.binary)
+
+
+def tenant_model(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    body = load_example("cpu", namespace)
+    body["metadata"]["name"] = name
+    body["spec"].update(spec)
+    return body
+
+
+def create_as(user: Kubectl, body: dict[str, Any]) -> tuple[int, str]:
+    done = user.attempt("create", "-f", "-", stdin=json.dumps(body))
+    return done.returncode, done.stderr
+
+
+def first_refusal(kube: Kubectl, user: Kubectl, body: dict[str, Any]) -> str:
+    """The error of `user` creating `body`, once the API server has loaded the policy (a few seconds after it is
+    created): until then an admitted model is deleted and the create tried again."""
+
+    def attempt() -> str | None:
+        code, stderr = create_as(user, body)
+        if code == 0:
+            kube.run("delete", "inferencemodel", body["metadata"]["name"], "-n", body["metadata"]["namespace"])
+            return None
+        return stderr
+
+    return eventually(attempt, timeout=60, what=f"the admission policy to refuse {body['metadata']['name']}")
+
+
+def test_tenant_is_refused_what_it_could_not_do_itself(
+    kube: Kubectl, namespace: str, claims: list[str], policy: list[dict[str, Any]], tenant: Kubectl
+) -> None:
+    user = f"system:serviceaccount:{namespace}:{TENANT}"
+    hidden = tenant_model(namespace, "hidden", tls={"mode": "SelfSigned", "clientCASecretName": "hidden"})
+    refused = first_refusal(kube, tenant, hidden)
+    assert f"you ({user}) cannot get Secret hidden in namespace {namespace}, so spec.tls.clientCASecretName" in refused
+
+    cases = {
+        "claim": (tenant_model(namespace, "claim", versions=[{"name": "v1", "modelUri": "pvc://fraud-models/x"}]),
+                  "cannot get every PersistentVolumeClaim the versions mount (fraud-models)"),
+        "image": (tenant_model(namespace, "image", runtime={"image": "evil.example/miner:1"}),
+                  "image evil.example/miner:1 is not allowed"),
+        "priority": (tenant_model(namespace, "priority", scheduling={"priorityClassName": "system-node-critical"}),
+                     "scheduling.priorityClassName system-node-critical is not allowed"),
+        "tolerate-all": (tenant_model(namespace, "tolerate-all", scheduling={"tolerations": [{"operator": "Exists"}]}),
+                         "may not tolerate every taint"),
+        "control-plane": (
+            tenant_model(namespace, "control-plane", scheduling={
+                "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}),
+            "may not tolerate every taint",
+        ),
+    }  # fmt: skip
+    for case, (body, expected) in cases.items():
+        code, stderr = create_as(tenant, body)
+        assert code != 0, f"{case}: the tenant's model was admitted"
+        assert expected in stderr, f"{case}: {stderr}"
+
+    # What the tenant may read, it may mount; an allowed model is admitted.
+    allowed = tenant_model(namespace, "allowed", tls={"mode": "SelfSigned", "clientCASecretName": "readable"})
+    assert create_as(tenant, allowed) == (0, "")
+    # The tenant's own RBAC keeps it out of other namespaces.
+    elsewhere = tenant_model("default", "elsewhere")
+    code, stderr = create_as(tenant, elsewhere)
+    assert code != 0
+    assert "forbidden" in stderr.lower()
+    # An admin (who can read every Secret) passes the Secret check the tenant failed.
+    assert create_as(kube, hidden)[0] == 0
+
+
+# -- the chart's RBAC is minimal: a removed verb fails a named check -------------------------------------------
+
+
+NEGATIVE_CONTROLS = {
+    # (resource, verb removed): what breaks, as it shows in the operator's log or the model's status
+    ("secrets", "patch"): "secrets",
+    ("networkpolicies", "list"): "networkpolicies",
+    ("pods", "watch"): "pods",
+}
+
+
+@pytest.mark.parametrize(("resource", "verb"), list(NEGATIVE_CONTROLS), ids=lambda x: str(x))
+def test_a_verb_removed_from_the_chart_role_is_forbidden(
+    kube: Kubectl,
+    helm: Helm,
+    namespace: str,
+    claims: list[str],
+    simulated_nodes: None,
+    tmp_path: Path,
+    resource: str,
+    verb: str,
+) -> None:
+    install(helm, namespace, "crds.install=false", "operator.resyncSeconds=10", "admissionPolicy.enabled=false")
+    role = kube.get("role", RELEASE, "-n", namespace)
+    for rule in role["rules"]:
+        if resource in rule["resources"]:
+            assert verb in rule["verbs"], f"the chart grants no {verb} on {resource}: the control would prove nothing"
+            rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+    kube.run("replace", "-f", "-", stdin=json.dumps(role))
+    kubeconfig = service_account_kubeconfig(kube, namespace, RELEASE, tmp_path / "sa.kubeconfig")
+
+    model = load_example("tls", namespace)
+    with ChartOperator(chart_deployment(kube, namespace), kubeconfig, tmp_path / "operator.log") as operator:
+        kube.apply(model)
+        lines = eventually(
+            lambda: [line for line in forbidden_lines(operator.log(), kube, model) if resource in line],
+            timeout=60,
+            what=f"Forbidden on {resource} in the operator's log or the model's status",
+        )
+        assert lines

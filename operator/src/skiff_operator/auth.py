@@ -1,0 +1,37 @@
+"""The auth step of a reconcile: the token Secret spec.auth names must exist, hold a token and not be a
+service-account token; until it does, the Deployments stay as they are (their pods could not start)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from skiff_operator.ownership import StoredSecret, refused_secret_message
+from skiff_operator.spec import InferenceModel
+from skiff_operator.status import Problem, Reason
+
+
+class AuthCluster(Protocol):
+    async def read_secret(self, namespace: str, name: str) -> StoredSecret | None: ...
+
+
+async def check_auth(model: InferenceModel, cluster: AuthCluster) -> Problem | None:
+    """What holds the model back on spec.auth; None when there is nothing to check or all is well. The token's
+    value is never read into a message."""
+    auth = model.spec.auth
+    if auth is None:
+        return None
+    namespace = model.ref.namespace
+    where = f"spec.auth.tokenSecretName: Secret {auth.token_secret_name!r}"
+    secret = await cluster.read_secret(namespace, auth.token_secret_name)
+    if secret is None:
+        return Problem(
+            Reason.AUTH_SECRET_MISSING,
+            f"{where} not found in namespace {namespace}; create it with the bearer token in key {auth.token_key!r} "
+            f"(kubectl create secret generic {auth.token_secret_name} --from-file={auth.token_key}=token.txt)",
+        )
+    refused = refused_secret_message(secret, where)
+    if refused is not None:
+        return Problem(Reason.SECRET_REFUSED, refused)
+    if not secret.data.get(auth.token_key, b"").strip():
+        return Problem(Reason.AUTH_SECRET_INVALID, f"{where}: key {auth.token_key!r} is missing or empty")
+    return None

@@ -1,0 +1,66 @@
+"""Renders the NetworkPolicy that guards a model's pods: who may reach the inference, health and metrics ports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skiff_operator import names
+from skiff_operator.render import contract
+from skiff_operator.render.common import render_metadata
+from skiff_operator.spec import InferenceModel, Peer
+
+NETWORK_POLICY_API_VERSION = "networking.k8s.io/v1"
+NETWORK_POLICY_KIND = "NetworkPolicy"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
+
+
+def render_network_policy(model: InferenceModel) -> dict[str, Any] | None:
+    """Ingress only, on the pods of every version; None when spec.networkPolicy.enabled is false.
+
+    - inference (8001): the peers of spec.networkPolicy.inferenceFrom (default: the model's namespace) and the
+      namespaces of the Gateways in spec.routing.gateways;
+    - health (8002): from anywhere, since kubelet probes come from the node, whose address no rule can name
+      portably;
+    - metrics (8003): pods of spec.networkPolicy.metricsNamespaces; no rule (closed) when that list is empty.
+    """
+    policy = model.spec.network_policy
+    if not policy.enabled:
+        return None
+    peers = [_peer(p) for p in policy.inference_from] or [{"podSelector": {}}]
+    gateway_namespaces = sorted({g.namespace or model.ref.namespace for g in model.spec.routing.gateways})
+    if gateway_namespaces:
+        peers.append({"namespaceSelector": _namespaces(gateway_namespaces)})
+    ingress: list[dict[str, Any]] = [
+        {"ports": [_port(contract.GRPC_PORT)], "from": peers},
+        {"ports": [_port(contract.HEALTH_PORT)]},
+    ]
+    if policy.metrics_namespaces:
+        namespaces = _namespaces(sorted(set(policy.metrics_namespaces)))
+        ingress.append({"ports": [_port(contract.METRICS_PORT)], "from": [{"namespaceSelector": namespaces}]})
+    return {
+        "apiVersion": NETWORK_POLICY_API_VERSION,
+        "kind": NETWORK_POLICY_KIND,
+        "metadata": render_metadata(model, names.model_service_name(model.ref.name), None),
+        "spec": {
+            "podSelector": {"matchLabels": names.selector_labels(model.ref.name)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
+def _peer(peer: Peer) -> dict[str, Any]:
+    rendered: dict[str, Any] = {}
+    if peer.namespace_labels is not None:
+        rendered["namespaceSelector"] = {"matchLabels": dict(peer.namespace_labels)} if peer.namespace_labels else {}
+    if peer.pod_labels is not None:
+        rendered["podSelector"] = {"matchLabels": dict(peer.pod_labels)} if peer.pod_labels else {}
+    return rendered
+
+
+def _namespaces(namespaces: list[str]) -> dict[str, Any]:
+    return {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": namespaces}]}
+
+
+def _port(port: int) -> dict[str, Any]:
+    return {"port": port, "protocol": "TCP"}

@@ -1,0 +1,53 @@
+"""ownership: an object's controller read from its ownerReferences, occupants, and the NameConflict message."""
+
+from __future__ import annotations
+
+from skiff_operator.ownership import (
+    Holder,
+    Occupant,
+    StoredSecret,
+    controller_of,
+    name_conflict_message,
+    name_conflicts,
+    occupants,
+    refused_secret_message,
+)
+
+UID = "uid-1"
+
+
+def owned(uid: str, controller: bool = True) -> dict[str, object]:
+    ref = {
+        "apiVersion": "skiff.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "name": "m",
+        "uid": uid,
+        "controller": controller,
+    }
+    return {"metadata": {"name": "x", "ownerReferences": [ref]}}
+
+
+def test_controller_of_reads_only_the_controller_reference() -> None:
+    assert controller_of(owned(UID)) == Holder("InferenceModel", "m", UID)
+    assert controller_of(owned(UID, controller=False)) == Holder()
+    assert controller_of({"metadata": {"name": "x"}}) == Holder()
+
+
+def test_occupants_are_objects_another_or_no_controller_holds() -> None:
+    found = occupants("Service", [owned(UID), owned("other"), owned(UID, controller=False)], UID)
+    assert [o.holder.uid for o in found] == ["other", None]
+
+
+def test_only_rendered_names_conflict_and_the_message_names_each_object() -> None:
+    taken = [Occupant("Service", "a", Holder()), Occupant("Deployment", "a-b", Holder("InferenceModel", "a", "u"))]
+    conflicts = name_conflicts({("Deployment", "a-b"), ("Service", "b")}, taken)
+    assert conflicts == taken[1:]
+    message = name_conflict_message(conflicts)
+    assert message.startswith("Deployment/a-b exists and it is controlled by InferenceModel a.")
+    assert "rename the model" in message
+
+
+def test_service_account_token_secrets_are_refused_others_are_not() -> None:
+    token = StoredSecret({"token": b"t"}, type="kubernetes.io/service-account-token")
+    assert "never mounts service-account tokens" in (refused_secret_message(token, "spec.x") or "")
+    assert refused_secret_message(StoredSecret({}, type="kubernetes.io/tls"), "spec.x") is None
