@@ -59,3 +59,20 @@ def test_every_third_party_folder_carries_its_license() -> None:
     assert folders == {path.name for path in THIRD_PARTY.iterdir() if path.is_dir()}
     for folder in folders:
         assert "Apache License" in (THIRD_PARTY / folder / "LICENSE").read_text()
+
+
+def test_relative_links_in_the_docs_resolve() -> None:
+    link = re.compile(r"\]\(([^)\s]+)\)")
+    broken = [
+        f"{path.relative_to(REPO)}: {target}"
+        for path in tracked_text_files()
+        if path.suffix == ".md"
+        for target in link.findall(path.read_text())
+        if not target.startswith(("http://", "https://", "#", "mailto:"))
+        and not (path.parent / target.split("#", 1)[0]).exists()
+    ]
+    assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
+
+
+def test_the_readme_fits_a_page() -> None:
+    assert len((REPO / "README.md").read_text().splitlines()) <= 150
