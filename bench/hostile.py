@@ -22,18 +22,11 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from skiff_runtime.codec import encode_varint as varint
+
 MODEL = "two_io"
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 HEALTH_PERIOD_S = 0.01
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def tag(field: int, wire_type: int) -> bytes:

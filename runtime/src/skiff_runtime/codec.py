@@ -10,6 +10,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 from google.protobuf.message import DecodeError, Message
@@ -180,7 +182,7 @@ _MAX_TYPED_ELEMENT_BYTES = 11
 _TYPED_OVERHEAD_BYTES = 64
 
 
-def _parse_contents(name: str, datatype: Datatype, shape: tuple[int, ...], data: bytes) -> pb.InferTensorContents:
+def _parse_contents(name: str, datatype: Datatype, shape: tuple[int, ...], data: memoryview) -> pb.InferTensorContents:
     """Parse typed contents whose head passed every check, after bounding their size by the shape: numeric
     contents larger than `count` elements could ever take are refused before protobuf expands them."""
     count = element_count(shape)
@@ -190,7 +192,7 @@ def _parse_contents(name: str, datatype: Datatype, shape: tuple[int, ...], data:
             f"{datatype.value}{list(shape)} ({count} elements) can take"
         )
     try:
-        return pb.InferTensorContents.FromString(data)
+        return pb.InferTensorContents.FromString(data)  # type: ignore[arg-type]  # upb reads any buffer
     except DecodeError as exc:
         raise InvalidInput(f"malformed ModelInferRequest: input {shown(name)}: contents: {exc}") from None
 
@@ -235,7 +237,7 @@ class _InputHead:
     name: str
     datatype: str
     shape: Sequence[int]
-    contents: pb.InferTensorContents | bytes | None
+    contents: pb.InferTensorContents | memoryview | None
 
 
 # ---- the wire scan: counts and spans, before the protobuf parse ----
@@ -265,13 +267,16 @@ def _varint(data: memoryview, pos: int, end: int | None = None) -> tuple[int, in
     raise InvalidInput("malformed ModelInferRequest: a varint is longer than 10 bytes")
 
 
-@dataclass(frozen=True)
-class _Field:
+class _Field(NamedTuple):
     number: int
     wire_type: int
     start: int  # the tag's first byte
     value: int  # the value's first byte (after the length, for length-delimited fields)
     end: int
+
+
+def _label(where: str, number: int) -> str:
+    return f"{where} field {number}".lstrip()
 
 
 def _scan(
@@ -296,27 +301,34 @@ def _scan(
                 + (f" ({hint})" if hint else "")
             )
         field_start = pos
-        tag, pos = _varint(view, pos, end)
+        tag = view[pos]
+        if tag < 0x80:  # one-byte tags (fields 1-15) are the common case: no call
+            pos += 1
+        else:
+            tag, pos = _varint(view, pos, end)
         number, wire_type = tag >> 3, tag & 7
-        label = f"{where} field {number}".lstrip()
         if number == 0:
             raise InvalidInput(f"malformed ModelInferRequest: {where + ' ' if where else ''}field number 0")
         value = pos
-        if wire_type == 0:
+        if wire_type == _LENGTH_DELIMITED:
+            if pos < end and view[pos] < 0x80:
+                length, value = view[pos], pos + 1
+            else:
+                length, value = _varint(view, pos, end)
+            if length > end - value:
+                raise InvalidInput(
+                    f"malformed ModelInferRequest: {_label(where, number)} declares {length} bytes, "
+                    f"{end - value} remain"
+                )
+            pos = value + length
+        elif wire_type == 0:
             _, pos = _varint(view, pos, end)
         elif wire_type in _FIXED_WIDTH:
             pos += _FIXED_WIDTH[wire_type]
-        elif wire_type == _LENGTH_DELIMITED:
-            length, value = _varint(view, pos, end)
-            if length > end - value:
-                raise InvalidInput(
-                    f"malformed ModelInferRequest: {label} declares {length} bytes, {end - value} remain"
-                )
-            pos = value + length
         else:
-            raise InvalidInput(f"malformed ModelInferRequest: wire type {wire_type} in {label}")
+            raise InvalidInput(f"malformed ModelInferRequest: wire type {wire_type} in {_label(where, number)}")
         if pos > end:
-            raise InvalidInput(f"malformed ModelInferRequest: {label} runs past the end")
+            raise InvalidInput(f"malformed ModelInferRequest: {_label(where, number)} runs past the end")
         if number in counts:
             counts[number] += 1
             if counts[number] > caps[number]:
@@ -344,13 +356,16 @@ def _input_caps(limits: RequestLimits) -> dict[int, int]:
     return {1: 4, 2: 4, _SHAPE_FIELD: MAX_RANK, 4: limits.max_parameters, _CONTENTS_FIELD: 1}
 
 
-def _scan_input(view: memoryview, item: _Field, index: int, limits: RequestLimits) -> _InputHead:
-    """One `inputs` entry: its fields counted, a packed shape bounded by MAX_RANK, the head parsed without the
-    contents (kept as bytes until the head has passed every check)."""
+def _scan_input(
+    view: memoryview, item: _Field, index: int, limits: RequestLimits
+) -> tuple[list[_Field], memoryview | None]:
+    """One `inputs` entry: its fields counted and a packed shape bounded by MAX_RANK; returns the fields of its
+    head (name, datatype, shape, parameters) and its typed contents, kept as bytes until the head has passed
+    every check (None when it has none)."""
     where = f"input {index}"
     fields = _scan(view, item.value, item.end, pb.ModelInferRequest.InferInputTensor, _input_caps(limits), where)
-    head_fields: list[_Field] = []
-    contents: bytes | None = None
+    head: list[_Field] = []
+    contents: memoryview | None = None
     for sub in fields:
         if sub.number == _SHAPE_FIELD and sub.wire_type == _LENGTH_DELIMITED and sub.end - sub.value > 10 * MAX_RANK:
             raise InvalidInput(
@@ -358,14 +373,10 @@ def _scan_input(view: memoryview, item: _Field, index: int, limits: RequestLimit
                 f"rank exceeds the limit of {MAX_RANK}"
             )
         if sub.number == _CONTENTS_FIELD and sub.wire_type == _LENGTH_DELIMITED:
-            contents = bytes(view[sub.value : sub.end])
+            contents = view[sub.value : sub.end]
         else:
-            head_fields.append(sub)
-    try:
-        head = pb.ModelInferRequest.InferInputTensor.FromString(_joined(view, head_fields))
-    except DecodeError as exc:
-        raise InvalidInput(f"malformed ModelInferRequest: {where}: {exc}") from None
-    return _InputHead(head.name, head.datatype, head.shape, contents)
+            head.append(sub)
+    return head, contents
 
 
 def _top_caps(limits: RequestLimits) -> dict[int, int]:
@@ -388,31 +399,49 @@ def split_request(
     data: bytes | memoryview, limits: RequestLimits | None = None
 ) -> tuple[pb.ModelInferRequest, list[_InputHead], list[memoryview]]:
     """Split a serialized ModelInferRequest without expanding anything: every part is counted against `limits`
-    first (a flood of tiny fields costs at most that many tag reads), the non-tensor rest is parsed from merged
-    spans, each input's head (name, datatype, shape) is parsed without its typed contents, and the
-    raw_input_contents are views into `data`: the tensors' bytes are never copied here, where parsing the whole
-    message would copy each of them twice. A malformed or over-full message raises InvalidInput."""
+    first (a flood of tiny fields costs at most that many tag reads), then one protobuf parse reads the rest from
+    merged spans, each input without its typed contents (those stay bytes until the input's name, datatype and
+    shape have passed every check), and the raw_input_contents are views into `data`: the tensors' bytes are never
+    copied here, where parsing the whole message would copy each of them twice. A malformed or over-full message
+    raises InvalidInput."""
     limits = limits or RequestLimits()
     view = memoryview(data).cast("B")
     fields = _scan(view, 0, len(view), pb.ModelInferRequest, _top_caps(limits), hint=limits.hint)
     rest: list[_Field] = []
-    inputs: list[_InputHead] = []
+    heads: list[list[_Field]] = []
+    contents: list[memoryview | None] = []
     raw: list[memoryview] = []
+    outputs = 0
     for item in fields:
-        if item.number == RAW_INPUT_CONTENTS_FIELD and item.wire_type == _LENGTH_DELIMITED:
+        if item.wire_type == _LENGTH_DELIMITED and item.number == RAW_INPUT_CONTENTS_FIELD:
             raw.append(view[item.value : item.end])
-        elif item.number == _INPUTS_FIELD and item.wire_type == _LENGTH_DELIMITED:
-            inputs.append(_scan_input(view, item, len(inputs), limits))
-        else:
-            if item.number == _OUTPUTS_FIELD and item.wire_type == _LENGTH_DELIMITED:
-                where = f"requested output {sum(1 for f in rest if f.number == _OUTPUTS_FIELD)}"
-                _scan(view, item.value, item.end, _OUTPUT_MESSAGE, _OUTPUT_CAPS, where)
-            rest.append(item)
+            continue
+        if item.wire_type == _LENGTH_DELIMITED and item.number == _INPUTS_FIELD:
+            head, typed = _scan_input(view, item, len(heads), limits)
+            heads.append(head)
+            contents.append(typed)
+        elif item.wire_type == _LENGTH_DELIMITED and item.number == _OUTPUTS_FIELD:
+            _scan(view, item.value, item.end, _OUTPUT_MESSAGE, _OUTPUT_CAPS, f"requested output {outputs}")
+            outputs += 1
+        rest.append(item)
+    if any(typed is not None for typed in contents):
+        # Inputs with typed contents: the parse sees every input re-written without them, in order.
+        kept = [f for f in rest if not (f.wire_type == _LENGTH_DELIMITED and f.number == _INPUTS_FIELD)]
+        entries = [_joined(view, head) for head in heads]
+        serialized = _joined(view, kept) + b"".join(_INPUTS_TAG + encode_varint(len(e)) + e for e in entries)
+    else:
+        serialized = _joined(view, rest)
     try:
-        message = pb.ModelInferRequest.FromString(_joined(view, rest))
+        message = pb.ModelInferRequest.FromString(serialized)
     except DecodeError as exc:
         raise InvalidInput(f"malformed ModelInferRequest: {exc}") from None
+    inputs = [_InputHead(t.name, t.datatype, t.shape, typed) for t, typed in zip(message.inputs, contents, strict=True)]
     return message, inputs, raw
+
+
+@cache
+def _limits_for(signature: ModelSignature) -> RequestLimits:
+    return RequestLimits.for_signature(signature)
 
 
 def decode_request_bytes(
@@ -420,7 +449,7 @@ def decode_request_bytes(
 ) -> InferRequest:
     """Decode a serialized ModelInferRequest (see `split_request`). With the model's signature, counts are bounded
     by it and every input's name, datatype and shape is checked against it before any tensor data is decoded."""
-    limits = RequestLimits.for_signature(signature) if signature is not None else RequestLimits()
+    limits = _limits_for(signature) if signature is not None else RequestLimits()
     message, inputs, raw = split_request(data, limits)
     return _decode(message, inputs, raw, signature, max_batch_size)
 
@@ -577,7 +606,8 @@ def encode_response(response: InferResponse) -> pb.ModelInferResponse:
 RAW_OUTPUT_CONTENTS_FIELD = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number
 
 
-def _encode_varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """A protobuf base-128 varint."""
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)
@@ -586,7 +616,8 @@ def _encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-_RAW_OUTPUT_TAG = _encode_varint(RAW_OUTPUT_CONTENTS_FIELD << 3 | _LENGTH_DELIMITED)
+_RAW_OUTPUT_TAG = encode_varint(RAW_OUTPUT_CONTENTS_FIELD << 3 | _LENGTH_DELIMITED)
+_INPUTS_TAG = encode_varint(_INPUTS_FIELD << 3 | _LENGTH_DELIMITED)
 
 
 def encode_response_bytes(response: InferResponse) -> bytes:
@@ -596,7 +627,7 @@ def encode_response_bytes(response: InferResponse) -> bytes:
     parts: list[bytes | memoryview] = [_response_head(response).SerializeToString()]
     for tensor in response.outputs:
         buffer = _tensor_buffer(tensor)
-        parts += [_RAW_OUTPUT_TAG, _encode_varint(len(buffer)), buffer]
+        parts += [_RAW_OUTPUT_TAG, encode_varint(len(buffer)), buffer]
     return b"".join(parts)
 
 

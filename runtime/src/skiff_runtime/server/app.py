@@ -1,10 +1,11 @@
-"""The runtime process: inference + health on the gRPC port, health alone on the plaintext health port,
-Prometheus metrics on the metrics port.
+"""The runtime process: inference + health on the gRPC port, health alone on the plaintext health port (its own
+thread-pool server, so request handling never delays a probe), Prometheus metrics on the metrics port.
 
 Lifecycle: ports open at once with health NOT_SERVING; the workers load and warm the model; health turns
 SERVING. SIGTERM/SIGINT: health NOT_SERVING, new RPCs refused with UNAVAILABLE, accepted ones answered within
-the grace period, exit 0. A model that cannot load, or a worker process that dies, exits 1 (Kubernetes
-restarts the pod and the last log line says why).
+the grace period, exit 0. A model that cannot load exits 1 (Kubernetes restarts the pod and the last log line
+says why). A worker process that dies is replaced (health is NOT_SERVING while no worker can run a batch); one
+that cannot be replaced exits 1.
 """
 
 from __future__ import annotations
