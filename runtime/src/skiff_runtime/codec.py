@@ -8,7 +8,7 @@ viewed in place (`np.frombuffer`), typed contents are counted before conversion.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import NamedTuple
@@ -445,12 +445,18 @@ def _limits_for(signature: ModelSignature) -> RequestLimits:
 
 
 def decode_request_bytes(
-    data: bytes | memoryview, signature: ModelSignature | None = None, max_batch_size: int | None = None
+    data: bytes | memoryview,
+    signature: ModelSignature | None = None,
+    max_batch_size: int | None = None,
+    check_model: Callable[[str, str], None] | None = None,
 ) -> InferRequest:
     """Decode a serialized ModelInferRequest (see `split_request`). With the model's signature, counts are bounded
-    by it and every input's name, datatype and shape is checked against it before any tensor data is decoded."""
+    by it and every input's name, datatype and shape is checked against it before any tensor data is decoded;
+    `check_model(name, version)` runs first, so a request for another model hears that before anything else."""
     limits = _limits_for(signature) if signature is not None else RequestLimits()
     message, inputs, raw = split_request(data, limits)
+    if check_model is not None:
+        check_model(message.model_name, message.model_version)
     return _decode(message, inputs, raw, signature, max_batch_size)
 
 
