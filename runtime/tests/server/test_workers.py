@@ -206,7 +206,9 @@ def test_a_worker_killed_under_load_is_replaced_and_its_batch_retried(runtime_fa
     assert runtime.proc.poll() is None  # the pod stays up
     assert _health(runtime) == "SERVING"
     assert set(_load(runtime.target, 2, clients=2)) == {"OK"}  # both workers answer again
-    assert "skiff_workers 2.0" in _metrics(runtime.metrics_port)
+    text = _metrics(runtime.metrics_port)
+    assert "skiff_workers 2.0" in text
+    assert "skiff_worker_exits_total 1.0" in text
     assert runtime.terminate() == 0
     assert not _children(runtime.proc.pid), "no worker outlives the server"
 

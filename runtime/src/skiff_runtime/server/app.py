@@ -71,6 +71,7 @@ class RuntimeServer:
             settings.model_name, settings.model_version, workers, limits, self.metrics.observe_batch
         )
         self.metrics.track_queue_depth(lambda: self.service.queue_depth)
+        self.metrics.track_request_bytes(lambda: self.service.budget.held)
         self.metrics.workers.set(workers.count)
         if settings.device.kind == "gpu":
             self.metrics.watch_gpu(settings.device.index)
@@ -145,6 +146,8 @@ class RuntimeServer:
         """A worker exited or was replaced: health says SERVING only while some worker can run a batch; a worker
         the pool cannot replace stops the server (exit 1) so that Kubernetes restarts the pod."""
         self.metrics.workers.set(event.alive)
+        if event.exitcode is not None or event.gave_up:
+            self.metrics.worker_exits.inc()
         if event.gave_up:
             self._fail("worker process cannot be replaced; stopping so the pod restarts", worker=event.index,
                        exitcode=event.exitcode)  # fmt: skip
