@@ -11,9 +11,10 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 from google.protobuf.message import DecodeError, Message
 
 from skiff_runtime.errors import InvalidInput, shown
@@ -217,7 +218,9 @@ def _decode_typed(name: str, datatype: Datatype, shape: tuple[int, ...], content
         return out.reshape(shape)
     dtype = NUMPY_DTYPES[datatype]
     if dtype.kind in "iu":
-        wide = np.asarray(values, dtype=np.int64 if field_name != "uint64_contents" else np.uint64)
+        wide: npt.NDArray[Any] = _converted(
+            values, np.dtype(np.int64 if field_name != "uint64_contents" else np.uint64)
+        )
         info = np.iinfo(dtype)  # type: ignore[type-var]
         outside = wide[(wide < info.min) | (wide > info.max)]
         if outside.size:
@@ -226,7 +229,43 @@ def _decode_typed(name: str, datatype: Datatype, shape: tuple[int, ...], content
                 f"{info.min}..{info.max}"
             )
         return wide.astype(dtype).reshape(shape)
-    return np.asarray(values, dtype=dtype).reshape(shape)
+    return _converted(values, dtype).reshape(shape)
+
+
+# Typed values are converted this many at a time: each chunk is one C call, and between chunks the interpreter
+# may hand the GIL to the health probe threads (a 32 MiB message of typed integers takes about a second).
+_CONVERT_CHUNK = 1 << 16
+
+
+def _converted(values: Sequence[object], dtype: np.dtype[Any]) -> Array:
+    out = np.empty(len(values), dtype=dtype)
+    for start in range(0, len(values), _CONVERT_CHUNK):
+        out[start : start + _CONVERT_CHUNK] = values[start : start + _CONVERT_CHUNK]
+    return out
+
+
+# Packed little-endian floats are read straight off the wire when they are the contents' only field (what every
+# protobuf serializer writes): no protobuf parse, no Python object per element.
+_PACKED_FLOATS: Mapping[Datatype, tuple[int, np.dtype[Any]]] = {
+    Datatype.FP32: (pb.InferTensorContents.DESCRIPTOR.fields_by_name["fp32_contents"].number, np.dtype("<f4")),
+    Datatype.FP64: (pb.InferTensorContents.DESCRIPTOR.fields_by_name["fp64_contents"].number, np.dtype("<f8")),
+}
+
+
+def _packed_floats(datatype: Datatype, shape: tuple[int, ...], data: memoryview) -> Array | None:
+    """The tensor, when `data` (serialized contents) is one packed float field of the right size; else None."""
+    packed = _PACKED_FLOATS.get(datatype)
+    if packed is None or not len(data):
+        return None
+    number, dtype = packed
+    tag = data[0]
+    if tag != (number << 3 | _LENGTH_DELIMITED):
+        return None
+    length, start = _varint(data, 1)
+    if start + length != len(data) or length != element_count(shape) * dtype.itemsize:
+        return None
+    array: Array = np.frombuffer(data, dtype=dtype, offset=start)
+    return array.astype(NUMPY_DTYPES[datatype], copy=False).reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -511,9 +550,13 @@ def _decode(
             data = _decode_raw(name, datatype, shape, raw_input_contents[index])
         elif head.contents is not None:
             contents = head.contents
-            if not isinstance(contents, pb.InferTensorContents):
-                contents = _parse_contents(name, datatype, shape, contents)
-            data = _decode_typed(name, datatype, shape, contents)
+            fast = None if isinstance(contents, pb.InferTensorContents) else _packed_floats(datatype, shape, contents)
+            if fast is not None:
+                data = fast
+            else:
+                if not isinstance(contents, pb.InferTensorContents):
+                    contents = _parse_contents(name, datatype, shape, contents)
+                data = _decode_typed(name, datatype, shape, contents)
         else:
             raise InvalidInput(f"input {shown(name)} has no data (neither contents nor raw_input_contents)")
         inputs.append(Tensor(name, datatype, data))
