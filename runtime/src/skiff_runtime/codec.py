@@ -1,7 +1,11 @@
 """Wire <-> domain: decodes ModelInferRequest messages into Tensors and encodes responses as raw bytes.
 
-Decoding never allocates from a declared shape: raw contents are checked against shape x element size and then
-viewed in place (`np.frombuffer`), typed contents are counted before conversion. Outputs are always encoded as
+A request costs what it weighs: a serialized request is first scanned for its fields' tags and lengths only,
+each kind counted against a cap from the model's signature (`RequestLimits`), so a flood of tiny fields is refused
+after ~100 tag reads; then one protobuf parse reads the non-tensor part from merged spans; every input's name,
+datatype and shape is checked against the signature before any data is decoded. Decoding never allocates from
+a declared shape: raw contents are checked against shape x element size and then viewed in place
+(`np.frombuffer`), typed contents are size-bounded and counted before conversion. Outputs are always encoded as
 `raw_output_contents` (tritonclient reads only those).
 """
 
