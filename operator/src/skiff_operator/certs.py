@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-CA_LIFETIME = datetime.timedelta(days=3650)
+CA_LIFETIME = datetime.timedelta(days=365)
 SERVER_LIFETIME = datetime.timedelta(days=90)
 RENEW_AT_FRACTION = 2 / 3  # renew once two thirds of the lifetime have passed
 CLOCK_SKEW = datetime.timedelta(minutes=5)
