@@ -144,17 +144,23 @@ class Kube:
         not our labels must be seen too, or applying would take it over."""
         namespace = model.ref.namespace
         serialize = self._api.sanitize_for_serialization
-        async with _translated_errors("Deployment", namespace):
-            deployments = await self._apps.list_namespaced_deployment(namespace)
-            services = await self._core.list_namespaced_service(namespace)
+        typed: dict[str, Any] = {
+            "Deployment": self._apps.list_namespaced_deployment,
+            "Service": self._core.list_namespaced_service,
+            NETWORK_POLICY_KIND: self._networking.list_namespaced_network_policy,
+        }
+        raw: list[dict[str, Any]] = []
+        for kind, list_kind in typed.items():
+            async with _translated_errors(kind, f"(list in {namespace})"):
+                listed = await list_kind(namespace)
             # Items of a typed list carry no kind; set it from the list they came from.
-            raw = [{**serialize(item), "kind": "Deployment"} for item in deployments.items]
-            raw += [{**serialize(item), "kind": "Service"} for item in services.items]
-            policies = await self._networking.list_namespaced_network_policy(namespace)
-            raw += [{**serialize(item), "kind": NETWORK_POLICY_KIND} for item in policies.items]
-            if routes:
-                listed = await self._custom.list_namespaced_custom_object(GATEWAY_GROUP, "v1", namespace, "grpcroutes")
-                raw += [{**item, "kind": GRPC_ROUTE_KIND} for item in listed.get("items", [])]
+            raw += [{**serialize(item), "kind": kind} for item in listed.items]
+        if routes:
+            async with _translated_errors(GRPC_ROUTE_KIND, f"(list in {namespace})"):
+                routes_listed = await self._custom.list_namespaced_custom_object(
+                    GATEWAY_GROUP, "v1", namespace, "grpcroutes"
+                )
+            raw += [{**item, "kind": GRPC_ROUTE_KIND} for item in routes_listed.get("items", [])]
         uid = model.ref.uid
         return Children(
             owned=tuple(owned_child(item) for item in raw if owned_by(item, uid)),

@@ -85,7 +85,7 @@ def traffic_lags_readiness(status: Mapping[str, Any]) -> bool:
 
 
 async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: datetime.datetime) -> Outcome:
-    """One pass: parse, TLS, plan routing, apply, prune, read children, summarize.
+    """One pass: parse, TLS, auth, plan routing, render, check ownership, apply, prune, read children, summarize.
 
     A spec that cannot be rendered or applied ends in a status with a reason, not an exception: retrying it
     unchanged would fail the same way. Only ClusterUnavailable escapes, for the caller to retry with backoff.
