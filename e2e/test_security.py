@@ -373,6 +373,11 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
     # What the tenant may read, it may mount; an allowed model is admitted.
     allowed = tenant_model(namespace, "allowed", tls={"mode": "SelfSigned", "clientCASecretName": "readable"})
     assert create_as(tenant, allowed) == (0, "")
+    # A spec change is checked like a create: pointing the admitted model at the hidden Secret is refused.
+    patch = json.dumps({"spec": {"tls": {"clientCASecretName": "hidden"}}})
+    edited = tenant.attempt("patch", "inferencemodel", "allowed", "-n", namespace, "--type=merge", "-p", patch)
+    assert edited.returncode != 0
+    assert "cannot get Secret hidden" in edited.stderr
     # The tenant's own RBAC keeps it out of other namespaces.
     elsewhere = tenant_model("default", "elsewhere")
     code, stderr = create_as(tenant, elsewhere)
