@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
-from skiff_operator.ownership import Occupant, controller_of, occupants
+from skiff_operator.ownership import Occupant, controller_of, occupant
 from skiff_operator.reconcile import reconcile
 from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import InferenceModel
@@ -77,8 +77,9 @@ class FakeCluster:
         self, namespace: str, uid: str, wanted: Collection[tuple[str, str]]
     ) -> tuple[Occupant, ...]:
         self.lookups.extend(sorted(wanted))
-        found = [(kind, self.objects[(kind, name)]) for kind, name in sorted(wanted) if (kind, name) in self.objects]
-        return tuple(o for kind, manifest in found for o in occupants(kind, [manifest], uid))
+        found = [occupant(kind, self.objects[(kind, name)], uid) for kind, name in sorted(wanted)
+                 if (kind, name) in self.objects]  # fmt: skip
+        return tuple(o for o in found if o is not None)
 
     async def delete_child(self, namespace: str, child: OwnedChild) -> None:
         self.deleted.append((child.kind, child.name))

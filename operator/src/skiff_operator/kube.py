@@ -14,7 +14,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
-from skiff_operator.ownership import Holder, Occupant, StoredSecret, controller_of, occupants
+from skiff_operator.ownership import Holder, Occupant, StoredSecret, controller_of, occupant
 from skiff_operator.render.contract import CONTAINER_NAME
 from skiff_operator.render.network_policy import NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND
 from skiff_operator.render.route import GATEWAY_GROUP, GRPC_ROUTE_API_VERSION
@@ -191,7 +191,9 @@ class Kube:
                 raise translate_error(error, kind, name) from error
             except (aiohttp.ClientError, TimeoutError) as error:
                 raise translate_error(error, kind, name) from error
-            taken += occupants(kind, [found], uid)
+            held = occupant(kind, found, uid)
+            if held is not None:
+                taken.append(held)
         return tuple(taken)
 
     async def read_controller(self, api_version: str, kind: str, namespace: str, name: str) -> Holder | None:
