@@ -31,6 +31,7 @@ from e2e.harness import (
     wait_for_startup_probe,
 )
 from e2e.helm import Helm, documents
+from e2e.test_canary import gateway_api  # noqa: F401 - the fixture (installs the Gateway API CRDs)
 from e2e.test_install import (
     RELEASE,
     ChartOperator,
@@ -118,6 +119,27 @@ def test_an_existing_service_and_secret_are_never_taken_over(
     # Deleting the model leaves the victim: it was never the model's child.
     kube.run("delete", "inferencemodel", name, "-n", namespace, "--wait=true", "--timeout=60s")
     assert comparable(kube.get("service", name, "-n", namespace)) == before[0]
+
+
+@pytest.mark.usefixtures("gateway_api")
+def test_an_existing_grpc_route_is_never_taken_over(
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
+) -> None:
+    model = load_example("cpu", namespace)
+    name = model["metadata"]["name"]
+    model["spec"]["routing"] = {"mode": "Gateway", "gateways": [{"name": "edge"}]}
+    victim = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GRPCRoute",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"parentRefs": [{"name": "theirs"}], "rules": [{"backendRefs": [{"name": "theirs", "port": 1}]}]},
+    }
+    kube.apply(victim)
+    before = comparable(kube.get("grpcroute", name, "-n", namespace))
+    kube.apply(model)
+    stored = wait_reason(kube, namespace, name, "NameConflict")
+    assert f"GRPCRoute/{name} exists and it has no controller" in condition(stored, "Ready")["message"]
+    assert comparable(kube.get("grpcroute", name, "-n", namespace)) == before
 
 
 def test_two_models_rendering_one_name_the_second_is_refused(

@@ -263,3 +263,14 @@ async def test_network_policy_turned_off_is_deleted(make_body: Body) -> None:
     outcome = await reconcile(make_body(networkPolicy={"enabled": False}), cluster, NOW)
     assert "NetworkPolicy/demo" not in outcome.applied
     assert cluster.deleted == [("NetworkPolicy", "demo")]
+
+
+async def test_a_grpc_route_someone_else_made_is_never_taken_over(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.gateway_api = True
+    victim = {"kind": "GRPCRoute", "metadata": {"name": "demo"}, "spec": {"parentRefs": [{"name": "theirs"}]}}
+    cluster.objects[("GRPCRoute", "demo")] = copy.deepcopy(victim)
+    outcome = await reconcile(make_body(routing={"gateways": [{"name": "edge"}]}), cluster, NOW)
+    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
+    assert "GRPCRoute/demo exists" in outcome.status["conditions"][0]["message"]
+    assert cluster.objects == {("GRPCRoute", "demo"): victim}
