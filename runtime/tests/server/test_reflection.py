@@ -16,6 +16,8 @@ EXPECTED_SERVICES = {
     "grpc.health.v1.Health",
     "grpc.reflection.v1alpha.ServerReflection",
     "inference.GRPCInferenceService",
+    "tensorflow.serving.ModelService",
+    "tensorflow.serving.PredictionService",
 }
 
 
@@ -27,6 +29,10 @@ def test_reflection_lists_every_service_of_the_inference_port(conv_server) -> No
         infer = pool.FindServiceByName("inference.GRPCInferenceService")
         assert {"ModelInfer", "ModelMetadata", "ServerLive", "ModelConfig"} <= {m.name for m in infer.methods}
         assert {m.name for m in pool.FindServiceByName("grpc.health.v1.Health").methods} >= {"Check", "Watch"}
+        predict = pool.FindServiceByName("tensorflow.serving.PredictionService").methods_by_name["Predict"]
+        assert predict.input_type.fields_by_name["inputs"].message_type.fields_by_name[
+            "value"
+        ].message_type.full_name == ("tensorflow.TensorProto")
 
 
 def test_a_call_built_only_from_reflection_works(conv_server) -> None:

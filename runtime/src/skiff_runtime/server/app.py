@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from skiff_runtime.metrics import RuntimeMetrics
 from skiff_runtime.proto import inference_pb2
+from skiff_runtime.server import tfserving
 from skiff_runtime.server.auth import BearerTokenAuth, TokenFile
 from skiff_runtime.server.health import MAX_WATCH_STREAMS, ModelHealth
 from skiff_runtime.server.receive import add_handlers, bounded, capture
@@ -94,6 +95,8 @@ class RuntimeServer:
         )
         servicer = InferenceServicer(self.service, settings.receive_timeout_s)
         register(servicer, self.grpc_server)
+        # TensorFlow Serving's Predict, GetModelMetadata and GetModelStatus, onto the same service.
+        tfserving.register(self.service, self.grpc_server, settings.receive_timeout_s)
         # Health on the inference port: each call reads its message within the receive timeout, and Watch streams
         # are capped so they cannot hold the server's concurrent-RPC places.
         service, handlers = capture(health_pb2_grpc.add_HealthServicer_to_server, self.health.servicer)
@@ -104,6 +107,7 @@ class RuntimeServer:
             [
                 inference_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"],
                 health_pb2.DESCRIPTOR.services_by_name["Health"],
+                *tfserving.SERVICES,
             ],
             settings.receive_timeout_s,
         )
