@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+from pathlib import Path
 
 import grpc
 import pytest
@@ -28,8 +29,9 @@ THEIR_MODULES = [
 
 def _published(module: str) -> descriptor_pb2.FileDescriptorProto:
     spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin, f"{module} is not installed (a dev dependency: run `make setup`)"
-    source = open(spec.origin).read()
+    assert spec is not None, f"{module} is not installed (a dev dependency: run `make setup`)"
+    assert spec.origin
+    source = Path(spec.origin).read_text()
     match = re.search(r"AddSerializedFile\((b'.*?')\)\n", source)
     assert match, f"{module}: no serialized descriptor found"
     return descriptor_pb2.FileDescriptorProto.FromString(ast.literal_eval(match.group(1)))
