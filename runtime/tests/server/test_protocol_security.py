@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-
 from runtime.tests.server.test_tls import Authority, _write
+
 from skiff_runtime.proto import tensorflow_core_pb2 as tf
 from skiff_runtime.proto import tensorflow_serving_pb2 as tfs
 from skiff_runtime.proto import tensorflow_serving_pb2_grpc as tfs_grpc
