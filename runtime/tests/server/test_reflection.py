@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
 import grpc
 import pytest
 from google.protobuf import descriptor_pool, message_factory
@@ -74,3 +81,53 @@ def test_pool_of_holds_each_service_with_its_imports() -> None:
     )
     request = pool.FindMessageTypeByName("inference.ModelInferRequest")
     assert request.fields_by_name["raw_input_contents"].number == 7
+
+
+@pytest.fixture(scope="module")
+def grpcurl() -> str:
+    """grpcurl built from the Go module proxy (scripts/grpcurl.sh; cached after the first build)."""
+    if shutil.which("go") is None and not os.environ.get("SKIFF_E2E_REQUIRED"):
+        pytest.skip("go is not on PATH, so grpcurl cannot be built; `make test` (CI) has Go and runs this")
+    script = Path(__file__).resolve().parents[3] / "scripts" / "grpcurl.sh"
+    return subprocess.run(["bash", str(script)], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _grpcurl(grpcurl: str, target: str, *words: str, data: str | None = None) -> str:
+    flags = ["-plaintext", *(["-d", data] if data is not None else [])]
+    done = subprocess.run([grpcurl, *flags, target, *words], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_grpcurl_lists_describes_and_calls_by_reflection(grpcurl: str, two_io_server) -> None:
+    target = two_io_server.target
+    assert set(_grpcurl(grpcurl, target, "list").split()) >= EXPECTED_SERVICES
+    assert "rpc Predict ( .tensorflow.serving.PredictRequest )" in _grpcurl(
+        grpcurl, target, "describe", "tensorflow.serving.PredictionService"
+    )
+    metadata = json.loads(
+        _grpcurl(grpcurl, target, "inference.GRPCInferenceService/ModelMetadata", data='{"name": "two_io"}')
+    )
+    assert [i["name"] for i in metadata["inputs"]] == ["features", "ids"]
+    request = {
+        "model_spec": {"name": "two_io"},
+        "inputs": {
+            "features": {"dtype": "DT_FLOAT", "tensor_shape": {"dim": [{"size": 1}, {"size": 4}]},
+                         "float_val": [1, 2, 3, 4]},
+            "ids": {"dtype": "DT_INT64", "tensor_shape": {"dim": [{"size": 1}, {"size": 2}]}, "int64_val": [5, 6]},
+        },
+        "output_filter": ["fetch_name_1"],
+    }  # fmt: skip
+    reply = json.loads(
+        _grpcurl(grpcurl, target, "tensorflow.serving.PredictionService/Predict", data=json.dumps(request))
+    )
+    tensor = reply["outputs"]["fetch_name_1"]
+    content = base64.b64decode(tensor.get("tensor_content") or tensor["tensorContent"])  # grpcurl versions differ
+    assert int.from_bytes(content, "little", signed=True) == 34
+    signatures = json.loads(
+        _grpcurl(grpcurl, target, "tensorflow.serving.PredictionService/GetModelMetadata",
+                 data='{"model_spec": {"name": "two_io"}, "metadata_field": ["signature_def"]}')
+    )  # fmt: skip
+    assert signatures["metadata"]["signature_def"]["@type"] == "type.googleapis.com/tensorflow.serving.SignatureDefMap"
