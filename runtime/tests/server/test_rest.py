@@ -146,3 +146,12 @@ def test_every_error_type_has_an_http_status() -> None:
     assert set(kinds) - {errors.SkiffError} == set(HTTP_STATUSES)
     assert http_status_for(errors.QueueFull("x")) == 429
     assert http_status_for(ValueError("x")) == 500
+
+
+def test_rest_requests_are_counted_in_metrics(two_io_server) -> None:
+    _call(f"{two_io_server.http_url}/v2/models/nope/ready")
+    _call(f"{two_io_server.http_url}/v2/models/two_io/infer", "POST", b"{}")
+    with urllib.request.urlopen(f"http://127.0.0.1:{two_io_server.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    assert 'http_server_handled_total{code="404",route="/v2/models/{model}/ready"}' in text
+    assert 'http_server_handled_total{code="400",route="/v2/models/{model}/infer"}' in text
