@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -131,3 +132,34 @@ def test_grpcurl_lists_describes_and_calls_by_reflection(grpcurl: str, two_io_se
                  data='{"model_spec": {"name": "two_io"}, "metadata_field": ["signature_def"]}')
     )  # fmt: skip
     assert signatures["metadata"]["signature_def"]["@type"] == "type.googleapis.com/tensorflow.serving.SignatureDefMap"
+
+
+@pytest.mark.server
+async def test_reflection_streams_are_capped_and_end_when_idle() -> None:
+    """In-process: a stream that sends nothing ends after the receive timeout; past the cap one is refused."""
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    from skiff_runtime.server.reflection import add_reflection
+
+    server = grpc.aio.server()
+    add_reflection(server, [inference_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]], 0.3, max_streams=1)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            idle = stub.ServerReflectionInfo()
+            await asyncio.sleep(0.1)
+            second = stub.ServerReflectionInfo()
+            await second.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await second.read()
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert await asyncio.wait_for(idle.code(), 5) == grpc.StatusCode.OK  # ended by the server
+            third = stub.ServerReflectionInfo()
+            await third.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+            listed = await third.read()
+            assert "inference.GRPCInferenceService" in {s.name for s in listed.list_services_response.service}
+            await third.done_writing()
+    finally:
+        await server.stop(0)
