@@ -149,6 +149,10 @@ class RuntimeOptions:
     tensorrt_precision: TensorRTPrecision
     grace_period_s: int
     log_level: LogLevel
+    max_queue_delay_us: int | None = None
+    max_queue_size: int | None = None
+    workers: int | None = None
+    image_pull_secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -405,6 +409,17 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
         tensorrt_precision=precision,
         grace_period_s=_int(raw.get("gracePeriodSeconds", DEFAULT_GRACE_PERIOD_S), "gracePeriodSeconds", minimum=0),
         log_level=log_level,
+        max_queue_delay_us=(
+            None
+            if raw.get("maxQueueDelayUs") is None
+            else _int(raw["maxQueueDelayUs"], "spec.runtime.maxQueueDelayUs", minimum=0)
+        ),
+        max_queue_size=optional_int("maxQueueSize"),
+        workers=optional_int("workers"),
+        image_pull_secrets=tuple(
+            _string(name, "spec.runtime.imagePullSecrets[]")
+            for name in _sequence(raw.get("imagePullSecrets", []), "spec.runtime.imagePullSecrets")
+        ),
     )
 
 
