@@ -151,6 +151,7 @@ class RuntimeOptions:
     log_level: LogLevel
     max_queue_delay_us: int | None = None
     max_queue_size: int | None = None
+    max_message_mb: int | None = None
     workers: int | None = None
     image_pull_secrets: tuple[str, ...] = ()
 
@@ -415,6 +416,7 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
             else _int(raw["maxQueueDelayUs"], "spec.runtime.maxQueueDelayUs", minimum=0)
         ),
         max_queue_size=optional_int("maxQueueSize"),
+        max_message_mb=optional_int("maxMessageMb"),
         workers=optional_int("workers"),
         image_pull_secrets=tuple(
             _string(name, "spec.runtime.imagePullSecrets[]")

@@ -307,7 +307,9 @@ def test_worker_processes_follow_the_cpu_request(cpu: str, threads: int | None, 
 
 
 def test_batching_queue_and_workers_are_passed_when_set(make_body: Body) -> None:
-    values = env(make_body(runtime={"maxQueueDelayUs": 0, "maxQueueSize": 64, "workers": 3}, resources={"cpu": "8"}))
+    runtime = {"maxQueueDelayUs": 0, "maxQueueSize": 64, "workers": 3, "maxMessageMb": 128}
+    values = env(make_body(runtime=runtime, resources={"cpu": "8"}))
+    assert values["SKIFF_MAX_MESSAGE_MB"] == "128"
     assert (values["SKIFF_MAX_QUEUE_DELAY_US"], values["SKIFF_MAX_QUEUE_SIZE"], values["SKIFF_WORKERS"]) == (
         "0",
         "64",
@@ -316,6 +318,7 @@ def test_batching_queue_and_workers_are_passed_when_set(make_body: Body) -> None
     unset = env(make_body(resources={"cpu": "8"}))
     assert "SKIFF_MAX_QUEUE_DELAY_US" not in unset
     assert "SKIFF_MAX_QUEUE_SIZE" not in unset
+    assert "SKIFF_MAX_MESSAGE_MB" not in unset
     assert unset["SKIFF_WORKERS"] == "8"  # the CPU request decides when workers is unset
 
 

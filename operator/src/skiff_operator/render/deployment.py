@@ -196,6 +196,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_LOG_LEVEL, runtime.log_level.value),
         (contract.ENV_MAX_QUEUE_DELAY_US, runtime.max_queue_delay_us),
         (contract.ENV_MAX_QUEUE_SIZE, runtime.max_queue_size),
+        (contract.ENV_MAX_MESSAGE_MB, runtime.max_message_mb),
         *render_tls_env(model),
         *render_auth_env(model),
     ]
