@@ -1,15 +1,17 @@
 """Generates skiff_runtime.proto from runtime/proto/*.proto (run: make proto; --check fails on stale code).
 
 Two fix-ups after protoc, both asserted so a protoc change cannot slip past silently:
-- the gRPC module imports its messages by package path (protoc writes a top-level `import inference_pb2`);
-- messages live in a descriptor pool of Skiff's own, so Skiff and tritonclient (whose protos declare the same
-  `inference.*` names) can be imported in one process without a duplicate-symbol error.
+- modules import their siblings by package path (protoc writes a top-level `import inference_pb2`);
+- messages live in a descriptor pool of Skiff's own (one for all the files, which import each other), so Skiff
+  and tritonclient or tensorflow-serving-api (whose protos declare the same `inference.*` and `tensorflow.*`
+  names) can be imported in one process without a duplicate-symbol error.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,12 +42,11 @@ def _fix_up(name: str, text: str, stems: list[str]) -> str:
         text = _replace_once(
             text,
             "_sym_db = _symbol_database.Default()\n",
-            "_sym_db = _symbol_database.Default()\n_SKIFF_POOL = _descriptor_pool.DescriptorPool()\n",
+            f"_sym_db = _symbol_database.Default()\nfrom {PACKAGE} import POOL as _SKIFF_POOL\n",
             name,
         )
-    if name.endswith(("_pb2_grpc.py", "_pb2_grpc.pyi")):
-        for stem in stems:
-            text = text.replace(f"import {stem}_pb2 as ", f"from {PACKAGE} import {stem}_pb2 as ")
+    for stem in stems:
+        text = re.sub(rf"^import {stem}_pb2 as ", f"from {PACKAGE} import {stem}_pb2 as ", text, flags=re.M)
     return HEADER + text
 
 
@@ -68,7 +69,14 @@ def generate(out: Path) -> None:
     for path in sorted(out.glob("*_pb2*.py*")):
         path.write_text(_fix_up(path.name, path.read_text(), stems))
     (out / "__init__.py").write_text(
-        HEADER + '"""Generated Open Inference Protocol messages and gRPC stubs (see runtime/proto/)."""\n'
+        HEADER
+        + '"""Generated Open Inference Protocol and TensorFlow Serving messages and gRPC stubs (see runtime/proto/)."""'
+        + "\n\nfrom google.protobuf import any_pb2, descriptor_pool, wrappers_pb2\n\n"
+        + "# Skiff's own descriptor pool, shared by every generated module (they import each other), with the\n"
+        + "# well-known types they import.\n"
+        + "POOL = descriptor_pool.DescriptorPool()\n"
+        + "for _module in (any_pb2, wrappers_pb2):\n"
+        + "    POOL.AddSerializedFile(_module.DESCRIPTOR.serialized_pb)\n"
     )
 
 

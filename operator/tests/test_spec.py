@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,21 @@ def test_network_policy_and_auth_parse_with_their_defaults() -> None:
 def test_a_peer_without_selectors_is_invalid() -> None:
     with pytest.raises(SpecError, match="namespaceSelector or podSelector"):
         parse_spec({"versions": [{"name": "v1", "modelUri": "pvc://m"}], "networkPolicy": {"inferenceFrom": [{}]}})
+
+
+@pytest.mark.parametrize(
+    ("runtime", "message"),
+    [
+        ({"maxQueueDelayUs": -1}, "spec.runtime.maxQueueDelayUs must be at least 0"),
+        ({"maxQueueSize": 0}, "spec.runtime.maxQueueSize must be at least 1"),
+        ({"maxMessageMb": 0}, "spec.runtime.maxMessageMb must be at least 1"),
+        ({"workers": "2"}, "spec.runtime.workers must be an integer"),
+        ({"imagePullSecrets": "registry"}, "spec.runtime.imagePullSecrets must be a list"),
+        ({"imagePullSecrets": [""]}, "spec.runtime.imagePullSecrets[] must be a non-empty string"),
+    ],
+)
+def test_bad_runtime_queue_worker_and_pull_secret_fields_are_refused(
+    make_body: Callable[..., dict[str, Any]], runtime: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SpecError, match=re.escape(message)):
+        parse_inference_model(make_body(runtime=runtime))

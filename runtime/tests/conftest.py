@@ -58,10 +58,15 @@ class RuntimeProcess:
     grpc_port: int = 0
     health_port: int = 0
     metrics_port: int = 0
+    http_port: int = 0
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
 
     @property
     def health_target(self) -> str:
@@ -86,6 +91,7 @@ class RuntimeProcess:
                 self.grpc_port = int(listening[0]["grpc_port"])  # type: ignore[call-overload]
                 self.health_port = int(listening[0]["health_port"])  # type: ignore[call-overload]
                 self.metrics_port = int(listening[0]["metrics_port"])  # type: ignore[call-overload]
+                self.http_port = int(listening[0].get("http_port") or 0)  # type: ignore[call-overload]
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"runtime exited with {self.proc.returncode}:\n{self.log_path.read_text()}")
@@ -130,7 +136,10 @@ def runtime_factory(tmp_path: Path) -> Iterator[type[RuntimeProcess]]:
 
 def _serve_session(tmp_path_factory: pytest.TempPathFactory, model_dir: Path, name: str) -> Iterator[RuntimeProcess]:
     runtime = RuntimeProcess(
-        model_dir, name, tmp_path_factory.mktemp("logs") / f"{name}.log", ["--max-batch-size", "8", "--workers", "2"]
+        model_dir,
+        name,
+        tmp_path_factory.mktemp("logs") / f"{name}.log",
+        ["--max-batch-size", "8", "--workers", "2", "--http-port", "0"],
     )
     runtime.start().wait_serving()
     yield runtime

@@ -101,6 +101,7 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "dynamic_batching": ("false", False),
         "max_queue_delay_us": ("500", 500),
         "metrics_port": ("9100", 9100),
+        "http_port": ("8000", 8000),
         "max_queue_size": ("10", 10),
         "max_message_mb": ("8", 8),
         "max_request_memory_mb": ("512", 512),
@@ -130,6 +131,7 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         ("grpc_port", "http"),
         ("grpc_port", "70000"),
         ("health_port", "-1"),
+        ("http_port", "70000"),
         ("device", "tpu"),
         ("device", "gpu:x"),
         ("cpu_threads", "0"),
@@ -257,3 +259,9 @@ def test_request_memory_budget_is_explicit_or_a_share_of_the_memory_limit(monkey
     assert parse_settings(REQUIRED_ARGS, env={}).max_request_bytes == 1 << 30
     tiny = parse_settings([*REQUIRED_ARGS, "--max-request-memory-mb", "1", "--max-message-mb", "16"], env={})
     assert tiny.max_request_bytes == 32 << 20  # never less than two of the largest message
+
+
+def test_rest_is_off_unless_a_port_is_given() -> None:
+    assert parse_settings(["--model-dir", "/m", "--model-name", "m"], env={}).http_port is None
+    assert parse_settings(["--model-dir", "/m", "--model-name", "m", "--http-port", "off"], env={}).http_port is None
+    assert parse_settings(["--model-dir", "/m", "--model-name", "m"], env={"SKIFF_HTTP_PORT": "0"}).http_port == 0

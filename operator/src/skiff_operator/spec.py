@@ -152,6 +152,10 @@ class RuntimeOptions:
     grace_period_s: int
     log_level: LogLevel
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
+    max_queue_delay_us: int | None = None
+    max_queue_size: int | None = None
+    workers: int | None = None
+    image_pull_secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -409,6 +413,17 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
         grace_period_s=_int(raw.get("gracePeriodSeconds", DEFAULT_GRACE_PERIOD_S), "gracePeriodSeconds", minimum=0),
         log_level=log_level,
         max_message_mb=_max_message_mb(raw.get("maxMessageMb", DEFAULT_MAX_MESSAGE_MB)),
+        max_queue_delay_us=(
+            None
+            if raw.get("maxQueueDelayUs") is None
+            else _int(raw["maxQueueDelayUs"], "spec.runtime.maxQueueDelayUs", minimum=0)
+        ),
+        max_queue_size=optional_int("maxQueueSize"),
+        workers=optional_int("workers"),
+        image_pull_secrets=tuple(
+            _string(name, "spec.runtime.imagePullSecrets[]")
+            for name in _sequence(raw.get("imagePullSecrets", []), "spec.runtime.imagePullSecrets")
+        ),
     )
 
 

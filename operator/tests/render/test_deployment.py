@@ -304,3 +304,25 @@ def test_worker_processes_follow_the_cpu_request(cpu: str, threads: int | None, 
 
     version = Version("v1", ModelUri("c", "p"), 1, "img", Resources(gpu, "nvidia.com/gpu", cpu, "1Gi"))
     assert worker_count(version, threads) == workers
+
+
+def test_batching_queue_and_workers_are_passed_when_set(make_body: Body) -> None:
+    runtime = {"maxQueueDelayUs": 0, "maxQueueSize": 64, "workers": 3, "maxMessageMb": 128}
+    values = env(make_body(runtime=runtime, resources={"cpu": "8"}))
+    assert values["SKIFF_MAX_MESSAGE_MB"] == "128"
+    assert (values["SKIFF_MAX_QUEUE_DELAY_US"], values["SKIFF_MAX_QUEUE_SIZE"], values["SKIFF_WORKERS"]) == (
+        "0",
+        "64",
+        "3",
+    )
+    unset = env(make_body(resources={"cpu": "8"}))
+    assert "SKIFF_MAX_QUEUE_DELAY_US" not in unset
+    assert "SKIFF_MAX_QUEUE_SIZE" not in unset
+    assert "SKIFF_MAX_MESSAGE_MB" not in unset
+    assert unset["SKIFF_WORKERS"] == "8"  # the CPU request decides when workers is unset
+
+
+def test_image_pull_secrets_reach_the_pod(make_body: Body) -> None:
+    spec = pod_spec(make_body(runtime={"imagePullSecrets": ["registry", "mirror"]}))
+    assert spec["imagePullSecrets"] == [{"name": "registry"}, {"name": "mirror"}]
+    assert "imagePullSecrets" not in pod_spec(make_body())

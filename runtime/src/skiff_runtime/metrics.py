@@ -74,6 +74,19 @@ class RuntimeMetrics:
             buckets=SECONDS_BUCKETS,
             registry=r,
         )
+        self.http_handled = Counter(
+            "http_server_handled_total",
+            "V2 REST requests completed, by route and HTTP status",
+            ["route", "code"],
+            registry=r,
+        )
+        self.http_handling = Histogram(
+            "http_server_handling_seconds",
+            "V2 REST request handling time",
+            ["route"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
         self.inference = Histogram(
             "skiff_inference_seconds", "Engine time per batch", buckets=SECONDS_BUCKETS, registry=r
         )
@@ -123,6 +136,10 @@ class RuntimeMetrics:
         service, _, name = method.lstrip("/").rpartition("/")
         self.handled.labels(service, name, code).inc()
         self.handling.labels(service, name).observe(seconds)
+
+    def observe_http(self, route: str, status: int, seconds: float) -> None:
+        self.http_handled.labels(route, str(status)).inc()
+        self.http_handling.labels(route).observe(seconds)
 
     def watch_gpu(self, device_index: int) -> None:
         self.registry.register(GpuCollector(device_index))

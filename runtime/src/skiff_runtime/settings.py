@@ -129,6 +129,10 @@ def _niceness(text: str) -> int:
     return value
 
 
+def _optional_port(text: str) -> int | None:
+    return None if text.strip().lower() in ("", "off", "none") else _port(text)
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -148,6 +152,7 @@ class RuntimeSettings:
     grpc_port: int = 8001
     health_port: int = 8002
     metrics_port: int = 8003
+    http_port: int | None = None
     device: Device = field(default_factory=lambda: Device("cpu"))
     cpu_threads: int = 1
     enable_mkldnn: bool = True
@@ -234,6 +239,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("grpc_port", _port, "inference port: Open Inference Protocol + grpc.health.v1 (default 8001)"),
     Option("metrics_port", _port, "Prometheus /metrics port (default 8003; 0 picks a free port)"),
     Option("health_port", _port, "plaintext port serving only grpc.health.v1, for kubelet probes (default 8002)"),
+    Option(
+        "http_port",
+        _optional_port,
+        "V2 REST (KServe/Triton HTTP/JSON) port, with the inference port's TLS and bearer token (default off; "
+        "Triton uses 8000; 0 picks a free port)",
+    ),
     Option("device", Device.parse, "cpu or gpu:N (default cpu)"),
     Option("cpu_threads", _positive, "math library threads per predictor on CPU (default 1)"),
     Option("enable_mkldnn", _bool, "use oneDNN on CPU (default true; 4-5x faster on x86)"),

@@ -108,6 +108,8 @@ def _render_pod_spec(model: InferenceModel, version: Version) -> dict[str, Any]:
         pod["runtimeClassName"] = scheduling.runtime_class_name
     if scheduling.priority_class_name:
         pod["priorityClassName"] = scheduling.priority_class_name
+    if spec.runtime.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in spec.runtime.image_pull_secrets]
     return pod
 
 
@@ -184,7 +186,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_DEVICE, "gpu:0" if gpu else "cpu"),
         (contract.ENV_MAX_BATCH_SIZE, runtime.max_batch_size),
         (contract.ENV_CPU_THREADS, runtime.cpu_threads),
-        (contract.ENV_WORKERS, worker_count(version, runtime.cpu_threads)),
+        (contract.ENV_WORKERS, runtime.workers or worker_count(version, runtime.cpu_threads)),
         (contract.ENV_ENABLE_MKLDNN, runtime.enable_mkldnn),
         (contract.ENV_INTERMEDIATE_TENSORS, runtime.intermediate_tensors),
         (contract.ENV_GPU_MEMORY_POOL_MB, runtime.gpu_memory_pool_mb if gpu else None),
@@ -193,6 +195,8 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_GRACE_PERIOD_S, runtime.grace_period_s),
         (contract.ENV_MAX_MESSAGE_MB, runtime.max_message_mb),
         (contract.ENV_LOG_LEVEL, runtime.log_level.value),
+        (contract.ENV_MAX_QUEUE_DELAY_US, runtime.max_queue_delay_us),
+        (contract.ENV_MAX_QUEUE_SIZE, runtime.max_queue_size),
         *render_tls_env(model),
         *render_auth_env(model),
     ]

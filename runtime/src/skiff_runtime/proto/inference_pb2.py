@@ -21,7 +21,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
-_SKIFF_POOL = _descriptor_pool.DescriptorPool()
+from skiff_runtime.proto import POOL as _SKIFF_POOL
 
 
 

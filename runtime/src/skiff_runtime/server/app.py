@@ -16,16 +16,20 @@ import signal
 from collections.abc import Callable
 
 import grpc
-from grpc_health.v1 import health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from skiff_runtime.metrics import RuntimeMetrics
+from skiff_runtime.proto import inference_pb2
+from skiff_runtime.server import tfserving
 from skiff_runtime.server.auth import BearerTokenAuth, TokenFile
 from skiff_runtime.server.health import MAX_WATCH_STREAMS, ModelHealth
 from skiff_runtime.server.receive import add_handlers, bounded, capture
+from skiff_runtime.server.reflection import add_reflection
+from skiff_runtime.server.rest import RestServer
 from skiff_runtime.server.rpcs import RpcObserver
 from skiff_runtime.server.servicer import InferenceServicer, register
 from skiff_runtime.server.status_codes import ErrorInterceptor
-from skiff_runtime.server.tls import ReloadingCredentials, TlsFiles
+from skiff_runtime.server.tls import ReloadingCredentials, ReloadingSslContext, TlsFiles
 from skiff_runtime.service import ModelService, ServiceLimits
 from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.workers.base import WorkerEvent, WorkerEvents, Workers
@@ -78,8 +82,9 @@ class RuntimeServer:
         self.health = ModelHealth(settings.model_name)
         self.rpcs = RpcObserver(self.metrics.observe_rpc)
         interceptors: list[grpc.aio.ServerInterceptor] = [self.rpcs]
-        if settings.auth_token_file is not None:
-            interceptors.append(BearerTokenAuth(TokenFile(settings.auth_token_file)))
+        token = TokenFile(settings.auth_token_file) if settings.auth_token_file is not None else None
+        if token is not None:
+            interceptors.append(BearerTokenAuth(token))
         interceptors.append(ErrorInterceptor())
         # Past this many RPCs in flight gRPC's core answers RESOURCE_EXHAUSTED itself, before Python reads the
         # message: overload is refused in microseconds instead of after decoding megabytes. The bound covers
@@ -90,17 +95,45 @@ class RuntimeServer:
             options=_channel_options(settings),
             maximum_concurrent_rpcs=self.max_concurrent_rpcs,
         )
-        register(InferenceServicer(self.service, settings.receive_timeout_s), self.grpc_server)
+        servicer = InferenceServicer(self.service, settings.receive_timeout_s)
+        register(servicer, self.grpc_server)
+        # TensorFlow Serving's Predict, GetModelMetadata and GetModelStatus, onto the same service.
+        tfserving.register(self.service, self.grpc_server, settings.receive_timeout_s)
         # Health on the inference port: each call reads its message within the receive timeout, and Watch streams
         # are capped so they cannot hold the server's concurrent-RPC places.
         service, handlers = capture(health_pb2_grpc.add_HealthServicer_to_server, self.health.servicer)
         add_handlers(self.grpc_server, service, bounded(handlers, settings.receive_timeout_s, MAX_WATCH_STREAMS))
+        # Reflection lists and describes every service of the inference port (grpcurl needs no .proto files).
+        self.reflected = add_reflection(
+            self.grpc_server,
+            [
+                inference_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"],
+                health_pb2.DESCRIPTOR.services_by_name["Health"],
+                *tfserving.SERVICES,
+            ],
+            settings.receive_timeout_s,
+        )
         self.health_server = self.health.probe_server()
         self.tls = (
             ReloadingCredentials(TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file))
             if settings.tls_cert_file is not None and settings.tls_key_file is not None
             else None
         )
+        # V2 REST on the HTTP port: the same service, TLS files and token as the inference port.
+        self.rest = (
+            RestServer(
+                self.service,
+                servicer,
+                max_body_bytes=settings.max_message_bytes,
+                receive_timeout_s=settings.receive_timeout_s,
+                token=token,
+                ssl_context=ReloadingSslContext(self.tls.files).context if self.tls is not None else None,
+                observe=self.metrics.observe_http,
+            )
+            if settings.http_port is not None
+            else None
+        )
+        self.http_port = 0
         self.grpc_port = 0
         self.health_port = 0
         self.metrics_port = 0
@@ -120,12 +153,15 @@ class RuntimeServer:
         self.health_server.start()
         await self.grpc_server.start()
         self.metrics_port = self.metrics.serve(host, self.settings.metrics_port)
+        if self.rest is not None and self.settings.http_port is not None:
+            self.http_port = await self.rest.start(host, self.settings.http_port, self.settings.grace_period_s)
         log.info(
             "listening",
             extra={
                 "grpc_port": self.grpc_port,
                 "health_port": self.health_port,
                 "metrics_port": self.metrics_port,
+                "http_port": self.http_port,
                 "model": self.settings.model_name,
                 "tls": "mutual" if self.settings.tls_client_ca_file else ("on" if self.tls else "off"),
                 "auth": "bearer" if self.settings.auth_token_file else "off",
@@ -185,6 +221,8 @@ class RuntimeServer:
         started = loop.time()
         if not await self.rpcs.wait_idle(self.settings.grace_period_s):
             log.warning("grace period over with requests in flight", extra={"in_flight": self.rpcs.in_flight})
+        if self.rest is not None:
+            await self.rest.stop()  # REST requests in flight finish first (within the grace period)
         log.info("drained", extra={"seconds": round(loop.time() - started, 3)})
         await self.grpc_server.stop(max(0.5, self.settings.grace_period_s - (loop.time() - started)))
         self.health_server.stop(0).wait(5)

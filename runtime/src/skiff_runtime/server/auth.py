@@ -19,6 +19,8 @@ from skiff_runtime.server.interceptors import Continuation, with_unary
 log = logging.getLogger(__name__)
 
 PROTECTED_PREFIX = "/inference.GRPCInferenceService/"
+# Every protocol's inference services need the token (TF Serving's PredictionService and ModelService too).
+PROTECTED_PREFIXES = (PROTECTED_PREFIX, "/tensorflow.serving.")
 SCHEME = "bearer "
 
 
@@ -60,7 +62,7 @@ class BearerTokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self.token = token
 
     def allowed(self, method: str, metadata: Any) -> bool:
-        if not method.startswith(PROTECTED_PREFIX):
+        if not method.startswith(PROTECTED_PREFIXES):
             return True
         presented = _presented(metadata)
         try:

@@ -8,6 +8,7 @@ Established connections keep the certificate they were opened with. Key material
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,3 +68,41 @@ class ReloadingCredentials:
             self.fetch,
             require_client_authentication=self.files.client_ca is not None,
         )
+
+
+def server_ssl_context(files: TlsFiles) -> ssl.SSLContext:
+    """An ssl context for the REST port from the same PEM files (client certificates required with a CA)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(files.cert, files.key)
+    if files.client_ca is not None:
+        context.load_verify_locations(files.client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+class ReloadingSslContext:
+    """The REST port's ssl context: each handshake checks the files' signature and, when they changed, moves the
+    connection to a context loaded from the new files (the handshake callback runs with or without SNI)."""
+
+    def __init__(self, files: TlsFiles) -> None:
+        self.files = files
+        self._lock = threading.Lock()
+        self._signature = files.signature()
+        self.context = server_ssl_context(files)
+        self.context.sni_callback = self._select
+        self._current = self.context
+        self.reloads = 0
+
+    def _select(self, connection: ssl.SSLObject, server_name: str | None, initial: ssl.SSLContext) -> None:
+        with self._lock:
+            try:
+                current = self.files.signature()
+                if current != self._signature:
+                    self._current = server_ssl_context(self.files)
+                    self._signature = current
+                    self.reloads += 1
+                    log.info("TLS certificate reloaded (REST)", extra={"reloads": self.reloads})
+            except (OSError, ValueError, ssl.SSLError) as exc:
+                log.warning("TLS files unreadable; keeping the previous certificate", extra={"error": str(exc)})
+            if self._current is not initial:
+                connection.context = self._current

@@ -1,0 +1,243 @@
+"""The V2 REST port (KServe/Triton HTTP/JSON, binary tensor extension): a thin aiohttp adapter over ModelService.
+
+aiohttp because the project already locks it (the operator's Kubernetes client) and it brings a C HTTP parser
+(llhttp), keep-alive, chunked bodies and a body-size limit, on the same event loop as grpc.aio; a hand-written
+HTTP/1.1 parser would be the riskiest code in the runtime. Requests take the gRPC path's steps in the same order:
+admission before the body is read, the body read within the receive timeout and bounded by the max message size
+(413 past it), the request-memory budget, codec checks against the signature, the batcher. Errors map to HTTP
+statuses by one table, with Triton's `{"error": "..."}` body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from skiff_runtime import __version__, errors
+from skiff_runtime.proto import inference_pb2 as pb
+from skiff_runtime.rest_codec import (
+    HEADER_LENGTH,
+    JSON_TYPE,
+    decode_infer_body,
+    encode_infer_body,
+    error_body,
+    model_metadata,
+    parse_header_length,
+)
+from skiff_runtime.server.auth import SCHEME, TokenFile
+from skiff_runtime.server.servicer import EXTENSIONS, SERVER_NAME, InferenceServicer
+from skiff_runtime.service import ModelService
+
+log = logging.getLogger(__name__)
+
+HTTP_STATUSES: Mapping[type[errors.SkiffError], int] = {
+    errors.InvalidInput: 400,
+    errors.ModelNotFound: 404,
+    errors.ModelNotReady: 503,
+    errors.QueueFull: 429,
+    errors.DeadlineExceeded: 504,
+    errors.InferenceFailed: 500,
+    errors.WorkerLost: 503,
+    errors.ModelLoadError: 503,
+}
+REST_EXTENSIONS = (*EXTENSIONS, "binary_tensor_data")
+OPEN_PREFIX = "/v2/health/"
+
+ObserveRequest = Callable[[str, int, float], None]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def http_status_for(error: BaseException) -> int:
+    for cls in type(error).__mro__:
+        if cls in HTTP_STATUSES:
+            return HTTP_STATUSES[cls]
+    return 500
+
+
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=error_body(message), content_type=JSON_TYPE, headers=headers)
+
+
+def _json(payload: object) -> web.Response:
+    return web.json_response(payload)
+
+
+def _route(request: web.Request) -> str:
+    info = request.match_info.route.resource
+    return info.canonical if info is not None else "unmatched"
+
+
+class RestServer:
+    """The V2 REST routes for one ModelService."""
+
+    def __init__(
+        self,
+        service: ModelService,
+        servicer: InferenceServicer,
+        *,
+        max_body_bytes: int,
+        receive_timeout_s: float,
+        token: TokenFile | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        observe: ObserveRequest | None = None,
+    ) -> None:
+        self.service = service
+        self.servicer = servicer
+        self.max_body_bytes = max_body_bytes
+        self.receive_timeout_s = receive_timeout_s
+        self.token = token
+        self.ssl_context = ssl_context
+        self._observe = observe
+        self.app = web.Application(client_max_size=max_body_bytes, middlewares=[self._guard])
+        base = "/v2/models/{model}"
+        for prefix in (base, base + "/versions/{version}"):
+            self.app.router.add_get(prefix, self.model_metadata)
+            self.app.router.add_get(prefix + "/ready", self.model_ready)
+            self.app.router.add_get(prefix + "/config", self.model_config)
+            self.app.router.add_post(prefix + "/infer", self.infer)
+        self.app.router.add_get("/v2/health/live", self.live)
+        self.app.router.add_get("/v2/health/ready", self.ready)
+        self.app.router.add_get("/v2", self.server_metadata)
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    def _authorized(self, request: web.Request) -> bool:
+        if self.token is None or request.path.startswith(OPEN_PREFIX):
+            return True
+        header = request.headers.get("Authorization", "")
+        if header[: len(SCHEME)].lower() != SCHEME:
+            return False
+        try:
+            expected = self.token.current()
+        except (OSError, ValueError) as exc:
+            log.error("token file unreadable; refusing REST requests", extra={"error": str(exc)})
+            return False
+        return hmac.compare_digest(header[len(SCHEME) :].strip().encode(), expected)
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Auth, then the handler with domain errors mapped by HTTP_STATUSES; times every request."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        response: web.StreamResponse
+        try:
+            if not self._authorized(request):
+                response = _error(
+                    401,
+                    "missing or invalid bearer token: send the header 'Authorization: Bearer <token>'",
+                    {"WWW-Authenticate": "Bearer"},
+                )
+            else:
+                response = await handler(request)
+        except errors.SkiffError as exc:
+            response = _error(http_status_for(exc), str(exc))
+        except web.HTTPRequestEntityTooLarge:
+            response = _error(
+                413,
+                f"the request body is larger than {self.max_body_bytes} bytes (--max-message-mb); send smaller batches",
+            )
+        except web.HTTPException as exc:
+            response = _error(exc.status, f"{exc.reason}: {request.method} {request.path[:200]}")
+        except Exception as exc:
+            log.exception("unexpected error", extra={"path": request.path[:200]})
+            response = _error(500, f"internal error: {type(exc).__name__}: {exc}")
+        if self._observe is not None:
+            self._observe(_route(request), response.status, loop.time() - started)
+        return response
+
+    async def live(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def ready(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.service.ready else 503)
+
+    async def server_metadata(self, request: web.Request) -> web.Response:
+        return _json({"name": SERVER_NAME, "version": __version__, "extensions": list(REST_EXTENSIONS)})
+
+    def _check(self, request: web.Request) -> None:
+        self.service.check_model(request.match_info["model"], request.match_info.get("version", ""))
+
+    async def model_ready(self, request: web.Request) -> web.Response:
+        self._check(request)
+        return web.Response(status=200 if self.service.ready else 503)
+
+    async def model_metadata(self, request: web.Request) -> web.Response:
+        self._check(request)
+        service = self.service
+        return _json(model_metadata(service.name, service.version, service.platform, service.signature))
+
+    async def model_config(self, request: web.Request) -> web.Response:
+        """Triton's model configuration (tritonclient.http get_model_config, perf_analyzer over HTTP)."""
+        self._check(request)
+        reply = await self.servicer.ModelConfig(pb.ModelConfigRequest(name=request.match_info["model"]), None)
+        config = reply.config
+
+        def tensors(items: Any) -> list[dict[str, Any]]:
+            return [{"name": t.name, "data_type": pb.DataType.Name(t.data_type), "dims": list(t.dims)} for t in items]
+
+        return _json(
+            {
+                "name": config.name,
+                "platform": config.platform,
+                "backend": config.backend,
+                "max_batch_size": config.max_batch_size,
+                "input": tensors(config.input),
+                "output": tensors(config.output),
+            }
+        )
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        if request.content_length is not None and request.content_length > self.max_body_bytes:
+            raise web.HTTPRequestEntityTooLarge(max_size=self.max_body_bytes, actual_size=request.content_length)
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding != "identity":
+            raise errors.InvalidInput(
+                f"Content-Encoding {encoding[:40]!r} is not supported; send the body uncompressed"
+            )
+        try:
+            async with asyncio.timeout(self.receive_timeout_s):
+                return await request.read()
+        except TimeoutError:
+            raise errors.DeadlineExceeded(
+                f"the request body did not arrive within {self.receive_timeout_s:g} s of its headers"
+            ) from None
+
+    async def infer(self, request: web.Request) -> web.Response:
+        """Admitted before the body is read (a full queue is refused at once), like gRPC ModelInfer."""
+        self._check(request)
+        with self.service.admit() as admission:
+            body = await self._read_body(request)
+            with self.service.budget.hold(len(body)):
+                header_length = parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
+                decoded = decode_infer_body(
+                    body,
+                    header_length,
+                    self.service.name,
+                    request.match_info.get("version", ""),
+                    self.service.signature,
+                    self.service.limits.max_batch_size,
+                )
+                response = await self.service.infer(decoded.request, None, admission)
+        encoded = encode_infer_body(response, decoded.binary_outputs)
+        headers = {} if encoded.header_length is None else {HEADER_LENGTH: str(encoded.header_length)}
+        return web.Response(body=encoded.body, content_type=encoded.content_type, headers=headers)
+
+    async def start(self, host: str, port: int, grace_period_s: float) -> int:
+        """Listen on host:port (0 picks a free port); returns the bound port."""
+        self.runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=grace_period_s)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, host, port, ssl_context=self.ssl_context, shutdown_timeout=grace_period_s)
+        await site.start()
+        self.port = int(self.runner.addresses[0][1])
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop listening; requests in flight finish within the grace period given to start()."""
+        if self.runner is not None:
+            await self.runner.cleanup()

@@ -1,0 +1,157 @@
+"""V2 REST on a real runtime: tritonclient.http unmodified (JSON and binary), raw JSON as curl sends it, bad input."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.http as triton_http
+from tritonclient.utils import InferenceServerException
+
+from skiff_runtime import errors
+from skiff_runtime.client import SkiffClient
+from skiff_runtime.server.rest import HTTP_STATUSES, http_status_for
+
+pytestmark = [pytest.mark.paddle, pytest.mark.server]
+
+
+def _inputs(features: np.ndarray, ids: np.ndarray, binary: bool) -> list[triton_http.InferInput]:
+    inputs = [
+        triton_http.InferInput("features", list(features.shape), "FP32"),
+        triton_http.InferInput("ids", list(ids.shape), "INT64"),
+    ]
+    inputs[0].set_data_from_numpy(features, binary_data=binary)
+    inputs[1].set_data_from_numpy(ids, binary_data=binary)
+    return inputs
+
+
+def _call(url: str, method: str = "GET", body: bytes | None = None, headers: dict[str, str] | None = None):
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_tritonclient_http_works_unmodified_and_agrees_with_grpc(two_io_server, binary: bool) -> None:
+    client = triton_http.InferenceServerClient(f"127.0.0.1:{two_io_server.http_port}")
+    assert client.is_server_live()
+    assert client.is_server_ready()
+    assert client.is_model_ready("two_io")
+    assert client.is_model_ready("two_io", "1")
+    metadata = client.get_model_metadata("two_io")
+    assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["inputs"]] == [
+        ("features", "FP32", [-1, 4]),
+        ("ids", "INT64", [-1, 2]),
+    ]
+    assert client.get_model_config("two_io")["max_batch_size"] == 8
+    assert "binary_tensor_data" in client.get_server_metadata()["extensions"]
+
+    features = np.random.default_rng(7).standard_normal((3, 4), dtype=np.float32)
+    ids = np.arange(6, dtype=np.int64).reshape(3, 2) * 1_000_000_007
+    outputs = [triton_http.InferRequestedOutput(n, binary_data=binary) for n in ("fetch_name_0", "fetch_name_1")]
+    result = client.infer("two_io", _inputs(features, ids, binary), outputs=outputs, request_id="r-1")
+    with SkiffClient(two_io_server.target) as grpc_client:
+        expected = grpc_client.infer("two_io", {"features": features, "ids": ids})
+    assert result.as_numpy("fetch_name_0").tobytes() == expected["fetch_name_0"].tobytes()
+    np.testing.assert_array_equal(result.as_numpy("fetch_name_1"), ids.sum(axis=1, keepdims=True) * 3 + 1)
+    assert result.get_response()["id"] == "r-1"
+
+    only = client.infer("two_io", _inputs(features, ids, binary), outputs=[outputs[1]], model_version="1")
+    assert only.as_numpy("fetch_name_0") is None
+    with pytest.raises(InferenceServerException, match="no version '7'"):
+        client.infer("two_io", _inputs(features, ids, binary), model_version="7")
+    bad = [triton_http.InferInput("features", [3, 4], "FP32"), triton_http.InferInput("ids", [3, 2], "INT32")]
+    bad[0].set_data_from_numpy(features, binary_data=binary)
+    bad[1].set_data_from_numpy(ids.astype(np.int32), binary_data=binary)
+    with pytest.raises(InferenceServerException, match="expected datatype INT64"):
+        client.infer("two_io", bad)
+    client.close()
+
+
+def test_raw_json_as_curl_sends_it(two_io_server) -> None:
+    body = {
+        "inputs": [
+            {"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [[1, 2, 3, 4]]},
+            {"name": "ids", "shape": [1, 2], "datatype": "INT64", "data": [5, 6]},
+        ]
+    }
+    status, headers, reply = _call(
+        f"{two_io_server.http_url}/v2/models/two_io/infer",
+        "POST",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    assert status == 200, reply
+    assert headers["Content-Type"].startswith("application/json")
+    outputs = {o["name"]: o for o in json.loads(reply)["outputs"]}
+    assert outputs["fetch_name_1"] == {"name": "fetch_name_1", "datatype": "INT64", "shape": [1, 1], "data": [34]}
+    with SkiffClient(two_io_server.target) as grpc_client:
+        expected = grpc_client.infer(
+            "two_io", {"features": np.array([[1, 2, 3, 4]], np.float32), "ids": np.array([[5, 6]], np.int64)}
+        )
+    assert np.array(outputs["fetch_name_0"]["data"], np.float32).tobytes() == expected["fetch_name_0"].tobytes()
+
+    assert _call(f"{two_io_server.http_url}/v2/health/live")[0] == 200
+    assert _call(f"{two_io_server.http_url}/v2/health/ready")[0] == 200
+    status, _, reply = _call(f"{two_io_server.http_url}/v2")
+    assert json.loads(reply)["name"] == "skiff"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "message"),
+    [
+        ("two_io/infer", b"{not json", 400, "not valid JSON"),
+        ("two_io/infer", b"[1, 2]", 400, "must be a JSON object"),
+        ("two_io/infer", b'{"inputs": [{"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [1]}]}',
+         400, "'data' holds 1 elements, FP32[1, 4] needs 4"),
+        ("two_io/infer", b'{"inputs": [{"name": "features", "shape": [1, 4], "datatype": "FP32", "data": ["a"]}]}',
+         400, "not FP32 values"),
+        ("two_io/infer", b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}',
+         400, "unknown input 'x'"),
+        ("two_io/infer", b"[" * 100_000, 400, "not valid JSON"),
+        ("nope/infer", b"{}", 404, "unknown model 'nope'"),
+        ("two_io/versions/9/ready", None, 404, "no version '9'"),
+    ],
+)  # fmt: skip
+def test_bad_requests_get_a_clear_error(
+    two_io_server, path: str, body: bytes | None, status: int, message: str
+) -> None:
+    method = "GET" if body is None else "POST"
+    got, headers, reply = _call(f"{two_io_server.http_url}/v2/models/{path}", method, body)
+    assert got == status, reply
+    assert headers["Content-Type"].startswith("application/json")
+    assert message in json.loads(reply)["error"]
+
+
+def test_a_body_over_the_message_limit_is_refused_413(two_io_server) -> None:
+    status, _, reply = _call(f"{two_io_server.http_url}/v2/models/two_io/infer", "POST", b" " * (32 * 1024 * 1024 + 1))
+    assert status == 413
+    assert "--max-message-mb" in json.loads(reply)["error"]
+
+
+def test_unknown_routes_are_404_in_json(two_io_server) -> None:
+    status, _, reply = _call(f"{two_io_server.http_url}/v1/models/two_io")
+    assert status == 404
+    assert "Not Found" in json.loads(reply)["error"]
+
+
+def test_every_error_type_has_an_http_status() -> None:
+    kinds = [cls for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.SkiffError)]
+    assert set(kinds) - {errors.SkiffError} == set(HTTP_STATUSES)
+    assert http_status_for(errors.QueueFull("x")) == 429
+    assert http_status_for(ValueError("x")) == 500
+
+
+def test_rest_requests_are_counted_in_metrics(two_io_server) -> None:
+    _call(f"{two_io_server.http_url}/v2/models/nope/ready")
+    _call(f"{two_io_server.http_url}/v2/models/two_io/infer", "POST", b"{}")
+    with urllib.request.urlopen(f"http://127.0.0.1:{two_io_server.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    assert 'http_server_handled_total{code="404",route="/v2/models/{model}/ready"}' in text
+    assert 'http_server_handled_total{code="400",route="/v2/models/{model}/infer"}' in text
