@@ -171,7 +171,7 @@ def test_rules_cover_every_resource_docs_operator_md_names(helm: Helm) -> None:
     """docs/operator.md lists what the operator uses (`- `resource[.group]` ...: verbs`); each resource named there
     must be in the chart's rules (kopfpeerings excepted: the chart runs the operator --standalone)."""
     text = (CHART.parents[1] / "docs" / "operator.md").read_text()
-    section = text.split("The operator's RBAC needs:", 1)[1].split("\n#", 1)[0]
+    section = text.split("The operator's RBAC needs", 1)[1].split(":\n", 1)[1].split("\n#", 1)[0]
     named = set()
     for line in section.splitlines():
         if line.startswith("- "):
