@@ -246,7 +246,9 @@ def test_runtime_from_an_auth_deployment_requires_the_token_and_follows_a_rotate
         lambda: kube.get_or_none("deployment", f"{name}-v1", namespace), timeout=60, what="the Deployment"
     )
     claim_root = tmp_path / "pvc-models"
-    export_sample_model(claim_root / "resnet50" / "v1")
+    claim, path = body["spec"]["versions"][0]["modelUri"].removeprefix("pvc://").split("/", 1)
+    assert claim == "models"
+    export_sample_model(claim_root / path)
     scratch = tmp_path / "pod"
     scratch.mkdir()
     secrets = {"callers": secret_data(kube, "callers", namespace)}
