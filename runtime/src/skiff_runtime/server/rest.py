@@ -230,7 +230,10 @@ class RestServer:
 
     async def start(self, host: str, port: int, grace_period_s: float) -> int:
         """Listen on host:port (0 picks a free port); returns the bound port."""
-        self.runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=grace_period_s)
+        # Idle keep-alive connections close after the receive timeout (aiohttp's default keeps them an hour).
+        self.runner = web.AppRunner(
+            self.app, access_log=None, shutdown_timeout=grace_period_s, keepalive_timeout=self.receive_timeout_s
+        )
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port, ssl_context=self.ssl_context, shutdown_timeout=grace_period_s)
         await site.start()
