@@ -114,7 +114,7 @@ def test_raw_json_as_curl_sends_it(two_io_server) -> None:
          400, "not FP32 values"),
         ("two_io/infer", b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}',
          400, "unknown input 'x'"),
-        ("two_io/infer", b"[" * 100_000, 400, "not valid JSON"),
+        ("two_io/infer", b"[" * 100_000, 400, "more than 65536; send 'data' flat"),
         ("nope/infer", b"{}", 404, "unknown model 'nope'"),
         ("two_io/versions/9/ready", None, 404, "no version '9'"),
     ],

@@ -23,7 +23,9 @@ from skiff_runtime import __version__, errors
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.rest_codec import (
     HEADER_LENGTH,
+    JSON_EXPANSION,
     JSON_TYPE,
+    MAX_JSON_BYTES,
     decode_infer_body,
     encode_infer_body,
     error_body,
@@ -213,8 +215,9 @@ class RestServer:
         self._check(request)
         with self.service.admit() as admission:
             body = await self._read_body(request)
-            with self.service.budget.hold(len(body)):
-                header_length = parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
+            header_length = parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
+            json_bytes = len(body) if header_length is None else header_length
+            with self.service.budget.hold(len(body) + JSON_EXPANSION * min(json_bytes, MAX_JSON_BYTES)):
                 decoded = decode_infer_body(
                     body,
                     header_length,
