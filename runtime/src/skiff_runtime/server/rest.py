@@ -49,7 +49,8 @@ HTTP_STATUSES: Mapping[type[errors.SkiffError], int] = {
     errors.ModelLoadError: 503,
 }
 REST_EXTENSIONS = (*EXTENSIONS, "binary_tensor_data")
-OPEN_PREFIX = "/v2/health/"
+# The routes open without a token (HTTP probes); decided by the matched route, never by the raw path.
+OPEN_ROUTES = frozenset({"/v2/health/live", "/v2/health/ready"})
 
 ObserveRequest = Callable[[str, int, float], None]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -110,7 +111,7 @@ class RestServer:
         self.port = 0
 
     def _authorized(self, request: web.Request) -> bool:
-        if self.token is None or request.path.startswith(OPEN_PREFIX):
+        if self.token is None or _route(request) in OPEN_ROUTES:
             return True
         header = request.headers.get("Authorization", "")
         if header[: len(SCHEME)].lower() != SCHEME:
