@@ -22,18 +22,12 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.stats import percentile
+from skiff_runtime.codec import encode_varint as varint
+
 MODEL = "two_io"
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 HEALTH_PERIOD_S = 0.01
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def tag(field: int, wire_type: int) -> bytes:
@@ -162,10 +156,7 @@ class Outcome:
     health_failures: int
 
     def health_percentile(self, q: float) -> float:
-        ordered = sorted(self.health_ms)
-        if not ordered:
-            return float("inf")
-        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+        return percentile(self.health_ms, q)
 
 
 def measure(target: str, health_target: str, pid: int, message: bytes, timeout_s: float = 60) -> Outcome:

@@ -10,7 +10,7 @@ the way a benchmark of the server should (the per-request client encoding cost i
 Every client process, whatever the server, first applies the runtime's glibc malloc settings
 (`skiff_runtime.allocator.tune_current_process`; `ClientSpec.tune_allocator=False` turns that off): a Python
 process that builds a 588 KiB message per call otherwise page-faults through fresh mmap()s on every call, which
-cost ~0.6-1 ms per call in tritonclient here (bench/notes.md) and is the client's cost, not the server's.
+cost ~0.6-1 ms per call in tritonclient here (docs/design-decisions.md) and is the client's cost, not the server's.
 """
 
 from __future__ import annotations

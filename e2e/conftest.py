@@ -53,6 +53,16 @@ def kube() -> Iterator[Kubectl]:
 
 
 @pytest.fixture(scope="session")
+def controlplane_binaries() -> None:
+    """The local control plane is built: tests that start their own (make up, make demo) need it."""
+    if not controlplane_built():
+        reason = f"the local control plane is not built; run: {BUILD_HINT}"
+        if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
+            pytest.fail(reason + " (SKIFF_E2E_REQUIRED=1: e2e tests must run)", pytrace=False)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
 def helm(kube: Kubectl) -> Helm:
     """helm bound to the cluster's kubeconfig (test_install.py, test_security.py)."""
     binary = helm_binary()

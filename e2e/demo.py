@@ -32,7 +32,7 @@ from e2e.harness import (
     start_local_pod,
     wait_for_startup_probe,
 )
-from e2e.up import instructions, sigterm_as_interrupt, up
+from e2e.up import STATE_DIR, instructions, sigterm_as_interrupt, up
 from skiff_runtime.client import SkiffClient
 
 NAMESPACE = "skiff-demo"
@@ -90,13 +90,13 @@ def watch_until_ready(kube: Kubectl, name: str, step: Steps, timeout_s: float = 
     raise TimeoutError(f"{name} was not Ready after {timeout_s:.0f}s")
 
 
-def run_demo(workdir: Path) -> Path:
-    """The story, step by step; returns the kubeconfig of the cluster, which stays up."""
+def run_demo(workdir: Path, state_dir: Path = STATE_DIR) -> Path:
+    """The story, step by step, on the cluster of `make up` in `state_dir`; returns its kubeconfig (it stays up)."""
     step = Steps()
     step("control plane binaries: built once from Go modules into ~/.cache/skiff, reused after that")
     build_controlplane()
     step("make up: control plane on 127.0.0.1 with simulated nodes, the CRD, the operator (all kept running)")
-    kubeconfig = up(log=step.note)
+    kubeconfig = up(state_dir, log=step.note)
     kube = Kubectl(kubeconfig)
 
     body = load_example(EXAMPLE, NAMESPACE)

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from e2e.cluster import REPO
 
 SCRIPT = REPO / "scripts" / "images.sh"
-TOOLS = ("buildah", "podman", "skopeo", "mmdebstrap", "runc")
+# What scripts/images.sh needs, plus slirp4netns: the runtime container gets its own network namespace.
+TOOLS = ("buildah", "podman", "skopeo", "mmdebstrap", "runc", "slirp4netns")
 INSTALL_HINT = f"apt-get install -y {' '.join(TOOLS)}  (Debian/Ubuntu, as root; then: make images)"
 # The budgets docs/images.md reports: the Paddle CPU runtime (paddle alone is ~720 MiB) and the operator.
 SIZE_BUDGETS = {"runtime": 1_100_000_000, "operator": 300_000_000}
@@ -43,6 +46,7 @@ class Images:
     storage_root: Path
     run_root: Path
     containers_conf: Path
+    archives: Path
     runtime: str
     operator: str
 
@@ -54,6 +58,7 @@ class Images:
             Path(values["STORAGE_ROOT"]),
             Path(values["RUN_ROOT"]),
             Path(values["CONTAINERS_CONF"]),
+            Path(values["ARCHIVES"]),
             values["RUNTIME_IMAGE"],
             values["OPERATOR_IMAGE"],
         )
@@ -79,7 +84,10 @@ class Images:
 
 
 def pod_run_flags(
-    pod_spec: Mapping[str, Any], *, claim_roots: Mapping[str, Path], published: Mapping[int, int]
+    pod_spec: Mapping[str, Any],
+    *,
+    claim_roots: Mapping[str, Path] | None = None,
+    published: Mapping[int, int] | None = None,
 ) -> list[str]:
     """`podman run` flags for a pod's only container, mechanically:
     - the pod's runAsUser/runAsGroup -> --user; readOnlyRootFilesystem -> --read-only; allowPrivilegeEscalation
@@ -87,7 +95,8 @@ def pod_run_flags(
     - an emptyDir -> a tmpfs at its mountPath (writable, exec, like the kubelet's directory); a
       PersistentVolumeClaim -> its root in `claim_roots` (plus subPath), bind-mounted read-only when the mount is;
     - env -> -e, unchanged; command -> --entrypoint (the image's PATH finds it), args follow the image;
-    - each containerPort -> published on 127.0.0.1 at `published[port]`, in podman's own network namespace.
+    - each containerPort -> published on 127.0.0.1 at `published[port]`, in podman's own network namespace; with
+      `published` None, the host's network (the container then reaches a control plane on 127.0.0.1).
     Anything else (Secrets, other volume kinds) raises: this test does not pretend to map it."""
     (container,) = pod_spec["containers"]
     pod_security = pod_spec.get("securityContext", {})
@@ -105,16 +114,46 @@ def pod_run_flags(
         if "emptyDir" in volume:
             flags += ["--tmpfs", f"{mount['mountPath']}:rw,exec,mode=1777"]
         elif "persistentVolumeClaim" in volume:
-            source = claim_roots[volume["persistentVolumeClaim"]["claimName"]] / mount.get("subPath", "")
+            source = (claim_roots or {})[volume["persistentVolumeClaim"]["claimName"]] / mount.get("subPath", "")
             flags += ["--volume", f"{source}:{mount['mountPath']}:{'ro' if mount.get('readOnly') else 'rw'}"]
         else:
             raise ValueError(f"volume {mount['name']}: only emptyDir and persistentVolumeClaim are mapped here")
     for variable in container.get("env", []):
         flags += ["--env", f"{variable['name']}={variable['value']}"]
-    flags += ["--network", "slirp4netns"]
-    for port in container.get("ports", []):
-        flags += ["--publish", f"127.0.0.1:{published[port['containerPort']]}:{port['containerPort']}"]
+    if published is None:
+        flags += ["--network", "host"]
+    else:
+        flags += ["--network", "slirp4netns"]
+        for port in container.get("ports", []):
+            flags += ["--publish", f"127.0.0.1:{published[port['containerPort']]}:{port['containerPort']}"]
     command: Sequence[str] = container.get("command", [])
     if command:
         flags += ["--entrypoint", json.dumps(list(command))]
     return flags
+
+
+def layers_containing(archive: Path, needle: bytes) -> list[str]:
+    """The digests of the layers in an OCI archive (`images.sh` writes one per image) whose bytes contain needle:
+    every layer, not just the files the merged image shows."""
+    found = []
+    with tarfile.open(archive) as outer:
+
+        def read(name: str) -> IO[bytes]:
+            member = outer.extractfile(name)
+            assert member is not None, f"{archive} lacks {name}"
+            return member
+
+        def blob(digest: str) -> IO[bytes]:
+            return read("blobs/" + digest.replace(":", "/"))
+
+        (entry,) = json.load(read("index.json"))["manifests"]
+        for layer in json.load(blob(entry["digest"]))["layers"]:
+            compressed = layer["mediaType"].endswith("gzip")
+            with gzip.open(blob(layer["digest"])) if compressed else blob(layer["digest"]) as stream:
+                tail = b""
+                while chunk := stream.read(1 << 20):
+                    if needle in tail + chunk:
+                        found.append(layer["digest"])
+                        break
+                    tail = chunk[-len(needle) :]
+    return found

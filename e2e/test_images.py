@@ -1,17 +1,18 @@
 """The container images, built by `make images` (scripts/images.sh: mmdebstrap + buildah, cached) and run with
-podman: the runtime image serves a sample model from the pod the operator renders (its user, read-only root, /tmp
-emptyDir, env, ports), the operator image reconciles an InferenceModel on the local control plane, both fit their
-size budgets, and the CA bundle mounted for the build stays out of every layer.
+podman: the runtime image serves a sample model as the pod the operator renders (user, read-only root, /tmp
+emptyDir, env, ports); the operator image, as the chart renders it, brings an InferenceModel to Ready on the local
+control plane; both fit their size budgets and hold no trace of the CA bundle passed to the build; `make push`
+and skaffold's custom builder put them in a real registry on 127.0.0.1.
 
-Without buildah/podman these tests skip, saying what to install; with SKIFF_IMAGES_REQUIRED=1 or
-SKIFF_E2E_REQUIRED=1 (`make test`, CI) they fail instead.
-"""
+Without the tools these tests skip, saying what to install; with SKIFF_IMAGES_REQUIRED=1 or SKIFF_E2E_REQUIRED=1
+(`make test`, CI) they fail instead."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -28,6 +29,7 @@ import yaml
 
 from e2e.cluster import REPO, Kubectl, eventually
 from e2e.harness import free_port, grpc_health_check, load_example, wait_model_ready
+from e2e.helm import HELM_HINT, Helm, documents, helm_binary
 from e2e.images import (
     BUILD_CA_MARKER,
     INSTALL_HINT,
@@ -36,6 +38,7 @@ from e2e.images import (
     Images,
     build_images,
     images_required,
+    layers_containing,
     missing_tools,
     pod_run_flags,
 )
@@ -54,7 +57,9 @@ def images(pytestconfig: pytest.Config) -> Images:
     if missing:
         reason = f"{', '.join(missing)} not installed; run: {INSTALL_HINT}"
         if images_required():
-            pytest.fail(reason + " (SKIFF_IMAGES_REQUIRED/SKIFF_E2E_REQUIRED=1: the image tests must run)")
+            pytest.fail(
+                reason + " (SKIFF_IMAGES_REQUIRED/SKIFF_E2E_REQUIRED=1: the image tests must run)", pytrace=False
+            )
         pytest.skip(reason)
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
@@ -70,7 +75,8 @@ def container(images: Images, *args: str) -> Iterator[str]:
     try:
         yield name
     finally:
-        print(f"---- {name} log ----\n{images.podman('logs', name, check=False).stdout[-10000:]}")
+        logs = images.podman("logs", name, check=False)
+        print(f"---- {name} log ----\n{(logs.stdout + logs.stderr)[-10000:]}")
         images.podman("rm", "--force", "--time", "0", name, check=False)
 
 
@@ -179,34 +185,64 @@ def test_build_ca_bundle_is_not_in_any_layer(images: Images, image: str) -> None
     assert "BEGIN CERTIFICATE" not in history
     config = images.inspect(reference)["Config"]
     assert not [v for v in config["Env"] if v.startswith(("SSL_CERT_FILE=", "PIP_CERT="))]
-    search = images.podman(
-        "run", "--rm", "--network", "none", "--user", "0", "--entrypoint", "grep", reference,
-        "-rIlsF", "--exclude-dir=proc", "--exclude-dir=sys", "--exclude-dir=dev", BUILD_CA_MARKER, "/",
-        check=False, timeout=300,
-    )  # fmt: skip
+
+    def files_containing(text: str) -> subprocess.CompletedProcess[str]:
+        return images.podman(
+            "run", "--rm", "--network", "none", "--user", "0", "--entrypoint", "grep", reference,
+            "-rIlsF", "--exclude-dir=proc", "--exclude-dir=sys", "--exclude-dir=dev", text, "/",
+            check=False, timeout=300,
+        )  # fmt: skip
+
+    # The search sees the image's files: the base's own CA bundle holds certificates.
+    assert "/etc/ssl/certs/ca-certificates.crt" in files_containing("BEGIN CERTIFICATE").stdout.split()
+    search = files_containing(BUILD_CA_MARKER)
     assert search.returncode == 1, f"found in {search.stdout!r}"
+    # Nor is it in any layer of the archive (a file a later layer deletes would still be there).
+    archive = images.archives / f"{image}.oci.tar"
+    assert layers_containing(archive, b"Debian") != []  # the search reads the layers' contents
+    assert layers_containing(archive, BUILD_CA_MARKER.encode()) == []
     under_run = images.podman("run", "--rm", "--network", "none", "--entrypoint", "find", reference, "/run").stdout
     assert "skiff-ca" not in under_run
     assert "skiff-build" not in under_run
 
 
-def test_operator_image_brings_an_inference_model_to_ready(
+def test_operator_image_runs_as_the_chart_deploys_it_and_brings_a_model_to_ready(
     images: Images, kube: Kubectl, namespace: str, claims: list[str], simulated_nodes: None, tmp_path: Path
 ) -> None:
-    """The operator image on the host network with a mounted kubeconfig, as the chart runs it otherwise."""
+    """The operator container the chart renders (user, read-only root, /tmp emptyDir, command and args), on the
+    host network with a kubeconfig for the local control plane in place of the in-cluster service account, and
+    its liveness endpoint moved from 0.0.0.0 to a free loopback port."""
+    binary = helm_binary()
+    if binary is None:
+        pytest.fail(f"helm not found; run: {HELM_HINT}", pytrace=False)
+    repository, tag = images.operator.rsplit(":", 1)
+    rendered = Helm(binary).template(
+        f'watchNamespaces=["{namespace}"]',
+        "operator.resyncSeconds=10",
+        f'image.repository="{repository}"',
+        f'image.tag="{tag}"',
+        namespace=namespace,
+    )
+    (deployment,) = [d for d in documents(rendered) if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (spec,) = pod["containers"]
+    assert spec["image"] == images.operator
+    liveness = free_port()
+    args = [
+        re.sub(r"^--liveness=http://0\.0\.0\.0:\d+/", f"--liveness=http://127.0.0.1:{liveness}/", a)
+        for a in spec["args"]
+    ]
+    assert sum(a != b for a, b in zip(args, spec["args"], strict=True)) == 1, spec["args"]
+    assert f"--namespace={namespace}" in args
+    flags = pod_run_flags(pod)
+    assert "--read-only" in flags
+    assert "1000:1000" in flags
+
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(kube.run("config", "view", "--raw", "--flatten", "--minify"))
     kubeconfig.chmod(0o644)
-    liveness = free_port()
-    with container(
-        images,
-        "--network", "host", "--user", "1000:1000", "--read-only", "--tmpfs", "/tmp:rw,mode=1777",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-        "--volume", f"{kubeconfig}:/etc/skiff/kubeconfig:ro", "--env", "KUBECONFIG=/etc/skiff/kubeconfig",
-        images.operator,
-        "run", "--standalone", f"--namespace={namespace}", "--resync-seconds=10",
-        f"--liveness=http://127.0.0.1:{liveness}/healthz",
-    ) as name:  # fmt: skip
+    credentials = ["--volume", f"{kubeconfig}:/etc/skiff/kubeconfig:ro", "--env", "KUBECONFIG=/etc/skiff/kubeconfig"]
+    with container(images, *flags, *credentials, images.operator, *args) as name:
         body = load_example("cpu", namespace)
         kube.apply(body)
         wait_model_ready(kube, namespace, body["metadata"]["name"], timeout_s=120)
@@ -224,7 +260,9 @@ def registry(tmp_path: Path) -> Iterator[str]:
     if binary is None:
         reason = "docker-registry not installed; run: apt-get install -y docker-registry"
         if images_required():
-            pytest.fail(reason + " (SKIFF_IMAGES_REQUIRED/SKIFF_E2E_REQUIRED=1: the image tests must run)")
+            pytest.fail(
+                reason + " (SKIFF_IMAGES_REQUIRED/SKIFF_E2E_REQUIRED=1: the image tests must run)", pytrace=False
+            )
         pytest.skip(reason)
     port = free_port()
     config = tmp_path / "registry.yml"

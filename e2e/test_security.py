@@ -16,11 +16,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from e2e.cluster import Kubectl, eventually
-from e2e.harness import OperatorProcess, condition, load_example
+from e2e.harness import (
+    OperatorProcess,
+    condition,
+    load_example,
+    local_pod,
+    secret_data,
+    start_local_pod,
+    stop_local_pod,
+    wait_for_startup_probe,
+)
 from e2e.helm import Helm, documents
+from e2e.test_canary import gateway_api  # noqa: F401 - the fixture (installs the Gateway API CRDs)
 from e2e.test_install import (
     RELEASE,
     ChartOperator,
@@ -29,6 +40,8 @@ from e2e.test_install import (
     install,
     service_account_kubeconfig,
 )
+from e2e.test_pod_contract import export_sample_model
+from skiff_runtime.client import SkiffClient
 
 TENANT = "tenant"
 READY_JSONPATH = '{.status.conditions[?(@.type=="Ready")].reason}'
@@ -106,6 +119,27 @@ def test_an_existing_service_and_secret_are_never_taken_over(
     # Deleting the model leaves the victim: it was never the model's child.
     kube.run("delete", "inferencemodel", name, "-n", namespace, "--wait=true", "--timeout=60s")
     assert comparable(kube.get("service", name, "-n", namespace)) == before[0]
+
+
+@pytest.mark.usefixtures("gateway_api")
+def test_an_existing_grpc_route_is_never_taken_over(
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
+) -> None:
+    model = load_example("cpu", namespace)
+    name = model["metadata"]["name"]
+    model["spec"]["routing"] = {"mode": "Gateway", "gateways": [{"name": "edge"}]}
+    victim = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GRPCRoute",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"parentRefs": [{"name": "theirs"}], "rules": [{"backendRefs": [{"name": "theirs", "port": 1}]}]},
+    }
+    kube.apply(victim)
+    before = comparable(kube.get("grpcroute", name, "-n", namespace))
+    kube.apply(model)
+    stored = wait_reason(kube, namespace, name, "NameConflict")
+    assert f"GRPCRoute/{name} exists and it has no controller" in condition(stored, "Ready")["message"]
+    assert comparable(kube.get("grpcroute", name, "-n", namespace)) == before
 
 
 def test_two_models_rendering_one_name_the_second_is_refused(
@@ -195,6 +229,61 @@ def test_network_policy_is_accepted_with_the_expected_selectors_and_removed_on_o
     eventually(
         lambda: kube.get_or_none("networkpolicy", name, namespace) is None, timeout=60, what="the policy deleted"
     )
+
+
+# -- spec.auth: the runtime from the operator's Deployment requires the token, and follows a rotated Secret -------
+
+
+def test_runtime_from_an_auth_deployment_requires_the_token_and_follows_a_rotated_secret(
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess, tmp_path: Path
+) -> None:
+    kube.run("create", "secret", "generic", "callers", "-n", namespace, "--from-literal=token=first-token")
+    body = load_example("cpu", namespace)
+    name = body["metadata"]["name"]
+    body["spec"]["auth"] = {"tokenSecretName": "callers"}
+    kube.apply(body)
+    deployment = eventually(
+        lambda: kube.get_or_none("deployment", f"{name}-v1", namespace), timeout=60, what="the Deployment"
+    )
+    claim_root = tmp_path / "pvc-models"
+    export_sample_model(claim_root / "resnet50" / "v1")
+    scratch = tmp_path / "pod"
+    scratch.mkdir()
+    secrets = {"callers": secret_data(kube, "callers", namespace)}
+    pod = local_pod(deployment, claim_roots={"models": claim_root}, scratch=scratch, secrets=secrets)
+    token_file = pod.mounts["/etc/skiff/auth"] / "token"
+    assert pod.env["SKIFF_AUTH_TOKEN_FILE"] == str(token_file)
+    assert sorted(p.name for p in token_file.parent.iterdir()) == ["token"]  # one key, not the Secret
+
+    log = tmp_path / "runtime.log"
+    process = start_local_pod(pod, scratch, log)
+    try:
+        wait_for_startup_probe(pod, process)  # health stays open: the kubelet sends no token
+        target = f"127.0.0.1:{pod.port_of('grpc')}"
+
+        def metadata_code(token: str | None) -> grpc.StatusCode:
+            with SkiffClient(target, timeout_s=10, token=token) as client:
+                try:
+                    client.metadata(name)
+                except grpc.RpcError as error:
+                    return error.code()
+            return grpc.StatusCode.OK
+
+        assert metadata_code(None) is grpc.StatusCode.UNAUTHENTICATED
+        assert metadata_code("first-token") is grpc.StatusCode.OK
+
+        # Rotation: the Secret changes in the API server, the kubelet rewrites the mounted file (done here by
+        # hand: kwok runs no kubelet), and the same process takes the new token.
+        kube.run("patch", "secret", "callers", "-n", namespace, "-p", '{"stringData":{"token":"second-token"}}')
+        token_file.chmod(0o600)
+        token_file.write_bytes(secret_data(kube, "callers", namespace)["token"])
+        assert metadata_code("second-token") is grpc.StatusCode.OK
+        assert metadata_code("first-token") is grpc.StatusCode.UNAUTHENTICATED
+        assert process.poll() is None
+        template = kube.get("deployment", f"{name}-v1", "-n", namespace)["spec"]["template"]
+        assert template == deployment["spec"]["template"]  # no rollout for a rotated token
+    finally:
+        stop_local_pod(process, log)
 
 
 # -- the admission policy: what a tenant may make the operator do -----------------------------------------------
@@ -306,6 +395,11 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
     # What the tenant may read, it may mount; an allowed model is admitted.
     allowed = tenant_model(namespace, "allowed", tls={"mode": "SelfSigned", "clientCASecretName": "readable"})
     assert create_as(tenant, allowed) == (0, "")
+    # A spec change is checked like a create: pointing the admitted model at the hidden Secret is refused.
+    patch = json.dumps({"spec": {"tls": {"clientCASecretName": "hidden"}}})
+    edited = tenant.attempt("patch", "inferencemodel", "allowed", "-n", namespace, "--type=merge", "-p", patch)
+    assert edited.returncode != 0
+    assert "cannot get Secret hidden" in edited.stderr
     # The tenant's own RBAC keeps it out of other namespaces.
     elsewhere = tenant_model("default", "elsewhere")
     code, stderr = create_as(tenant, elsewhere)

@@ -15,6 +15,9 @@ from e2e.cluster import Kubectl, eventually
 from e2e.harness import OperatorProcess, condition, load_example, secret_data
 from skiff_operator import certs
 
+# The pods mount the certificate and its key, never the whole Secret.
+TLS_ITEMS = [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]
+
 SUFFIXES = ("", ".{ns}", ".{ns}.svc", ".{ns}.svc.cluster.local")
 
 
@@ -77,7 +80,8 @@ def test_self_signed_secrets_cover_every_service_and_follow_a_new_version(
 
     pod_spec = kube.get("deployment", f"{name}-v1", "-n", namespace)["spec"]["template"]["spec"]
     (container,) = pod_spec["containers"]
-    assert {"name": "tls", "secret": {"secretName": f"{name}-tls", "defaultMode": 0o440}} in pod_spec["volumes"]
+    tls_volume = {"secretName": f"{name}-tls", "defaultMode": 0o440, "items": TLS_ITEMS}
+    assert {"name": "tls", "secret": tls_volume} in pod_spec["volumes"]
     assert {"name": "tls", "mountPath": "/etc/skiff/tls", "readOnly": True} in container["volumeMounts"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["SKIFF_TLS_CERT_FILE"] == "/etc/skiff/tls/tls.crt"
@@ -174,7 +178,8 @@ def test_bad_user_secret_yields_a_readable_condition_and_no_deployment(
     kube.apply(_tls_secret(namespace, "own-cert-tls", {"tls.crt": good.cert_pem, "tls.key": good.key_pem}))
     kube.run("wait", "--for=condition=Ready", "inferencemodel/own-cert", "-n", namespace, "--timeout=120s")
     pod_spec = kube.get("deployment", "own-cert-v1", "-n", namespace)["spec"]["template"]["spec"]
-    assert {"name": "tls", "secret": {"secretName": "own-cert-tls", "defaultMode": 0o440}} in pod_spec["volumes"]
+    tls_volume = {"secretName": "own-cert-tls", "defaultMode": 0o440, "items": TLS_ITEMS}
+    assert {"name": "tls", "secret": tls_volume} in pod_spec["volumes"]
     status = kube.get("inferencemodel", "own-cert", "-n", namespace)["status"]["tls"]
     assert status["notAfter"] == good_not_after(good)
 

@@ -1,25 +1,21 @@
 """`make up` / `make down` (e2e/up.py): the cluster answers, the operator reconciles an example, a second `up`
-reuses what runs, and after `down` no process and no file is left."""
+reuses what runs (and restarts an operator that died), and after `down` no process and no file is left."""
 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 from e2e import up
-from e2e.cluster import BUILD_HINT, Kubectl, controlplane_built, process_exited
+from e2e.cluster import Kubectl, eventually, process_exited
 from e2e.harness import load_example, wait_model_ready
 
 
 @pytest.mark.timeout(600)
-def test_up_keeps_a_working_cluster_until_down_removes_everything(tmp_path: Path) -> None:
-    if not controlplane_built():
-        reason = f"the local control plane is not built; run: {BUILD_HINT}"
-        if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
+def test_up_keeps_a_working_cluster_until_down_removes_everything(tmp_path: Path, controlplane_binaries: None) -> None:
     state = tmp_path / "up"
     kubeconfig = up.up(state)
     try:
@@ -32,6 +28,12 @@ def test_up_keeps_a_working_cluster_until_down_removes_everything(tmp_path: Path
         wait_model_ready(kube, up.NAMESPACE, body["metadata"]["name"])
         assert up.up(state) == kubeconfig  # a second `make up` reuses the running one
         assert up.operator_pid(state) == operator
+        os.kill(operator, signal.SIGKILL)  # an operator that died: `make up` starts it again, the model stays
+        eventually(lambda: up.operator_pid(state) is None, timeout=10, what="the operator to exit")
+        assert up.up(state) == kubeconfig
+        operator = up.operator_pid(state)
+        assert operator is not None
+        assert kube.get("inferencemodel", body["metadata"]["name"], "-n", up.NAMESPACE)
         processes = [operator, *up.control_plane(state, print).pids()]
         assert len(processes) >= 6  # the operator, etcd, 3 Kubernetes components, kwok
     finally:

@@ -105,9 +105,14 @@ def start_operator(kube: Kubectl, state_dir: Path, log: Log) -> int:
 
 def up(state_dir: Path = STATE_DIR, log: Log = _print) -> Path:
     """Starts the control plane, the CRD, the example claims and the operator, unless they already run.
-    Returns the kubeconfig. Leftovers of a stopped or broken earlier run are removed first."""
-    if is_up(state_dir):
-        log(f"already up (state in {state_dir})")
+    Returns the kubeconfig. A running cluster whose operator has stopped gets its operator back (the models
+    stay); leftovers of a stopped or broken earlier run are removed first."""
+    if cluster_answers(state_dir):
+        if operator_pid(state_dir) is None:
+            log("the cluster is up but its operator is not running: starting it again")
+            start_operator(Kubectl(kubeconfig_path(state_dir)), state_dir, log)
+        else:
+            log(f"already up (state in {state_dir})")
         return kubeconfig_path(state_dir)
     if not controlplane_built():
         raise FileNotFoundError(f"the local control plane is not built; run: {BUILD_HINT}")

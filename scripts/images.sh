@@ -95,7 +95,7 @@ current() {
 record() { echo "$2 $(image_id "$3")" >"$archives/$1.inputs"; }
 
 build_base() {
-  local sources; mapfile -t sources < <(apt_sources)
+  local listed sources; listed="$(apt_sources)"; mapfile -t sources <<<"$listed"
   local mmdebstrap_flags=(--variant=minbase "--include=$base_packages"
     --aptopt='APT::Install-Recommends "false"' --dpkgopt='path-exclude=/usr/share/doc/*'
     --dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/man/*'
@@ -105,7 +105,8 @@ build_base() {
   if current base "$hash" "$base_image"; then echo "==> base $base_image: current"; return; fi
   begin "base $base_image: mmdebstrap bookworm minbase + ${base_packages//,/ } (from ${sources[*]}; ~2 min)"
   local tar="$store/tmp/base.tar"
-  mmdebstrap --quiet "${mmdebstrap_flags[@]}" bookworm "$tar" "${sources[@]}"
+  mmdebstrap --quiet "${mmdebstrap_flags[@]}" bookworm "$tar" "${sources[@]}" || fail "mmdebstrap failed; check \
+that the mirrors in ${sources[*]} are reachable (or set SKIFF_APT_SOURCES) and rerun: make images"
   podman "${storage_flags[@]}" import --quiet \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' --change 'ENV LANG=C.UTF-8' \
     --change 'CMD ["/bin/bash"]' "$tar" "$base_image" >/dev/null
@@ -130,7 +131,6 @@ build_ca() {
   echo "$ca"
 }
 
-# build_image NAME DOCKERFILE TAG: buildah bud when the inputs changed, then the OCI archive.
 build_args=(--build-arg "BASE=$base_image")
 
 # input_hash DOCKERFILE: the build arguments, the base image id, the Dockerfile and every file it COPYs (less what
@@ -142,6 +142,7 @@ input_hash() {
       | xargs -0 sha256sum; } | sha256sum | cut -c1-16
 }
 
+# build_image NAME DOCKERFILE TAG: buildah bud when the inputs changed, then the OCI archive.
 build_image() {
   local name="$1" dockerfile="$2" tag="$3"
   cd "$repo"
@@ -152,11 +153,14 @@ build_image() {
   [[ -n "$ca" ]] && mounts=(--secret "id=skiff-ca,src=$ca")
   begin "$name $tag: buildah bud -f $dockerfile (inputs $hash)"
   buildah "${storage_flags[@]}" bud --isolation chroot --network host --layers --pull=false \
-    "${mounts[@]}" "${args[@]}" -f "$dockerfile" -t "$tag" . 2>&1 | sed -u 's/^/    /'
+    "${mounts[@]}" "${args[@]}" -f "$dockerfile" -t "$tag" . 2>&1 | sed -u 's/^/    /' \
+    || fail "buildah bud -f $dockerfile failed at the step shown above; fix it (network: PyPI must be reachable) \
+and rerun: make images"
   done_step
   begin "$name: OCI archive $archives/$name.oci.tar"
   rm -f "$archives/$name.oci.tar"
-  skopeo copy --quiet "$storage_ref$tag" "oci-archive:$archives/$name.oci.tar:$tag"
+  skopeo copy --quiet "$storage_ref$tag" "oci-archive:$archives/$name.oci.tar:$tag" \
+    || fail "could not write $archives/$name.oci.tar (disk space?); rerun: make images"
   echo "    $(du -m "$archives/$name.oci.tar" | cut -f1) MiB compressed, $(image_size "$tag") MB uncompressed"
   record "$name" "$hash" "$tag"
   done_step
@@ -164,10 +168,18 @@ build_image() {
 
 image_size() { podman "${storage_flags[@]}" image inspect --format '{{.Size}}' "$1" | awk '{printf "%d", $1 / 1e6}'; }
 
+# One build at a time per cache: another `make images` (or a test session) waits for this one, then finds its
+# images current.
+lock() {
+  exec 9>"$store/build.lock"
+  flock -n 9 || { echo "==> waiting for another scripts/images.sh using $store"; flock 9; }
+}
+
 build_all() {
   check_tools || exit 1
   local started=$SECONDS
   write_containers_conf
+  lock
   build_base
   build_image runtime runtime/Dockerfile "$runtime_image"
   build_image operator operator/Dockerfile "$operator_image"
@@ -217,7 +229,7 @@ skaffold_build() {
 
 case "${1:-build}" in
   build) build_all ;;
-  base) check_tools || exit 1; write_containers_conf; build_base ;;
+  base) check_tools || exit 1; write_containers_conf; lock; build_base ;;
   check) check_tools && echo "ok: ${tools[*]}" ;;
   push) check_tools || exit 1; write_containers_conf; push "${2:-}" ;;
   skaffold) skaffold_build ;;

@@ -10,8 +10,9 @@ import pytest
 from e2e.vendor import SHA256, THIRD_PARTY, mismatched_files
 
 REPO = Path(__file__).resolve().parents[1]
-# A sibling folder of the checkout, a workstation's home or the machine this project was built on.
-OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.~])/(?:work|home|root|Users)/")
+# A sibling folder of the checkout, a workstation's home or the machine this project was built on. /home/skiff is
+# the images' own user (inside a container, not on the host).
+OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.~])/(?:work|root|Users)/|(?<![\w.~])/home/(?!skiff\b)\w")
 THIS_FILE = Path(__file__).relative_to(REPO).as_posix()
 
 
@@ -41,7 +42,10 @@ def test_the_outside_pattern_catches(line: str) -> None:
     assert OUTSIDE.search(line)
 
 
-@pytest.mark.parametrize("line", ["~/.cache/skiff", "$HOME/.cache", "/usr/bin:/bin", "third_party/shared", "a/home/b"])
+@pytest.mark.parametrize(
+    "line",
+    ["~/.cache/skiff", "$HOME/.cache", "/usr/bin:/bin", "third_party/shared", "a/home/b", "--home-dir /home/skiff"],
+)
 def test_the_outside_pattern_allows(line: str) -> None:
     assert not OUTSIDE.search(line)
 
@@ -55,3 +59,20 @@ def test_every_third_party_folder_carries_its_license() -> None:
     assert folders == {path.name for path in THIRD_PARTY.iterdir() if path.is_dir()}
     for folder in folders:
         assert "Apache License" in (THIRD_PARTY / folder / "LICENSE").read_text()
+
+
+def test_relative_links_in_the_docs_resolve() -> None:
+    link = re.compile(r"\]\(([^)\s]+)\)")
+    broken = [
+        f"{path.relative_to(REPO)}: {target}"
+        for path in tracked_text_files()
+        if path.suffix == ".md"
+        for target in link.findall(path.read_text())
+        if not target.startswith(("http://", "https://", "#", "mailto:"))
+        and not (path.parent / target.split("#", 1)[0]).exists()
+    ]
+    assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
+
+
+def test_the_readme_fits_a_page() -> None:
+    assert len((REPO / "README.md").read_text().splitlines()) <= 150

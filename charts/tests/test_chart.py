@@ -20,6 +20,7 @@ ALL_RULE_RESOURCES = {
     "events",
     "persistentvolumeclaims",
     "secrets",
+    "networkpolicies",
     "certificates",
     "grpcroutes",
 }
@@ -105,14 +106,30 @@ def test_one_kind_per_template_file(helm: Helm) -> None:
     assert all(len(k) == 1 for k in kinds.values()), kinds
 
 
-def test_default_scope_is_every_namespace_with_one_cluster_role(helm: Helm) -> None:
+def test_default_scope_is_the_release_namespace_with_a_role_there(helm: Helm) -> None:
+    """Least privilege by default: one Role in the release namespace; the ClusterRole only reads CRDs and
+    namespaces (no cluster-wide Secrets, Pods or children)."""
     docs = render(helm)
+    (role,) = of_kind(docs, "Role")
+    (binding,) = of_kind(docs, "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "skiff-system"
+    assert rule_resources(role["rules"]) == ALL_RULE_RESOURCES
+    assert one(docs, "ClusterRole")["rules"] == [CRD_READ, NAMESPACES_READ]
+    args = container(docs)["args"]
+    assert "--all-namespaces" not in args
+    assert [a for a in args if a.startswith("--namespace")] == ["--namespace=skiff-system"]
+
+
+def test_cluster_wide_is_an_opt_in_with_the_same_verbs_in_one_cluster_role(helm: Helm) -> None:
+    docs = render(helm, "clusterWide=true")
     assert of_kind(docs, "Role") == []
     assert of_kind(docs, "RoleBinding") == []
     role = one(docs, "ClusterRole")
     assert CRD_READ in role["rules"]
     assert NAMESPACES_READ in role["rules"]
     assert rule_resources(role["rules"]) == ALL_RULE_RESOURCES | {"customresourcedefinitions", "namespaces"}
+    namespaced = one(render(helm), "Role")["rules"]
+    assert [r for r in role["rules"] if r not in (CRD_READ, NAMESPACES_READ)] == namespaced
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -154,14 +171,15 @@ def test_rules_cover_every_resource_docs_operator_md_names(helm: Helm) -> None:
     """docs/operator.md lists what the operator uses (`- `resource[.group]` ...: verbs`); each resource named there
     must be in the chart's rules (kopfpeerings excepted: the chart runs the operator --standalone)."""
     text = (CHART.parents[1] / "docs" / "operator.md").read_text()
-    section = text.split("The operator's RBAC needs:", 1)[1].split("\n#", 1)[0]
+    section = text.split("The operator's RBAC needs", 1)[1].split(":\n", 1)[1].split("\n#", 1)[0]
     named = set()
     for line in section.splitlines():
         if line.startswith("- "):
             named |= {token.split(".")[0] for token in re.findall(r"`([^`]+)`", line.split(":", 1)[0])}
     named -= {"kopfpeerings"}
     assert {"inferencemodels", "deployments", "services", "pods", "events", "grpcroutes", "secrets"} <= named
-    assert named <= rule_resources(one(render(helm), "ClusterRole")["rules"])
+    docs = render(helm)
+    assert named <= rule_resources(one(docs, "Role")["rules"]) | rule_resources(one(docs, "ClusterRole")["rules"])
     assert "--standalone" in container(render(helm))["args"]
 
 
@@ -225,7 +243,8 @@ def test_service_monitor_is_off_by_default_and_scrapes_version_services_when_on(
     )
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]
-    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    # The release namespace by default (the namespaces served), every namespace only when cluster-wide.
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["skiff-system"]}
     assert monitor["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/name": "skiff-runtime",
         "app.kubernetes.io/managed-by": "skiff-operator",
@@ -233,6 +252,8 @@ def test_service_monitor_is_off_by_default_and_scrapes_version_services_when_on(
     assert monitor["spec"]["selector"]["matchExpressions"] == [{"key": "skiff.dev/version", "operator": "Exists"}]
     scoped = one(render(helm, "serviceMonitor.enabled=true", 'watchNamespaces=["ml"]'), "ServiceMonitor")
     assert scoped["spec"]["namespaceSelector"] == {"matchNames": ["ml"]}
+    everywhere = one(render(helm, "serviceMonitor.enabled=true", "clusterWide=true"), "ServiceMonitor")
+    assert everywhere["spec"]["namespaceSelector"] == {"any": True}
 
 
 def test_service_monitor_port_is_the_one_the_operator_renders() -> None:
@@ -283,6 +304,10 @@ def test_install_bundle_is_the_namespace_then_the_default_chart() -> None:
         "CustomResourceDefinition",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "Deployment",
     }
     assert all(d["metadata"].get("namespace", "skiff-system") == "skiff-system" for d in docs[1:])

@@ -119,3 +119,58 @@ def test_user_secret_problems_are_readable_and_never_show_the_key(ca, other_ca) 
         problems = certs.check_tls_secret(data, NOW)
         assert any(message in p for p in problems), (case, problems)
         assert not any("PRIVATE KEY" in p or "MII" in p for p in problems), case
+
+
+# -- CA rotation with an overlap --------------------------------------------------------------------------------
+
+
+def pems(bundle: bytes) -> list[bytes]:
+    marker = b"-----END CERTIFICATE-----\n"
+    return [part + marker for part in bundle.split(marker) if part.strip()]
+
+
+def test_ca_rotation_announces_the_successor_then_switches_after_the_overlap() -> None:
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    chain, step = certs.rotate_ca({}, "m skiff CA", start)
+    assert step is certs.CAStep.ISSUED
+    assert chain.bundle() == chain.current.cert_pem
+    first = chain.current
+
+    renew_at = certs.read_certificate(first.cert_pem).renew_at
+    kept, step = certs.rotate_ca(chain.secret_data(), "m skiff CA", renew_at - datetime.timedelta(hours=1))
+    assert (step, kept) == (certs.CAStep.KEPT, chain)
+
+    announced_at = renew_at + datetime.timedelta(hours=1)
+    announced, step = certs.rotate_ca(chain.secret_data(), "m skiff CA", announced_at)
+    assert step is certs.CAStep.ANNOUNCED
+    assert announced.current == first  # the old CA still signs
+    assert announced.next is not None
+    assert pems(announced.bundle()) == [first.cert_pem, announced.next.cert_pem]  # clients learn both
+    assert sorted(announced.secret_data()) == ["ca.crt", "ca.key", "next.crt", "next.key"]
+
+    during = announced_at + certs.CA_OVERLAP - datetime.timedelta(hours=1)
+    assert certs.rotate_ca(announced.secret_data(), "m skiff CA", during) == (announced, certs.CAStep.KEPT)
+
+    after = announced_at + certs.CA_OVERLAP + datetime.timedelta(hours=1)
+    promoted, step = certs.rotate_ca(announced.secret_data(), "m skiff CA", after)
+    assert step is certs.CAStep.PROMOTED
+    assert promoted.current == announced.next
+    assert promoted.previous == first.cert_pem  # still trusted: pods may serve its leaf for a minute more
+    assert certs.read_certificate(first.cert_pem).not_after - after > certs.SERVER_LIFETIME
+
+    expired = certs.read_certificate(first.cert_pem).not_after + datetime.timedelta(hours=1)
+    cleaned, step = certs.rotate_ca(promoted.secret_data(), "m skiff CA", expired)
+    assert step is certs.CAStep.KEPT
+    assert cleaned.previous is None
+    assert sorted(cleaned.secret_data()) == ["ca.crt", "ca.key"]
+
+
+def test_an_unusable_ca_is_replaced_at_once() -> None:
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    other = certs.issue_ca("other", now)
+    chain, _ = certs.rotate_ca({}, "m", now)
+    mismatched = {**chain.secret_data(), "ca.key": other.key_pem}
+    replaced, step = certs.rotate_ca(mismatched, "m", now)
+    assert step is certs.CAStep.ISSUED
+    assert replaced.current != chain.current
+    assert certs.read_certificate(replaced.current.cert_pem).lifetime == certs.CA_LIFETIME + certs.CLOCK_SKEW

@@ -8,6 +8,7 @@ import time
 
 import aiohttp
 import pytest
+from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -144,3 +145,47 @@ async def test_a_hung_api_server_times_out_into_a_retryable_error() -> None:
     assert time.monotonic() - started < 5
     assert accepted, "the request reached the hung server"
     server.close()
+
+
+async def test_pod_watch_is_label_selected_resumes_and_relists_after_gone() -> None:
+    """Against a small HTTP server speaking the watch protocol: every request carries the label selector; a
+    watch that ends resumes at the last resourceVersion; 410 Gone starts over without one."""
+    queries: list[dict[str, str]] = []
+
+    def pod(name: str, version: str) -> dict[str, object]:
+        return {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": name, "resourceVersion": version}}
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        queries.append(dict(request.query))
+        response = web.StreamResponse()
+        await response.prepare(request)
+        if len(queries) == 1:
+            event = {"type": "ADDED", "object": pod("a", "5")}
+        elif len(queries) == 2:
+            event = {
+                "type": "ERROR",
+                "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"},
+            }
+        else:
+            event = {"type": "MODIFIED", "object": pod("b", "9")}
+        await response.write(json.dumps(event).encode() + b"\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/ml/pods", pods)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    seen = []
+    async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
+        async for raw in Kube(api).watch_pods("ml", "app=x", timeout_s=5):
+            seen.append(raw["metadata"]["name"])
+            if len(seen) == 2:
+                break
+    await runner.cleanup()
+    assert seen == ["a", "b"]
+    assert [q["labelSelector"] for q in queries] == ["app=x"] * 3
+    assert [q.get("resourceVersion") for q in queries] == [None, "5", None]  # resumed, then relisted after 410
+    assert all(q["watch"].lower() == "true" for q in queries)

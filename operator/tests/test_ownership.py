@@ -8,8 +8,7 @@ from skiff_operator.ownership import (
     StoredSecret,
     controller_of,
     name_conflict_message,
-    name_conflicts,
-    occupants,
+    occupant,
     refused_secret_message,
 )
 
@@ -33,17 +32,17 @@ def test_controller_of_reads_only_the_controller_reference() -> None:
     assert controller_of({"metadata": {"name": "x"}}) == Holder()
 
 
-def test_occupants_are_objects_another_or_no_controller_holds() -> None:
-    found = occupants("Service", [owned(UID), owned("other"), owned(UID, controller=False)], UID)
-    assert [o.holder.uid for o in found] == ["other", None]
+def test_an_occupant_is_an_object_another_or_no_controller_holds() -> None:
+    assert occupant("Service", owned(UID), UID) is None
+    assert occupant("Service", owned("other"), UID) == Occupant("Service", "x", Holder("InferenceModel", "m", "other"))
+    assert occupant("Service", owned(UID, controller=False), UID) == Occupant("Service", "x", Holder())
 
 
-def test_only_rendered_names_conflict_and_the_message_names_each_object() -> None:
+def test_the_message_names_each_object_and_its_controller() -> None:
     taken = [Occupant("Service", "a", Holder()), Occupant("Deployment", "a-b", Holder("InferenceModel", "a", "u"))]
-    conflicts = name_conflicts({("Deployment", "a-b"), ("Service", "b")}, taken)
-    assert conflicts == taken[1:]
-    message = name_conflict_message(conflicts)
-    assert message.startswith("Deployment/a-b exists and it is controlled by InferenceModel a.")
+    message = name_conflict_message(taken)
+    assert message.startswith("Service/a exists and it has no controller")
+    assert "; Deployment/a-b exists and it is controlled by InferenceModel a." in message
     assert "rename the model" in message
 
 

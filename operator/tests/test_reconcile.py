@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
-from skiff_operator.ownership import controller_of, occupants
+from skiff_operator.ownership import Occupant, controller_of, occupant
 from skiff_operator.reconcile import reconcile
-from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, Children, OwnedChild
+from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState
 
@@ -32,6 +32,7 @@ class FakeCluster:
         self.down = False
         self.gateway_api = False  # whether the GRPCRoute CRD is served
         self.deleted: list[tuple[str, str]] = []
+        self.lookups: list[tuple[str, str]] = []  # names find_occupants was asked about
 
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]:
         if self.down:
@@ -50,16 +51,16 @@ class FakeCluster:
     async def crd_serves(self, name: str, version: str) -> bool:
         return self.gateway_api and (name, version) == (GRPC_ROUTE_CRD, "v1")
 
-    async def list_children(self, model: InferenceModel, *, routes: bool) -> Children:
-        """What exists: every Deployment, Service (and GRPCRoute), split by controller as kube.list_children does."""
-        owned, taken = [], []
+    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
+        """What exists and the model controls: Deployments, Services, NetworkPolicies (and GRPCRoutes)."""
+        owned = []
         for (kind, name), manifest in sorted(self.objects.items()):
             if kind not in ("Deployment", "Service", "NetworkPolicy") and not (routes and kind == GRPC_ROUTE_KIND):
                 continue
-            if controller_of(manifest).uid != model.ref.uid:
-                taken += occupants(kind, [manifest], model.ref.uid)
-                continue
-            version = manifest["metadata"]["labels"].get("skiff.dev/version")
+            labels = manifest["metadata"].get("labels") or {}
+            if controller_of(manifest).uid != model.ref.uid or labels.get("skiff.dev/model") != model.ref.name:
+                continue  # the API server's label selector, then kube.owned_by
+            version = labels.get("skiff.dev/version")
             state = self.deployment_states.get(version or "") if kind == "Deployment" else None
             owned.append(
                 OwnedChild(
@@ -70,7 +71,15 @@ class FakeCluster:
                     progress_deadline_exceeded=bool(state and state.progress_deadline_exceeded),
                 )
             )
-        return Children(tuple(owned), tuple(taken))
+        return tuple(owned)
+
+    async def find_occupants(
+        self, namespace: str, uid: str, wanted: Collection[tuple[str, str]]
+    ) -> tuple[Occupant, ...]:
+        self.lookups.extend(sorted(wanted))
+        found = [occupant(kind, self.objects[(kind, name)], uid) for kind, name in sorted(wanted)
+                 if (kind, name) in self.objects]  # fmt: skip
+        return tuple(o for o in found if o is not None)
 
     async def delete_child(self, namespace: str, child: OwnedChild) -> None:
         self.deleted.append((child.kind, child.name))
@@ -231,9 +240,20 @@ async def test_a_child_the_model_controls_is_written_even_without_its_labels(mak
     cluster = FakeCluster()
     await reconcile(make_body(), cluster, NOW)
     cluster.objects[("Service", "demo")]["metadata"]["labels"] = {}
+    cluster.lookups.clear()
     outcome = await reconcile(make_body(), cluster, NOW)
+    assert cluster.lookups == [("Service", "demo")]  # not in the label-selected list: looked up, and it is ours
     assert "Service/demo" in outcome.applied
     assert cluster.objects[("Service", "demo")]["metadata"]["labels"]["skiff.dev/model"] == "demo"
+
+
+async def test_names_the_model_already_owns_cost_no_lookup(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    assert len(cluster.lookups) == 4  # first time: every name is new (Deployment, 2 Services, NetworkPolicy)
+    cluster.lookups.clear()
+    await reconcile(make_body(), cluster, NOW)
+    assert cluster.lookups == []
 
 
 async def test_network_policy_turned_off_is_deleted(make_body: Body) -> None:
@@ -243,3 +263,14 @@ async def test_network_policy_turned_off_is_deleted(make_body: Body) -> None:
     outcome = await reconcile(make_body(networkPolicy={"enabled": False}), cluster, NOW)
     assert "NetworkPolicy/demo" not in outcome.applied
     assert cluster.deleted == [("NetworkPolicy", "demo")]
+
+
+async def test_a_grpc_route_someone_else_made_is_never_taken_over(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.gateway_api = True
+    victim = {"kind": "GRPCRoute", "metadata": {"name": "demo"}, "spec": {"parentRefs": [{"name": "theirs"}]}}
+    cluster.objects[("GRPCRoute", "demo")] = copy.deepcopy(victim)
+    outcome = await reconcile(make_body(routing={"gateways": [{"name": "edge"}]}), cluster, NOW)
+    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
+    assert "GRPCRoute/demo exists" in outcome.status["conditions"][0]["message"]
+    assert cluster.objects == {("GRPCRoute", "demo"): victim}

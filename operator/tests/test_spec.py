@@ -127,6 +127,8 @@ def test_bad_model_uri_is_a_spec_error(uri: str, reason: str) -> None:
         ({"versions": [{"name": "A", "modelUri": "pvc://m/a"}]}, "DNS-1035"),
         ({"versions": [{"name": "a", "modelUri": "pvc://m/a", "replicas": -1}]}, "at least 0"),
         ({"versions": [{"name": "a", "modelUri": "pvc://m/a"}], "runtime": {"maxBatchSize": "8"}}, "integer"),
+        ({"versions": [{"name": "a", "modelUri": "pvc://m/a"}], "runtime": {"maxMessageMb": 0}}, "at least 1"),
+        ({"versions": [{"name": "a", "modelUri": "pvc://m/a"}], "runtime": {"maxMessageMb": 2048}}, "at most 1024"),
         (
             {"versions": [{"name": "a", "modelUri": "pvc://m/a"}], "runtime": {"intermediateTensors": "always"}},
             "intermediateTensors must be one of auto, keep, free",

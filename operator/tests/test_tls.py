@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from skiff_operator import certs
 from skiff_operator.ownership import Holder, StoredSecret, controller_of
@@ -338,3 +339,27 @@ async def test_service_account_token_secrets_are_refused(make_body: Body) -> Non
     cluster.put_secret("sa-cert", user_secret(NOW, datetime.timedelta(days=30)), kind=token)
     refused = await reconcile(make_body(tls={"mode": "Secret", "secretName": "sa-cert"}), cluster, NOW)
     assert condition(refused.status, "Ready") == ("False", "SecretRefused")
+
+
+async def test_ca_rotation_keeps_the_old_ca_signing_until_clients_had_the_bundle_for_the_overlap(
+    make_body: Body,
+) -> None:
+    cluster = TLSFakeCluster()
+    body = make_body(tls=SELF_SIGNED)
+    await reconcile(body, cluster, NOW)
+    old_ca = x509.load_pem_x509_certificate(cluster.secret("demo-tls-ca")["ca.crt"])
+
+    announced_at = NOW + certs.CA_LIFETIME * 2 / 3 + datetime.timedelta(days=1)
+    announced = await reconcile(body, cluster, announced_at)
+    assert "CARotationStarted" in [e.reason for e in announced.events]
+    bundle = cluster.secret("demo-tls")["ca.crt"]
+    new_ca = x509.load_pem_x509_certificate(cluster.secret("demo-tls-ca")["next.crt"])
+    assert x509.load_pem_x509_certificates(bundle) == [old_ca, new_ca]
+    cluster.certificate().verify_directly_issued_by(old_ca)  # clients that know only the old CA still connect
+
+    switched = await reconcile(body, cluster, announced_at + certs.CA_OVERLAP + datetime.timedelta(hours=1))
+    assert "CARotated" in [e.reason for e in switched.events]
+    cluster.certificate().verify_directly_issued_by(new_ca)
+    assert x509.load_pem_x509_certificates(cluster.secret("demo-tls")["ca.crt"]) == [new_ca, old_ca]
+    assert cluster.secret("demo-tls-ca")["ca.crt"] == new_ca.public_bytes(serialization.Encoding.PEM)
+    assert "ca.key" in cluster.secret("demo-tls-ca")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from bench.hostile import HOSTILE, good_request, head, length_delimited
+from bench.hostile import HOSTILE, good_request, head, length_delimited, tag
 
 from skiff_runtime.codec import (
     InferRequest,
@@ -673,3 +673,20 @@ def test_client_strings_in_errors_are_cut() -> None:
     with pytest.raises(InvalidInput) as datatype:
         decode_request(typed_request("x", "Q" * 5000, [1]))
     assert len(str(datatype.value)) < 600
+
+
+@pytest.mark.parametrize("datatype", [Datatype.FP32, Datatype.FP64], ids=str)
+def test_packed_typed_floats_are_read_off_the_wire_like_protobuf_reads_them(datatype: Datatype) -> None:
+    array = sample_array(datatype)
+    message = typed_request("x", datatype.value, [2, 3], **{TYPED_FIELDS[datatype]: array.reshape(-1).tolist()})
+    (fast,) = decode_request_bytes(message.SerializeToString()).inputs
+    (slow,) = decode_request(message).inputs
+    assert_same_array(fast.data, slow.data)
+    assert not fast.data.flags.owndata  # a view into the message: no per-element work
+    number = 6 if datatype is Datatype.FP32 else 7
+    width = 5 if datatype is Datatype.FP32 else 1
+    unpacked = b"".join(tag(number, width) + value.tobytes() for value in array.reshape(-1))  # legal, rarer
+    data = head("m") + length_delimited(5, b"\x0a\x01x" + length_delimited(2, datatype.value.encode())
+                                        + length_delimited(3, b"\x02\x03") + length_delimited(5, unpacked))  # fmt: skip
+    (other,) = decode_request_bytes(data).inputs
+    assert_same_array(other.data, slow.data)

@@ -84,14 +84,15 @@ are exactly what it calls; e2e/test_install.py runs the operator with only these
   resources: [inferencemodels/status]
   verbs: [patch]
 # The children, applied with server-side apply. An apply (PATCH) that creates the object needs create as well as
-# patch; list is the one read per reconcile that also finds objects the model must not take over (NameConflict);
-# watch is kopf's; delete is for versions removed from a model.
+# patch; list (label-selected) reads the model's children each reconcile; get looks up a name the model would
+# write that is not among them, which it must not take over (NameConflict); watch is kopf's; delete is for
+# versions removed from a model.
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # Pod states feed the model's status: listed and watched with a label selector the API server applies (RBAC
 # cannot scope a verb to labels; the operator never asks for unlabelled Pods).
 - apiGroups: [""]
@@ -115,11 +116,11 @@ are exactly what it calls; e2e/test_install.py runs the operator with only these
 # The per-model NetworkPolicy (spec.networkPolicy): listed with the children, deleted when turned off.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [list, create, patch, delete]
+  verbs: [get, list, create, patch, delete]
 # Per-request traffic splits between versions.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [grpcroutes]
-  verbs: [list, create, patch, delete]
+  verbs: [get, list, create, patch, delete]
 {{- end }}
 
 {{/* Cluster-scoped reads, needed in both scopes: kopf watches CRDs to learn which resources exist (and which

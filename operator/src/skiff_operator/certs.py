@@ -19,14 +19,22 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-CA_LIFETIME = datetime.timedelta(days=3650)
+CA_LIFETIME = datetime.timedelta(days=365)
 SERVER_LIFETIME = datetime.timedelta(days=90)
 RENEW_AT_FRACTION = 2 / 3  # renew once two thirds of the lifetime have passed
+# A CA due for renewal is first announced (its successor added to the trusted bundle) and signs only this long
+# later, so that clients can pick up the bundle first. 2/3 of a year + 30 days leaves the old CA 92 days: longer
+# than a server certificate it signed (90).
+CA_OVERLAP = datetime.timedelta(days=30)
 CLOCK_SKEW = datetime.timedelta(minutes=5)
 
 TLS_CERT_KEY = "tls.crt"
 TLS_KEY_KEY = "tls.key"
 CA_CERT_KEY = "ca.crt"
+CA_KEY_KEY = "ca.key"
+NEXT_CERT_KEY = "next.crt"  # the announced successor of the CA, and its key
+NEXT_KEY_KEY = "next.key"
+PREVIOUS_CERT_KEY = "previous.crt"  # the CA it replaced, trusted until it expires
 CLUSTER_DOMAIN = "cluster.local"
 
 
@@ -252,3 +260,73 @@ def check_tls_secret(data: Mapping[str, bytes], now: datetime.datetime) -> list[
         except (ValueError, TypeError, InvalidSignature):
             problems.append(f"the certificate was not issued by the CA in {CA_CERT_KEY!r}")
     return problems
+
+
+# -- the CA's rotation, with an overlap ------------------------------------------------------------------------
+
+
+class CAStep(enum.StrEnum):
+    KEPT = "Kept"
+    ISSUED = "Issued"  # none (or none usable): a new CA signs at once, nothing to overlap with
+    ANNOUNCED = "Announced"  # past 2/3 of its life: the successor joins the bundle, the current CA still signs
+    PROMOTED = "Promoted"  # the overlap is over: the successor signs, the old CA stays in the bundle
+
+
+@dataclass(frozen=True)
+class CAChain:
+    """A model's CA Secret: the CA that signs now, its announced successor, and the CA it replaced."""
+
+    current: KeyPair
+    next: KeyPair | None = None
+    previous: bytes | None = None  # a certificate only; its key is gone
+
+    def bundle(self) -> bytes:
+        """What clients trust (`ca.crt` of the server Secret): every CA of the chain."""
+        return b"".join(pem for pem in (self.current.cert_pem, self.next and self.next.cert_pem, self.previous) if pem)
+
+    def secret_data(self) -> dict[str, bytes]:
+        data = {CA_CERT_KEY: self.current.cert_pem, CA_KEY_KEY: self.current.key_pem}
+        if self.next is not None:
+            data |= {NEXT_CERT_KEY: self.next.cert_pem, NEXT_KEY_KEY: self.next.key_pem}
+        if self.previous is not None:
+            data[PREVIOUS_CERT_KEY] = self.previous
+        return data
+
+
+def rotate_ca(
+    stored: Mapping[str, bytes], common_name: str, now: datetime.datetime, overlap: datetime.timedelta = CA_OVERLAP
+) -> tuple[CAChain, CAStep]:
+    """The CA chain to keep in the CA Secret now, and the step that led to it. A CA past 2/3 of its lifetime is
+    announced first (a successor in the bundle, the old CA still signing); `overlap` later the successor signs."""
+    current = usable_ca(stored.get(CA_CERT_KEY), stored.get(CA_KEY_KEY), now)
+    if current is None:
+        return CAChain(issue_ca(common_name, now)), CAStep.ISSUED
+    successor = usable_ca(stored.get(NEXT_CERT_KEY), stored.get(NEXT_KEY_KEY), now)
+    previous = stored.get(PREVIOUS_CERT_KEY)
+    if previous is not None and not _valid_certificate(previous, now):
+        previous = None
+    if successor is not None and now >= read_certificate(successor.cert_pem).not_before + CLOCK_SKEW + overlap:
+        return CAChain(successor, None, current.cert_pem), CAStep.PROMOTED
+    if successor is None and now >= read_certificate(current.cert_pem).renew_at:
+        return CAChain(current, issue_ca(common_name, now), previous), CAStep.ANNOUNCED
+    return CAChain(current, successor, previous), CAStep.KEPT
+
+
+def usable_ca(cert_pem: bytes | None, key_pem: bytes | None, now: datetime.datetime) -> KeyPair | None:
+    """A CA the operator made that can still sign: readable, a CA, its key matches, not expired."""
+    if not cert_pem or not key_pem:
+        return None
+    if check_tls_secret({TLS_CERT_KEY: cert_pem, TLS_KEY_KEY: key_pem}, now):
+        return None  # expired, not yet valid, the key does not belong to the certificate, or unreadable
+    try:
+        ca_fingerprint(cert_pem)
+    except x509.ExtensionNotFound:  # no SubjectKeyIdentifier: not one of ours
+        return None
+    return KeyPair(cert_pem, key_pem) if read_certificate(cert_pem).is_ca else None
+
+
+def _valid_certificate(cert_pem: bytes, now: datetime.datetime) -> bool:
+    try:
+        return now < read_certificate(cert_pem).not_after
+    except ValueError:
+        return False

@@ -76,7 +76,7 @@ def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions
 
 
 def child_owner(body: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(namespace, InferenceModel name) of a child Deployment, Service, Pod or Secret, from its model label."""
+    """(namespace, InferenceModel name) of a child Deployment, Service or Pod, from its model label."""
     metadata = body.get("metadata") or {}
     model = (metadata.get("labels") or {}).get(names.MODEL_LABEL)
     namespace = metadata.get("namespace")

@@ -14,11 +14,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
-from skiff_operator.ownership import Holder, StoredSecret, controller_of, occupants
+from skiff_operator.ownership import Holder, Occupant, StoredSecret, controller_of, occupant
 from skiff_operator.render.contract import CONTAINER_NAME
 from skiff_operator.render.network_policy import NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND
 from skiff_operator.render.route import GATEWAY_GROUP, GRPC_ROUTE_API_VERSION
-from skiff_operator.routing import GRPC_ROUTE_KIND, Children, OwnedChild
+from skiff_operator.routing import GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState
 
@@ -138,28 +138,63 @@ class Kube:
             raise translate_error(error, "CustomResourceDefinition", name) from error
         return crd_serves_version(self._api.sanitize_for_serialization(crd), version)
 
-    async def list_children(self, model: InferenceModel, *, routes: bool) -> Children:
-        """Every Deployment, Service, NetworkPolicy (and GRPCRoute when `routes`) in the model's namespace, split
-        into those the model controls and the rest. Not label-selected: an object with a name the model renders but
-        not our labels must be seen too, or applying would take it over."""
+    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
+        """Deployments, Services, NetworkPolicies (and GRPCRoutes when `routes`) labelled for the model and
+        controlled by it. Label-selected, so the API server sends only the model's own objects."""
         namespace = model.ref.namespace
+        selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
         serialize = self._api.sanitize_for_serialization
-        async with _translated_errors("Deployment", namespace):
-            deployments = await self._apps.list_namespaced_deployment(namespace)
-            services = await self._core.list_namespaced_service(namespace)
+        typed: dict[str, Any] = {
+            "Deployment": self._apps.list_namespaced_deployment,
+            "Service": self._core.list_namespaced_service,
+            NETWORK_POLICY_KIND: self._networking.list_namespaced_network_policy,
+        }
+        raw: list[dict[str, Any]] = []
+        for kind, list_kind in typed.items():
+            async with _translated_errors(kind, selector):
+                listed = await list_kind(namespace, label_selector=selector)
             # Items of a typed list carry no kind; set it from the list they came from.
-            raw = [{**serialize(item), "kind": "Deployment"} for item in deployments.items]
-            raw += [{**serialize(item), "kind": "Service"} for item in services.items]
-            policies = await self._networking.list_namespaced_network_policy(namespace)
-            raw += [{**serialize(item), "kind": NETWORK_POLICY_KIND} for item in policies.items]
-            if routes:
-                listed = await self._custom.list_namespaced_custom_object(GATEWAY_GROUP, "v1", namespace, "grpcroutes")
-                raw += [{**item, "kind": GRPC_ROUTE_KIND} for item in listed.get("items", [])]
-        uid = model.ref.uid
-        return Children(
-            owned=tuple(owned_child(item) for item in raw if owned_by(item, uid)),
-            occupants=tuple(o for item in raw for o in occupants(str(item["kind"]), [item], uid)),
-        )
+            raw += [{**serialize(item), "kind": kind} for item in listed.items]
+        if routes:
+            async with _translated_errors(GRPC_ROUTE_KIND, selector):
+                found = await self._custom.list_namespaced_custom_object(
+                    GATEWAY_GROUP, "v1", namespace, "grpcroutes", label_selector=selector
+                )
+            raw += [{**item, "kind": GRPC_ROUTE_KIND} for item in found.get("items", [])]
+        return tuple(owned_child(item) for item in raw if owned_by(item, model.ref.uid))
+
+    async def find_occupants(
+        self, namespace: str, uid: str, wanted: Collection[tuple[str, str]]
+    ) -> tuple[Occupant, ...]:
+        """The objects among `wanted` (kind, name) that exist and are not controlled by the model with `uid`: one
+        GET per name. Called only for names the model renders and its label-selected list did not return (new
+        names, or names someone else holds), so a reconcile in steady state makes none of these calls."""
+        readers: dict[str, Any] = {
+            "Deployment": self._apps.read_namespaced_deployment,
+            "Service": self._core.read_namespaced_service,
+            NETWORK_POLICY_KIND: self._networking.read_namespaced_network_policy,
+        }
+        taken: list[Occupant] = []
+        for kind, name in sorted(wanted):
+            try:
+                if kind == GRPC_ROUTE_KIND:
+                    found = await self._custom.get_namespaced_custom_object(
+                        GATEWAY_GROUP, "v1", namespace, "grpcroutes", name
+                    )
+                elif kind in readers:
+                    found = self._api.sanitize_for_serialization(await readers[kind](name, namespace))
+                else:
+                    raise ApplyRejected(kind, name, f"the operator does not read {kind}")
+            except ApiException as error:
+                if error.status == _NOT_FOUND:
+                    continue
+                raise translate_error(error, kind, name) from error
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise translate_error(error, kind, name) from error
+            held = occupant(kind, found, uid)
+            if held is not None:
+                taken.append(held)
+        return tuple(taken)
 
     async def read_controller(self, api_version: str, kind: str, namespace: str, name: str) -> Holder | None:
         """The controller of a custom object (a cert-manager Certificate); None when it does not exist."""

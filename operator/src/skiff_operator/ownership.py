@@ -5,7 +5,7 @@ The checks return messages; callers report them as reasons NameConflict and Secr
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,19 +54,12 @@ def controller_of(manifest: Mapping[str, Any]) -> Holder:
     return Holder()
 
 
-def occupants(kind: str, manifests: Sequence[Mapping[str, Any]], uid: str) -> list[Occupant]:
-    """The objects among `manifests` (all of one kind) that the model with `uid` does not control."""
-    found = []
-    for manifest in manifests:
-        holder = controller_of(manifest)
-        if holder.uid != uid:
-            found.append(Occupant(kind, str((manifest.get("metadata") or {}).get("name", "")), holder))
-    return found
-
-
-def name_conflicts(rendered: Collection[tuple[str, str]], taken: Sequence[Occupant]) -> list[Occupant]:
-    """The occupants holding a (kind, name) the model renders: writing those would take them over."""
-    return [o for o in taken if (o.kind, o.name) in rendered]
+def occupant(kind: str, manifest: Mapping[str, Any], uid: str) -> Occupant | None:
+    """The object as an Occupant when the model with `uid` does not control it; None when it does."""
+    holder = controller_of(manifest)
+    if holder.uid == uid:
+        return None
+    return Occupant(kind, str((manifest.get("metadata") or {}).get("name", "")), holder)
 
 
 def name_conflict_message(conflicts: Sequence[Occupant]) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from skiff_operator import names
 from skiff_operator.auth import check_auth
 from skiff_operator.errors import ApplyRejected
-from skiff_operator.ownership import Occupant, name_conflict_message, name_conflicts
+from skiff_operator.ownership import name_conflict_message
 from skiff_operator.render import render_deployment, render_version_service
 from skiff_operator.render.network_policy import render_network_policy
 from skiff_operator.routing import (
@@ -85,7 +85,7 @@ def traffic_lags_readiness(status: Mapping[str, Any]) -> bool:
 
 
 async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: datetime.datetime) -> Outcome:
-    """One pass: parse, TLS, plan routing, apply, prune, read children, summarize.
+    """One pass: parse, TLS, auth, plan routing, render, check ownership, apply, prune, read children, summarize.
 
     A spec that cannot be rendered or applied ends in a status with a reason, not an exception: retrying it
     unchanged would fail the same way. Only ClusterUnavailable escapes, for the caller to retry with backoff.
@@ -113,7 +113,7 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
 
     missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
     try:
-        plan, taken = await _plan_routing(body, model, cluster, now)
+        plan = await _plan_routing(body, model, cluster, now)
     except ApplyRejected as error:  # e.g. no RBAC to read CRDs or list children: say so, do not crash-loop
         return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
     # The model as it runs now: the applied split and the provider's replicas (see skiff_operator.routing).
@@ -130,8 +130,13 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
         manifests.append(policy)
     rendered = {(m["kind"], m["metadata"]["name"]) for m in manifests}
     rendered.update(("Deployment", names.deployment_name(model.ref.name, v.name)) for v in running.spec.versions)
-    # Ownership before apply: a name held by any object this model does not control is never written.
-    conflicts = name_conflicts(rendered, taken)
+    # Ownership before apply: a name held by any object this model does not control is never written. Names the
+    # label-selected list returned are the model's; only the others are looked up.
+    unknown = rendered - {(child.kind, child.name) for child in plan.owned}
+    try:
+        conflicts = await cluster.find_occupants(model.ref.namespace, model.ref.uid, unknown) if unknown else ()
+    except ApplyRejected as error:
+        return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
     if conflicts:
         conflict = Problem(Reason.NAME_CONFLICT, name_conflict_message(conflicts))
         return _with_tls(_blocked(generation, conflict, previous, now), tls)
@@ -158,14 +163,12 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
 
 async def _plan_routing(
     body: Mapping[str, Any], model: InferenceModel, cluster: Cluster, now: datetime.datetime
-) -> tuple[RoutingPlan, tuple[Occupant, ...]]:
+) -> RoutingPlan:
     """Reads what routing depends on (is the Gateway API served, which children run and how ready they are,
-    what the last reconcile applied) and decides the split, the replicas and the routing manifests. Also returns
-    the objects of the same kinds the model does not control, from the same read."""
+    what the last reconcile applied) and decides the split, the replicas and the routing manifests."""
     served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
-    children = await cluster.list_children(model, routes=served)
-    plan = plan_routing(model, children.owned, previous_traffic(body.get("status")), grpc_route_served=served, now=now)
-    return plan, children.occupants
+    owned = await cluster.list_owned(model, routes=served)
+    return plan_routing(model, owned, previous_traffic(body.get("status")), grpc_route_served=served, now=now)
 
 
 def _with_tls(outcome: Outcome, tls: TLSState) -> Outcome:

@@ -71,22 +71,13 @@ def _gateway_label(namespace: str | None, name: str) -> str:
 
 @dataclass(frozen=True)
 class OwnedChild:
-    """A Deployment, Service, GRPCRoute or NetworkPolicy controlled by the model (as kube.list_children reads it)."""
+    """A Deployment, Service, GRPCRoute or NetworkPolicy controlled by the model (as kube.list_owned reads it)."""
 
     kind: str
     name: str
     version: str | None  # the skiff.dev/version label; None for model-wide objects
     ready_replicas: int = 0
     progress_deadline_exceeded: bool = False  # Deployment condition Progressing, reason ProgressDeadlineExceeded
-
-
-@dataclass(frozen=True)
-class Children:
-    """One read of the kinds a model renders in its namespace: what the model controls, and every other object
-    of those kinds (a name the model renders among them is a NameConflict, never written)."""
-
-    owned: tuple[OwnedChild, ...] = ()
-    occupants: tuple[Occupant, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -333,6 +324,10 @@ class RoutingCluster(Protocol):
 
     async def crd_serves(self, name: str, version: str) -> bool: ...
 
-    async def list_children(self, model: InferenceModel, *, routes: bool) -> Children: ...
+    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]: ...
+
+    async def find_occupants(
+        self, namespace: str, uid: str, wanted: Collection[tuple[str, str]]
+    ) -> tuple[Occupant, ...]: ...
 
     async def delete_child(self, namespace: str, child: OwnedChild) -> None: ...

@@ -20,6 +20,8 @@ DEFAULT_IMAGE = "ghcr.io/skiff-dev/skiff-runtime:0.1.0"
 DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"
 DEFAULT_MAX_BATCH_SIZE = 8
 DEFAULT_GRACE_PERIOD_S = 20
+DEFAULT_MAX_MESSAGE_MB = 32
+MAX_MESSAGE_MB = 1024
 DEFAULT_LOG_LEVEL = "info"
 INTERMEDIATE_TENSOR_MODES = ("auto", "keep", "free")  # the runtime's --intermediate-tensors values
 DEFAULT_REPLICAS = 1
@@ -149,10 +151,10 @@ class RuntimeOptions:
     tensorrt_precision: TensorRTPrecision
     grace_period_s: int
     log_level: LogLevel
+    max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
     rest: bool = False
     max_queue_delay_us: int | None = None
     max_queue_size: int | None = None
-    max_message_mb: int | None = None
     workers: int | None = None
     image_pull_secrets: tuple[str, ...] = ()
 
@@ -411,6 +413,7 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
         tensorrt_precision=precision,
         grace_period_s=_int(raw.get("gracePeriodSeconds", DEFAULT_GRACE_PERIOD_S), "gracePeriodSeconds", minimum=0),
         log_level=log_level,
+        max_message_mb=_max_message_mb(raw.get("maxMessageMb", DEFAULT_MAX_MESSAGE_MB)),
         rest=_bool(raw.get("rest", False), "spec.runtime.rest"),
         max_queue_delay_us=(
             None
@@ -418,13 +421,20 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
             else _int(raw["maxQueueDelayUs"], "spec.runtime.maxQueueDelayUs", minimum=0)
         ),
         max_queue_size=optional_int("maxQueueSize"),
-        max_message_mb=optional_int("maxMessageMb"),
         workers=optional_int("workers"),
         image_pull_secrets=tuple(
             _string(name, "spec.runtime.imagePullSecrets[]")
             for name in _sequence(raw.get("imagePullSecrets", []), "spec.runtime.imagePullSecrets")
         ),
     )
+
+
+def _max_message_mb(value: Any) -> int:
+    """spec.runtime.maxMessageMb: 1..1024 MiB (gRPC's own ceiling is 2 GiB)."""
+    megabytes = _int(value, "spec.runtime.maxMessageMb", minimum=1)
+    if megabytes > MAX_MESSAGE_MB:
+        raise SpecError("InvalidSpec", f"spec.runtime.maxMessageMb must be at most {MAX_MESSAGE_MB}")
+    return megabytes
 
 
 def _parse_scheduling(raw: Mapping[str, Any]) -> Scheduling:

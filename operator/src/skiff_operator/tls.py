@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cryptography import x509
-
 from skiff_operator import certs, names
 from skiff_operator.ownership import (
     CERTIFICATE_NAME_ANNOTATION,
@@ -39,7 +37,8 @@ from skiff_operator.status import Problem, Reason, StatusEvent
 
 CERTIFICATE_ISSUED = "CertificateIssued"
 CERTIFICATE_RENEWED = "CertificateRenewed"
-CA_KEY = "ca.key"
+CA_ROTATION_STARTED = "CARotationStarted"
+CA_ROTATED = "CARotated"
 CERT_MANAGER_INSTALL = "https://cert-manager.io/docs/installation/"
 
 
@@ -109,28 +108,27 @@ async def _self_signed(model: InferenceModel, cluster: TLSCluster, now: datetime
     conflict = _conflict(model, [("Secret", ca_name, stored_ca), ("Secret", secret_name, stored_server)])
     if conflict is not None:
         return TLSState(TLSMode.SELF_SIGNED, secret_name, problem=conflict)
-    ca = _usable_ca(stored_ca.data if stored_ca else None, now)
-    if ca is None:
-        # A common name is at most 64 characters: the model's (at most 42), not the namespace's (up to 63).
-        ca = certs.issue_ca(f"{model.ref.name} skiff CA", now)
-        applied.append(await _apply(cluster, render_ca_secret(model, ca)))
-        until = _timestamp(certs.read_certificate(ca.cert_pem).not_after)
-        events.append(StatusEvent("Normal", CERTIFICATE_ISSUED, f"issued CA in Secret {ca_name}, valid until {until}"))
+    # A common name is at most 64 characters: the model's (at most 42), not the namespace's (up to 63).
+    chain, step = certs.rotate_ca(stored_ca.data if stored_ca else {}, f"{model.ref.name} skiff CA", now)
+    if stored_ca is None or chain.secret_data() != dict(stored_ca.data):
+        applied.append(await _apply(cluster, render_ca_secret(model, chain.secret_data())))
+    events += _ca_events(step, chain, ca_name, secret_name)
+    ca, bundle = chain.current, chain.bundle()
 
     wanted = tls_dns_names(model)
     stored = stored_server.data if stored_server else {}
     decision = certs.decide_renewal(stored.get(certs.TLS_CERT_KEY), wanted, now, certs.ca_fingerprint(ca.cert_pem))
     if not decision.renew:
         problems = certs.check_tls_secret(stored, now)
-        if stored.get(certs.CA_CERT_KEY) != ca.cert_pem:
-            problems.append(f"{certs.CA_CERT_KEY!r} is not the current CA")
+        if stored.get(certs.CA_CERT_KEY) != bundle:
+            problems.append(f"{certs.CA_CERT_KEY!r} is not the current CA bundle")
         if problems:
             decision = certs.RenewDecision(True, certs.RenewReason.UNREADABLE, "; ".join(problems))
 
     certificate = stored.get(certs.TLS_CERT_KEY, b"")
     if decision.renew:
         server = certs.issue_server_certificate(ca, wanted, now)
-        applied.append(await _apply(cluster, render_tls_secret(model, server, ca.cert_pem)))
+        applied.append(await _apply(cluster, render_tls_secret(model, server, bundle)))
         certificate = server.cert_pem
         info = certs.read_certificate(certificate)
         issued = decision.reason is certs.RenewReason.MISSING
@@ -152,20 +150,32 @@ async def _self_signed(model: InferenceModel, cluster: TLSCluster, now: datetime
     )
 
 
-def _usable_ca(data: Mapping[str, bytes] | None, now: datetime.datetime) -> certs.KeyPair | None:
-    """The stored CA, unless it is missing, unreadable, not a CA, or past 2/3 of its lifetime."""
-    if not data or not data.get(certs.CA_CERT_KEY) or not data.get(CA_KEY):
-        return None
-    pair = certs.KeyPair(data[certs.CA_CERT_KEY], data[CA_KEY])
-    if certs.decide_renewal(pair.cert_pem, [], now).renew:
-        return None
-    if certs.check_tls_secret({certs.TLS_CERT_KEY: pair.cert_pem, certs.TLS_KEY_KEY: pair.key_pem}, now):
-        return None  # the key does not belong to the certificate, or cannot be read
-    try:
-        certs.ca_fingerprint(pair.cert_pem)
-    except x509.ExtensionNotFound:  # no SubjectKeyIdentifier: not one of ours
-        return None
-    return pair if certs.read_certificate(pair.cert_pem).is_ca else None
+def _ca_events(step: certs.CAStep, chain: certs.CAChain, ca_name: str, secret_name: str) -> list[StatusEvent]:
+    """What a client that trusts the `ca.crt` of `secret_name` must know about a CA change."""
+    until = _timestamp(certs.read_certificate(chain.current.cert_pem).not_after)
+    if step is certs.CAStep.ISSUED:
+        return [StatusEvent("Normal", CERTIFICATE_ISSUED, f"issued CA in Secret {ca_name}, valid until {until}")]
+    if step is certs.CAStep.ANNOUNCED and chain.next is not None:
+        switch = certs.read_certificate(chain.next.cert_pem).not_before + certs.CLOCK_SKEW + certs.CA_OVERLAP
+        return [
+            StatusEvent(
+                "Normal",
+                CA_ROTATION_STARTED,
+                f"the CA in Secret {ca_name} is due for renewal: its successor is now in ca.crt of Secret "
+                f"{secret_name}, next to it; clients must trust that bundle before {_timestamp(switch)}, when the "
+                "successor starts signing",
+            )
+        ]
+    if step is certs.CAStep.PROMOTED:
+        return [
+            StatusEvent(
+                "Normal",
+                CA_ROTATED,
+                f"the new CA in Secret {ca_name} (valid until {until}) signs from now on; the old one stays in ca.crt "
+                f"of Secret {secret_name} until it expires",
+            )
+        ]
+    return []
 
 
 async def _user_secret(model: InferenceModel, cluster: TLSCluster, now: datetime.datetime) -> TLSState:

@@ -318,7 +318,7 @@ def test_batching_queue_and_workers_are_passed_when_set(make_body: Body) -> None
     unset = env(make_body(resources={"cpu": "8"}))
     assert "SKIFF_MAX_QUEUE_DELAY_US" not in unset
     assert "SKIFF_MAX_QUEUE_SIZE" not in unset
-    assert "SKIFF_MAX_MESSAGE_MB" not in unset
+    assert unset["SKIFF_MAX_MESSAGE_MB"] == "32"  # the CRD's default, always explicit
     assert unset["SKIFF_WORKERS"] == "8"  # the CPU request decides when workers is unset
 
 

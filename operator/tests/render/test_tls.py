@@ -141,7 +141,7 @@ def test_self_signed_secrets_are_owned_and_typed(make_body: Body) -> None:
     parsed = model(make_body(name="bert", tls={"mode": "SelfSigned"}))
     ca = certs.issue_ca("test CA", NOW)
     server = certs.issue_server_certificate(ca, tls_dns_names(parsed), NOW)
-    ca_secret = render_ca_secret(parsed, ca)
+    ca_secret = render_ca_secret(parsed, certs.CAChain(ca).secret_data())
     tls_secret = render_tls_secret(parsed, server, ca.cert_pem)
     assert (ca_secret["metadata"]["name"], ca_secret["type"]) == ("bert-tls-ca", "Opaque")
     assert (tls_secret["metadata"]["name"], tls_secret["type"]) == ("bert-tls", "kubernetes.io/tls")

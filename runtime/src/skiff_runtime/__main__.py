@@ -38,7 +38,7 @@ def build_workers(settings: RuntimeSettings, on_event: WorkerEvents) -> Workers:
     """Worker processes fed via shared memory, even when there is only one (one GPU, one CPU): Paddle's `run()`
     holds the GIL, so an inference thread in this process would stop the event loop (reading requests, refusing
     overload, health) for every batch. With `--workers 1`, MobileNetV3 on 2 cores, 3 interleaved rounds: c=8
-    315-336 req/s as a thread vs 381-439 as a process, c=8 p99 40-46 vs 25-28 ms (bench/notes.md)."""
+    315-336 req/s as a thread vs 381-439 as a process, c=8 p99 40-46 vs 25-28 ms (docs/design-decisions.md)."""
     from skiff_runtime.predictor.loader import load_engine
     from skiff_runtime.workers.process import ProcessPool
 

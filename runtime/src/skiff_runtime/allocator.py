@@ -4,7 +4,7 @@ glibc serves an allocation above its mmap threshold with a fresh mmap() that pag
 unmapped again on free, and it trims the heap top back to the kernel once more than the trim threshold is free.
 A process that builds and frees a 588 KiB message per request pays those page faults on every request: a
 model-less loopback round trip went from 2.9 to 1.2 ms with these settings, and a tritonclient process sending
-MobileNet-sized images spent ~0.6-1 ms less per call (bench/notes.md). Keeping such buffers in the heap costs
+MobileNet-sized images spent ~0.6-1 ms less per call (docs/design-decisions.md). Keeping such buffers in the heap costs
 at most the trim threshold of idle memory per process.
 """
 

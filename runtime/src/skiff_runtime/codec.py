@@ -1,17 +1,24 @@
 """Wire <-> domain: decodes ModelInferRequest messages into Tensors and encodes responses as raw bytes.
 
-Decoding never allocates from a declared shape: raw contents are checked against shape x element size and then
-viewed in place (`np.frombuffer`), typed contents are counted before conversion. Outputs are always encoded as
+A request costs what it weighs: a serialized request is first scanned for its fields' tags and lengths only,
+each kind counted against a cap from the model's signature (`RequestLimits`), so a flood of tiny fields is refused
+after ~100 tag reads; then one protobuf parse reads the non-tensor part from merged spans; every input's name,
+datatype and shape is checked against the signature before any data is decoded. Decoding never allocates from
+a declared shape: raw contents are checked against shape x element size and then viewed in place
+(`np.frombuffer`), typed contents are size-bounded and counted before conversion. Outputs are always encoded as
 `raw_output_contents` (tritonclient reads only those).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 from google.protobuf.message import DecodeError, Message
 
 from skiff_runtime.errors import InvalidInput, shown
@@ -180,7 +187,7 @@ _MAX_TYPED_ELEMENT_BYTES = 11
 _TYPED_OVERHEAD_BYTES = 64
 
 
-def _parse_contents(name: str, datatype: Datatype, shape: tuple[int, ...], data: bytes) -> pb.InferTensorContents:
+def _parse_contents(name: str, datatype: Datatype, shape: tuple[int, ...], data: memoryview) -> pb.InferTensorContents:
     """Parse typed contents whose head passed every check, after bounding their size by the shape: numeric
     contents larger than `count` elements could ever take are refused before protobuf expands them."""
     count = element_count(shape)
@@ -190,7 +197,7 @@ def _parse_contents(name: str, datatype: Datatype, shape: tuple[int, ...], data:
             f"{datatype.value}{list(shape)} ({count} elements) can take"
         )
     try:
-        return pb.InferTensorContents.FromString(data)
+        return pb.InferTensorContents.FromString(data)  # type: ignore[arg-type]  # upb reads any buffer
     except DecodeError as exc:
         raise InvalidInput(f"malformed ModelInferRequest: input {shown(name)}: contents: {exc}") from None
 
@@ -215,7 +222,9 @@ def _decode_typed(name: str, datatype: Datatype, shape: tuple[int, ...], content
         return out.reshape(shape)
     dtype = NUMPY_DTYPES[datatype]
     if dtype.kind in "iu":
-        wide = np.asarray(values, dtype=np.int64 if field_name != "uint64_contents" else np.uint64)
+        wide: npt.NDArray[Any] = _converted(
+            values, np.dtype(np.int64 if field_name != "uint64_contents" else np.uint64)
+        )
         info = np.iinfo(dtype)  # type: ignore[type-var]
         outside = wide[(wide < info.min) | (wide > info.max)]
         if outside.size:
@@ -224,7 +233,43 @@ def _decode_typed(name: str, datatype: Datatype, shape: tuple[int, ...], content
                 f"{info.min}..{info.max}"
             )
         return wide.astype(dtype).reshape(shape)
-    return np.asarray(values, dtype=dtype).reshape(shape)
+    return _converted(values, dtype).reshape(shape)
+
+
+# Typed values are converted this many at a time: each chunk is one C call, and between chunks the interpreter
+# may hand the GIL to the health probe threads (a 32 MiB message of typed integers takes about a second).
+_CONVERT_CHUNK = 1 << 16
+
+
+def _converted(values: Sequence[object], dtype: np.dtype[Any]) -> Array:
+    out = np.empty(len(values), dtype=dtype)
+    for start in range(0, len(values), _CONVERT_CHUNK):
+        out[start : start + _CONVERT_CHUNK] = values[start : start + _CONVERT_CHUNK]
+    return out
+
+
+# Packed little-endian floats are read straight off the wire when they are the contents' only field (what every
+# protobuf serializer writes): no protobuf parse, no Python object per element.
+_PACKED_FLOATS: Mapping[Datatype, tuple[int, np.dtype[Any]]] = {
+    Datatype.FP32: (pb.InferTensorContents.DESCRIPTOR.fields_by_name["fp32_contents"].number, np.dtype("<f4")),
+    Datatype.FP64: (pb.InferTensorContents.DESCRIPTOR.fields_by_name["fp64_contents"].number, np.dtype("<f8")),
+}
+
+
+def _packed_floats(datatype: Datatype, shape: tuple[int, ...], data: memoryview) -> Array | None:
+    """The tensor, when `data` (serialized contents) is one packed float field of the right size; else None."""
+    packed = _PACKED_FLOATS.get(datatype)
+    if packed is None or not len(data):
+        return None
+    number, dtype = packed
+    tag = data[0]
+    if tag != (number << 3 | _LENGTH_DELIMITED):
+        return None
+    length, start = _varint(data, 1)
+    if start + length != len(data) or length != element_count(shape) * dtype.itemsize:
+        return None
+    array: Array = np.frombuffer(data, dtype=dtype, offset=start)
+    return array.astype(NUMPY_DTYPES[datatype], copy=False).reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -235,7 +280,7 @@ class _InputHead:
     name: str
     datatype: str
     shape: Sequence[int]
-    contents: pb.InferTensorContents | bytes | None
+    contents: pb.InferTensorContents | memoryview | None
 
 
 # ---- the wire scan: counts and spans, before the protobuf parse ----
@@ -265,13 +310,16 @@ def _varint(data: memoryview, pos: int, end: int | None = None) -> tuple[int, in
     raise InvalidInput("malformed ModelInferRequest: a varint is longer than 10 bytes")
 
 
-@dataclass(frozen=True)
-class _Field:
+class _Field(NamedTuple):
     number: int
     wire_type: int
     start: int  # the tag's first byte
     value: int  # the value's first byte (after the length, for length-delimited fields)
     end: int
+
+
+def _label(where: str, number: int) -> str:
+    return f"{where} field {number}".lstrip()
 
 
 def _scan(
@@ -296,27 +344,34 @@ def _scan(
                 + (f" ({hint})" if hint else "")
             )
         field_start = pos
-        tag, pos = _varint(view, pos, end)
+        tag = view[pos]
+        if tag < 0x80:  # one-byte tags (fields 1-15) are the common case: no call
+            pos += 1
+        else:
+            tag, pos = _varint(view, pos, end)
         number, wire_type = tag >> 3, tag & 7
-        label = f"{where} field {number}".lstrip()
         if number == 0:
             raise InvalidInput(f"malformed ModelInferRequest: {where + ' ' if where else ''}field number 0")
         value = pos
-        if wire_type == 0:
+        if wire_type == _LENGTH_DELIMITED:
+            if pos < end and view[pos] < 0x80:
+                length, value = view[pos], pos + 1
+            else:
+                length, value = _varint(view, pos, end)
+            if length > end - value:
+                raise InvalidInput(
+                    f"malformed ModelInferRequest: {_label(where, number)} declares {length} bytes, "
+                    f"{end - value} remain"
+                )
+            pos = value + length
+        elif wire_type == 0:
             _, pos = _varint(view, pos, end)
         elif wire_type in _FIXED_WIDTH:
             pos += _FIXED_WIDTH[wire_type]
-        elif wire_type == _LENGTH_DELIMITED:
-            length, value = _varint(view, pos, end)
-            if length > end - value:
-                raise InvalidInput(
-                    f"malformed ModelInferRequest: {label} declares {length} bytes, {end - value} remain"
-                )
-            pos = value + length
         else:
-            raise InvalidInput(f"malformed ModelInferRequest: wire type {wire_type} in {label}")
+            raise InvalidInput(f"malformed ModelInferRequest: wire type {wire_type} in {_label(where, number)}")
         if pos > end:
-            raise InvalidInput(f"malformed ModelInferRequest: {label} runs past the end")
+            raise InvalidInput(f"malformed ModelInferRequest: {_label(where, number)} runs past the end")
         if number in counts:
             counts[number] += 1
             if counts[number] > caps[number]:
@@ -344,13 +399,16 @@ def _input_caps(limits: RequestLimits) -> dict[int, int]:
     return {1: 4, 2: 4, _SHAPE_FIELD: MAX_RANK, 4: limits.max_parameters, _CONTENTS_FIELD: 1}
 
 
-def _scan_input(view: memoryview, item: _Field, index: int, limits: RequestLimits) -> _InputHead:
-    """One `inputs` entry: its fields counted, a packed shape bounded by MAX_RANK, the head parsed without the
-    contents (kept as bytes until the head has passed every check)."""
+def _scan_input(
+    view: memoryview, item: _Field, index: int, limits: RequestLimits
+) -> tuple[list[_Field], memoryview | None]:
+    """One `inputs` entry: its fields counted and a packed shape bounded by MAX_RANK; returns the fields of its
+    head (name, datatype, shape, parameters) and its typed contents, kept as bytes until the head has passed
+    every check (None when it has none)."""
     where = f"input {index}"
     fields = _scan(view, item.value, item.end, pb.ModelInferRequest.InferInputTensor, _input_caps(limits), where)
-    head_fields: list[_Field] = []
-    contents: bytes | None = None
+    head: list[_Field] = []
+    contents: memoryview | None = None
     for sub in fields:
         if sub.number == _SHAPE_FIELD and sub.wire_type == _LENGTH_DELIMITED and sub.end - sub.value > 10 * MAX_RANK:
             raise InvalidInput(
@@ -358,14 +416,10 @@ def _scan_input(view: memoryview, item: _Field, index: int, limits: RequestLimit
                 f"rank exceeds the limit of {MAX_RANK}"
             )
         if sub.number == _CONTENTS_FIELD and sub.wire_type == _LENGTH_DELIMITED:
-            contents = bytes(view[sub.value : sub.end])
+            contents = view[sub.value : sub.end]
         else:
-            head_fields.append(sub)
-    try:
-        head = pb.ModelInferRequest.InferInputTensor.FromString(_joined(view, head_fields))
-    except DecodeError as exc:
-        raise InvalidInput(f"malformed ModelInferRequest: {where}: {exc}") from None
-    return _InputHead(head.name, head.datatype, head.shape, contents)
+            head.append(sub)
+    return head, contents
 
 
 def _top_caps(limits: RequestLimits) -> dict[int, int]:
@@ -388,40 +442,64 @@ def split_request(
     data: bytes | memoryview, limits: RequestLimits | None = None
 ) -> tuple[pb.ModelInferRequest, list[_InputHead], list[memoryview]]:
     """Split a serialized ModelInferRequest without expanding anything: every part is counted against `limits`
-    first (a flood of tiny fields costs at most that many tag reads), the non-tensor rest is parsed from merged
-    spans, each input's head (name, datatype, shape) is parsed without its typed contents, and the
-    raw_input_contents are views into `data`: the tensors' bytes are never copied here, where parsing the whole
-    message would copy each of them twice. A malformed or over-full message raises InvalidInput."""
+    first (a flood of tiny fields costs at most that many tag reads), then one protobuf parse reads the rest from
+    merged spans, each input without its typed contents (those stay bytes until the input's name, datatype and
+    shape have passed every check), and the raw_input_contents are views into `data`: the tensors' bytes are never
+    copied here, where parsing the whole message would copy each of them twice. A malformed or over-full message
+    raises InvalidInput."""
     limits = limits or RequestLimits()
     view = memoryview(data).cast("B")
     fields = _scan(view, 0, len(view), pb.ModelInferRequest, _top_caps(limits), hint=limits.hint)
     rest: list[_Field] = []
-    inputs: list[_InputHead] = []
+    heads: list[list[_Field]] = []
+    contents: list[memoryview | None] = []
     raw: list[memoryview] = []
+    outputs = 0
     for item in fields:
-        if item.number == RAW_INPUT_CONTENTS_FIELD and item.wire_type == _LENGTH_DELIMITED:
+        if item.wire_type == _LENGTH_DELIMITED and item.number == RAW_INPUT_CONTENTS_FIELD:
             raw.append(view[item.value : item.end])
-        elif item.number == _INPUTS_FIELD and item.wire_type == _LENGTH_DELIMITED:
-            inputs.append(_scan_input(view, item, len(inputs), limits))
-        else:
-            if item.number == _OUTPUTS_FIELD and item.wire_type == _LENGTH_DELIMITED:
-                where = f"requested output {sum(1 for f in rest if f.number == _OUTPUTS_FIELD)}"
-                _scan(view, item.value, item.end, _OUTPUT_MESSAGE, _OUTPUT_CAPS, where)
-            rest.append(item)
+            continue
+        if item.wire_type == _LENGTH_DELIMITED and item.number == _INPUTS_FIELD:
+            head, typed = _scan_input(view, item, len(heads), limits)
+            heads.append(head)
+            contents.append(typed)
+        elif item.wire_type == _LENGTH_DELIMITED and item.number == _OUTPUTS_FIELD:
+            _scan(view, item.value, item.end, _OUTPUT_MESSAGE, _OUTPUT_CAPS, f"requested output {outputs}")
+            outputs += 1
+        rest.append(item)
+    if any(typed is not None for typed in contents):
+        # Inputs with typed contents: the parse sees every input re-written without them, in order.
+        kept = [f for f in rest if not (f.wire_type == _LENGTH_DELIMITED and f.number == _INPUTS_FIELD)]
+        entries = [_joined(view, head) for head in heads]
+        serialized = _joined(view, kept) + b"".join(_INPUTS_TAG + encode_varint(len(e)) + e for e in entries)
+    else:
+        serialized = _joined(view, rest)
     try:
-        message = pb.ModelInferRequest.FromString(_joined(view, rest))
+        message = pb.ModelInferRequest.FromString(serialized)
     except DecodeError as exc:
         raise InvalidInput(f"malformed ModelInferRequest: {exc}") from None
+    inputs = [_InputHead(t.name, t.datatype, t.shape, typed) for t, typed in zip(message.inputs, contents, strict=True)]
     return message, inputs, raw
 
 
+@cache
+def _limits_for(signature: ModelSignature) -> RequestLimits:
+    return RequestLimits.for_signature(signature)
+
+
 def decode_request_bytes(
-    data: bytes | memoryview, signature: ModelSignature | None = None, max_batch_size: int | None = None
+    data: bytes | memoryview,
+    signature: ModelSignature | None = None,
+    max_batch_size: int | None = None,
+    check_model: Callable[[str, str], None] | None = None,
 ) -> InferRequest:
     """Decode a serialized ModelInferRequest (see `split_request`). With the model's signature, counts are bounded
-    by it and every input's name, datatype and shape is checked against it before any tensor data is decoded."""
-    limits = RequestLimits.for_signature(signature) if signature is not None else RequestLimits()
+    by it and every input's name, datatype and shape is checked against it before any tensor data is decoded;
+    `check_model(name, version)` runs first, so a request for another model hears that before anything else."""
+    limits = _limits_for(signature) if signature is not None else RequestLimits()
     message, inputs, raw = split_request(data, limits)
+    if check_model is not None:
+        check_model(message.model_name, message.model_version)
     return _decode(message, inputs, raw, signature, max_batch_size)
 
 
@@ -476,9 +554,13 @@ def _decode(
             data = _decode_raw(name, datatype, shape, raw_input_contents[index])
         elif head.contents is not None:
             contents = head.contents
-            if not isinstance(contents, pb.InferTensorContents):
-                contents = _parse_contents(name, datatype, shape, contents)
-            data = _decode_typed(name, datatype, shape, contents)
+            fast = None if isinstance(contents, pb.InferTensorContents) else _packed_floats(datatype, shape, contents)
+            if fast is not None:
+                data = fast
+            else:
+                if not isinstance(contents, pb.InferTensorContents):
+                    contents = _parse_contents(name, datatype, shape, contents)
+                data = _decode_typed(name, datatype, shape, contents)
         else:
             raise InvalidInput(f"input {shown(name)} has no data (neither contents nor raw_input_contents)")
         inputs.append(Tensor(name, datatype, data))
@@ -577,7 +659,8 @@ def encode_response(response: InferResponse) -> pb.ModelInferResponse:
 RAW_OUTPUT_CONTENTS_FIELD = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number
 
 
-def _encode_varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """A protobuf base-128 varint."""
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)
@@ -586,17 +669,18 @@ def _encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-_RAW_OUTPUT_TAG = _encode_varint(RAW_OUTPUT_CONTENTS_FIELD << 3 | _LENGTH_DELIMITED)
+_RAW_OUTPUT_TAG = encode_varint(RAW_OUTPUT_CONTENTS_FIELD << 3 | _LENGTH_DELIMITED)
+_INPUTS_TAG = encode_varint(_INPUTS_FIELD << 3 | _LENGTH_DELIMITED)
 
 
 def encode_response_bytes(response: InferResponse) -> bytes:
     """The serialized ModelInferResponse, byte for byte what `encode_response(...).SerializeToString()` gives, with
     each output copied once (straight into the message) instead of three times (`tobytes`, protobuf's arena,
-    serialization): 0.17 vs 7 ms for a 1x21x224x224 FP32 output (bench/notes.md)."""
+    serialization): 0.17 vs 7 ms for a 1x21x224x224 FP32 output (docs/design-decisions.md)."""
     parts: list[bytes | memoryview] = [_response_head(response).SerializeToString()]
     for tensor in response.outputs:
         buffer = _tensor_buffer(tensor)
-        parts += [_RAW_OUTPUT_TAG, _encode_varint(len(buffer)), buffer]
+        parts += [_RAW_OUTPUT_TAG, encode_varint(len(buffer)), buffer]
     return b"".join(parts)
 
 

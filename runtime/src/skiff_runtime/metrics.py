@@ -104,7 +104,15 @@ class RuntimeMetrics:
         self.ready = Gauge(
             "skiff_model_ready", "1 when the model is loaded, warmed and serving", list(labels), registry=r
         )
-        self.workers = Gauge("skiff_workers", "Inference worker processes", registry=r)
+        self.workers = Gauge("skiff_workers", "Inference worker processes able to run a batch", registry=r)
+        self.worker_exits = Counter(
+            "skiff_worker_exits", "Worker processes that died or hung (each is replaced)", registry=r
+        )
+        self.request_bytes = Gauge(
+            "skiff_request_bytes_held",
+            "Bytes of request messages queued or running (--max-request-memory-mb)",
+            registry=r,
+        )
         self._ready = self.ready.labels(**labels)
         self._ready.set(0)
 
@@ -113,6 +121,9 @@ class RuntimeMetrics:
 
     def track_queue_depth(self, depth: Callable[[], int]) -> None:
         self.queue_depth.set_function(lambda: float(depth()))
+
+    def track_request_bytes(self, held: Callable[[], int]) -> None:
+        self.request_bytes.set_function(lambda: float(held()))
 
     def observe_batch(self, stats: BatchStats) -> None:
         self.inference.observe(stats.run_seconds)

@@ -228,11 +228,10 @@ class ModelService:
         return Admission(self)
 
     def decode(self, data: bytes | memoryview) -> InferRequest:
-        """Decode a serialized request against this model: counts bounded by its signature, and every input's name,
-        datatype and shape checked before any tensor data is decoded (codec.decode_request_bytes)."""
-        request = decode_request_bytes(data, self.signature, self.limits.max_batch_size)
-        self.check_model(request.model_name, request.model_version)
-        return request
+        """Decode a serialized request against this model: its name and version checked first (NOT_FOUND), counts
+        bounded by its signature, every input's name, datatype and shape checked before any tensor data is decoded
+        (codec.decode_request_bytes)."""
+        return decode_request_bytes(data, self.signature, self.limits.max_batch_size, self.check_model)
 
     async def infer(
         self, request: InferRequest, deadline: float | None = None, admission: Admission | None = None

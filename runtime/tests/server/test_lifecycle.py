@@ -150,3 +150,28 @@ def test_launcher_sets_allocator_tuning_for_large_messages(conv_server) -> None:
     environ = Path(f"/proc/{conv_server.proc.pid}/environ").read_bytes().split(b"\0")
     assert b"MALLOC_MMAP_THRESHOLD_=16777216" in environ
     assert b"MALLOC_TRIM_THRESHOLD_=67108864" in environ
+
+
+def test_connections_are_closed_with_goaway_at_their_max_age_and_clients_carry_on(runtime_factory, model_dirs) -> None:
+    """--max-connection-age-s: a long-lived stream ends when its connection's age and grace are over (what moves
+    clients to new pods as a Deployment scales); unary calls on the same channel reconnect and never fail."""
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", "1", "--max-connection-age-s", "1",
+                              "--max-connection-age-grace-s", "1")  # fmt: skip
+    runtime.wait_serving()
+    with grpc.insecure_channel(runtime.target) as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service="conv"), timeout=60)
+        started = time.monotonic()
+        assert STATUS(next(watch).status) == "SERVING"
+        with pytest.raises(grpc.RpcError) as ended:
+            next(watch)
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "max connection age" in (ended.value.details() or "")
+        assert time.monotonic() - started < 30
+        with SkiffClient(runtime.target, channel=channel) as client:
+            deadline = time.monotonic() + 4  # several connection ages
+            calls = 0
+            while time.monotonic() < deadline:
+                assert client.infer("conv", {"image": _images(calls)})["fetch_name_0"].shape == (1, 10)
+                calls += 1
+    assert calls > 10
+    assert runtime.terminate() == 0

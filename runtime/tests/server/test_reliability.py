@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import string
+import time
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
+from bench.hostile import HOSTILE, good_request
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -127,6 +129,66 @@ def test_fuzzed_requests_get_a_status_never_internal_and_the_server_survives(two
         assert growth_mib < 150, f"memory grew by {growth_mib:.0f} MiB over {FUZZ_EXAMPLES} requests"
         again = stub.ModelInfer(_good(), timeout=10)
     assert again.raw_output_contents == warm.raw_output_contents
+
+
+# Structurally valid adversarial messages up to the server's message limit (32 MiB by default): pieces drawn from the
+# hostile table (floods of every field kind, BYTES and typed-content floods, nested groups) at sizes from bytes to
+# megabytes, concatenated (concatenated messages are one message on the wire) with a good request's parts.
+ADVERSARIAL_EXAMPLES = 40
+ADVERSARIAL_LIMIT = 30 << 20
+STRUCTURAL = sorted(name for name in HOSTILE if "huge declared length" not in name)
+
+
+@st.composite
+def adversarial_messages(draw: st.DrawFn) -> bytes:
+    pieces = [HOSTILE[draw(st.sampled_from(STRUCTURAL))] for _ in range(draw(st.integers(1, 3)))]
+    budget = draw(st.sampled_from([64, 4 << 10, 256 << 10, 2 << 20, 8 << 20, ADVERSARIAL_LIMIT]))
+    parts = [build(max(64, budget // len(pieces))) for build in pieces]
+    if draw(st.booleans()):
+        parts.insert(draw(st.integers(0, len(parts))), good_request(draw(st.integers(1, 8))))
+    return b"".join(parts)[:ADVERSARIAL_LIMIT] if draw(st.booleans()) else b"".join(parts)
+
+
+def test_adversarial_messages_up_to_the_size_limit_are_answered_quickly(two_io_server) -> None:
+    pid = two_io_server.proc.pid
+    slowest = [0.0]
+    codes: dict[str, int] = {}
+    unexpected: list[str] = []
+    options = [("grpc.max_send_message_length", -1)]
+    with grpc.insecure_channel(two_io_server.target, options=options) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        call(_good().SerializeToString(), timeout=10)
+        rss_before = _family_rss_kib(pid)
+
+        @settings(max_examples=ADVERSARIAL_EXAMPLES, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @given(adversarial_messages())
+        def send(message: bytes) -> None:
+            started = time.perf_counter()
+            try:
+                call(message, timeout=30)
+                code = "OK"
+            except grpc.RpcError as exc:
+                code = exc.code().name
+                if code not in BAD_INPUT_CODES:
+                    unexpected.append(f"{code}: {exc.details()} for {len(message)} bytes")
+            slowest[0] = max(slowest[0], time.perf_counter() - started)
+            codes[code] = codes.get(code, 0) + 1
+
+        send()
+        first_mib = (_family_rss_kib(pid) - rss_before) / 1024
+        send()  # the same messages again (derandomized): memory the first pass left is reused, not added to
+        second_mib = (_family_rss_kib(pid) - rss_before) / 1024 - first_mib
+        print(f"adversarial: {dict(sorted(codes.items()))}; slowest {slowest[0]:.2f} s; RSS grew {first_mib:.0f} "
+              f"MiB in the first pass (heap kept for reuse), {second_mib:.0f} MiB in the second")  # fmt: skip
+        assert not unexpected, unexpected[:3]
+        assert sum(codes.values()) == 2 * ADVERSARIAL_EXAMPLES
+        assert slowest[0] < 10, f"one message took {slowest[0]:.1f} s"
+        assert first_mib < 400
+        assert second_mib < 64, "memory grows with every pass: a leak"
+        assert two_io_server.proc.poll() is None
+        with SkiffClient(two_io_server.health_target) as health:
+            assert health.health("two_io") == "SERVING"
 
 
 def _good() -> pb.ModelInferRequest:

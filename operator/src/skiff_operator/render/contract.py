@@ -34,10 +34,10 @@ ENV_GPU_MEMORY_POOL_MB = "SKIFF_GPU_MEMORY_POOL_MB"
 ENV_TENSORRT_PRECISION = "SKIFF_TENSORRT_PRECISION"
 ENV_TRT_CACHE_DIR = "SKIFF_TRT_CACHE_DIR"
 ENV_GRACE_PERIOD_S = "SKIFF_GRACE_PERIOD_S"
+ENV_MAX_MESSAGE_MB = "SKIFF_MAX_MESSAGE_MB"
 ENV_LOG_LEVEL = "SKIFF_LOG_LEVEL"
 ENV_MAX_QUEUE_DELAY_US = "SKIFF_MAX_QUEUE_DELAY_US"
 ENV_MAX_QUEUE_SIZE = "SKIFF_MAX_QUEUE_SIZE"
-ENV_MAX_MESSAGE_MB = "SKIFF_MAX_MESSAGE_MB"
 
 # TLS on the inference port (spec.tls): where the pod finds its certificate Secrets, and the variables naming them.
 TLS_DIR = "/etc/skiff/tls"  # a kubernetes.io/tls Secret: tls.crt, tls.key (and ca.crt)

@@ -199,10 +199,10 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_TENSORRT_PRECISION, runtime.tensorrt_precision.value if gpu else None),
         (contract.ENV_TRT_CACHE_DIR, contract.TRT_CACHE_DIR if gpu and uses_tensorrt else None),
         (contract.ENV_GRACE_PERIOD_S, runtime.grace_period_s),
+        (contract.ENV_MAX_MESSAGE_MB, runtime.max_message_mb),
         (contract.ENV_LOG_LEVEL, runtime.log_level.value),
         (contract.ENV_MAX_QUEUE_DELAY_US, runtime.max_queue_delay_us),
         (contract.ENV_MAX_QUEUE_SIZE, runtime.max_queue_size),
-        (contract.ENV_MAX_MESSAGE_MB, runtime.max_message_mb),
         *render_tls_env(model),
         *render_auth_env(model),
     ]

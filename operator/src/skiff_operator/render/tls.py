@@ -83,18 +83,15 @@ def render_tls_annotations(model: InferenceModel) -> dict[str, str]:
     return {} if mode is TLSMode.DISABLED else {TLS_MODE_ANNOTATION: mode.value}
 
 
-def render_ca_secret(model: InferenceModel, ca: certs.KeyPair) -> dict[str, Any]:
-    """The SelfSigned CA (Opaque: ca.crt, ca.key), owned by the model."""
-    return _secret(
-        model,
-        names.tls_ca_secret_name(model.ref.name),
-        "Opaque",
-        {certs.CA_CERT_KEY: ca.cert_pem, "ca.key": ca.key_pem},
-    )
+def render_ca_secret(model: InferenceModel, data: Mapping[str, bytes]) -> dict[str, Any]:
+    """The SelfSigned CA chain (Opaque: ca.crt, ca.key, and while it rotates next.crt, next.key, previous.crt),
+    owned by the model."""
+    return _secret(model, names.tls_ca_secret_name(model.ref.name), "Opaque", data)
 
 
 def render_tls_secret(model: InferenceModel, server: certs.KeyPair, ca_cert_pem: bytes) -> dict[str, Any]:
-    """The SelfSigned server certificate (kubernetes.io/tls: tls.crt, tls.key, ca.crt), owned by the model."""
+    """The SelfSigned server certificate (kubernetes.io/tls: tls.crt, tls.key, and ca.crt: the CA bundle clients
+    trust), owned by the model."""
     return _secret(
         model,
         names.tls_secret_name(model.ref.name),

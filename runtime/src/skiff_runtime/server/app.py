@@ -1,10 +1,11 @@
-"""The runtime process: inference + health on the gRPC port, health alone on the plaintext health port,
-Prometheus metrics on the metrics port.
+"""The runtime process: inference + health on the gRPC port, health alone on the plaintext health port (its own
+thread-pool server, so request handling never delays a probe), Prometheus metrics on the metrics port.
 
 Lifecycle: ports open at once with health NOT_SERVING; the workers load and warm the model; health turns
 SERVING. SIGTERM/SIGINT: health NOT_SERVING, new RPCs refused with UNAVAILABLE, accepted ones answered within
-the grace period, exit 0. A model that cannot load, or a worker process that dies, exits 1 (Kubernetes
-restarts the pod and the last log line says why).
+the grace period, exit 0. A model that cannot load exits 1 (Kubernetes restarts the pod and the last log line
+says why). A worker process that dies is replaced (health is NOT_SERVING while no worker can run a batch); one
+that cannot be replaced exits 1.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class RuntimeServer:
             settings.model_name, settings.model_version, workers, limits, self.metrics.observe_batch
         )
         self.metrics.track_queue_depth(lambda: self.service.queue_depth)
+        self.metrics.track_request_bytes(lambda: self.service.budget.held)
         self.metrics.workers.set(workers.count)
         if settings.device.kind == "gpu":
             self.metrics.watch_gpu(settings.device.index)
@@ -180,6 +182,8 @@ class RuntimeServer:
         """A worker exited or was replaced: health says SERVING only while some worker can run a batch; a worker
         the pool cannot replace stops the server (exit 1) so that Kubernetes restarts the pod."""
         self.metrics.workers.set(event.alive)
+        if event.exitcode is not None or event.gave_up:
+            self.metrics.worker_exits.inc()
         if event.gave_up:
             self._fail("worker process cannot be replaced; stopping so the pod restarts", worker=event.index,
                        exitcode=event.exitcode)  # fmt: skip

@@ -307,6 +307,7 @@ class ProcessPool:
         except TimeoutError:
             worker.dead = True
             worker.process.kill()  # its pipe closes: _on_readable replaces it
+            self._notify(worker)  # health hears of it now, not when the pipe's end is read
             raise WorkerLost(
                 f"worker {worker.index} ran a batch for more than {self._batch_timeout_s:g} s "
                 "(--batch-timeout-s); it was stopped and is being replaced. Retry the request"

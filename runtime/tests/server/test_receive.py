@@ -1,0 +1,81 @@
+"""Handlers that read their own message within a time limit, and capped streams: driven with a stand-in context."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from skiff_runtime.errors import DeadlineExceeded, InvalidInput
+from skiff_runtime.server.receive import bounded
+
+
+class Context:
+    """read() returns `message` (never, when None); abort() raises like grpc's; write() records."""
+
+    def __init__(self, message: object = None) -> None:
+        self.message = message
+        self.written: list[object] = []
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+
+    async def read(self) -> object:
+        if self.message is None:
+            await asyncio.Event().wait()
+        return self.message
+
+    async def write(self, item: object) -> None:
+        self.written.append(item)
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.aborted = (code, details)
+        raise grpc.aio.AbortError()
+
+
+async def _echo(request: bytes, context: object) -> bytes:
+    return b"echo:" + request
+
+
+def _handlers(release: asyncio.Event) -> dict[str, grpc.RpcMethodHandler]:
+    async def watch(request: bytes, context: Context) -> None:
+        await context.write(request)
+        await release.wait()
+
+    return {
+        "Unary": grpc.unary_unary_rpc_method_handler(_echo, request_deserializer=bytes.upper),
+        "Watch": grpc.unary_stream_rpc_method_handler(watch),
+    }
+
+
+async def test_unary_methods_read_and_deserialize_their_message_themselves() -> None:
+    handler = bounded(_handlers(asyncio.Event()), timeout_s=1, max_streams=1)["Unary"]
+    assert handler.stream_unary is not None  # runs on the headers
+    assert await handler.stream_unary(None, Context(b"hi")) == b"echo:HI"
+
+
+async def test_a_message_that_never_arrives_is_deadline_exceeded() -> None:
+    handler = bounded(_handlers(asyncio.Event()), timeout_s=0.05, max_streams=1)["Unary"]
+    with pytest.raises(DeadlineExceeded, match=r"did not arrive within 0\.05 s"):
+        await handler.stream_unary(None, Context(None))
+    with pytest.raises(InvalidInput, match="carried no Unary message"):
+        await handler.stream_unary(None, Context(grpc.aio.EOF))
+
+
+async def test_streams_past_the_cap_are_refused_and_places_come_back() -> None:
+    release = asyncio.Event()
+    handler = bounded(_handlers(release), timeout_s=1, max_streams=1)["Watch"]
+    assert handler.stream_stream is not None
+    first = Context(b"a")
+    running = asyncio.create_task(handler.stream_stream(None, first))
+    await asyncio.sleep(0.01)
+    assert first.written == [b"a"]
+    second = Context(b"b")
+    with pytest.raises(grpc.aio.AbortError):
+        await handler.stream_stream(None, second)
+    assert second.aborted is not None
+    assert second.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    release.set()
+    await running
+    third = Context(b"c")
+    await handler.stream_stream(None, third)  # the first stream's place is free again
+    assert third.written == [b"c"]
