@@ -196,6 +196,7 @@ def test_a_peer_without_selectors_is_invalid() -> None:
         ({"maxQueueDelayUs": -1}, "spec.runtime.maxQueueDelayUs must be at least 0"),
         ({"maxQueueSize": 0}, "spec.runtime.maxQueueSize must be at least 1"),
         ({"maxMessageMb": 0}, "spec.runtime.maxMessageMb must be at least 1"),
+        ({"rest": "yes"}, "spec.runtime.rest must be true or false"),
         ({"workers": "2"}, "spec.runtime.workers must be an integer"),
         ({"imagePullSecrets": "registry"}, "spec.runtime.imagePullSecrets must be a list"),
         ({"imagePullSecrets": [""]}, "spec.runtime.imagePullSecrets[] must be a non-empty string"),

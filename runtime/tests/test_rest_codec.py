@@ -10,7 +10,7 @@ import pytest
 
 from skiff_runtime.codec import InferResponse, encode_tensor_bytes
 from skiff_runtime.errors import InvalidInput
-from skiff_runtime.rest_codec import decode_infer_body, encode_infer_body, parse_header_length
+from skiff_runtime.rest_codec import MAX_JSON_BYTES, decode_infer_body, encode_infer_body, parse_header_length
 from skiff_runtime.tensors import Datatype, ModelSignature, Tensor, TensorSpec
 
 SIGNATURE = ModelSignature(
@@ -101,7 +101,19 @@ def test_bad_bodies_are_invalid_input_naming_the_problem(
 
 def test_deeply_nested_json_is_invalid_input_not_a_crash() -> None:
     with pytest.raises(InvalidInput, match="not valid JSON"):
-        decode_infer_body(b"[" * 200_000, None, "m", "", SIGNATURE, 4)
+        decode_infer_body(b"[" * 20_000, None, "m", "", SIGNATURE, 4)
+
+
+def test_json_is_bounded_before_it_is_parsed() -> None:
+    """2M empty lists (6 MB) took 6 s of event loop and 150 MB to parse on a loaded 2-core machine."""
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(InvalidInput, match="arrays and objects, more than 65536; send 'data' flat"):
+        decode_infer_body(b"[" + b"[]," * 2_000_000 + b"[]]", None, "m", "", SIGNATURE, 4)
+    with pytest.raises(InvalidInput, match="send large tensors as binary data"):
+        decode_infer_body(b" " * (MAX_JSON_BYTES + 1), None, "m", "", SIGNATURE, 4)
+    assert time.perf_counter() - started < 0.5
 
 
 @pytest.mark.parametrize(

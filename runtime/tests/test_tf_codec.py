@@ -124,3 +124,46 @@ def test_model_status_maps_every_state() -> None:
         assert (status.version, status.state) == (3, expected)
     failed = tf_codec.encode_status(request, "m", "3", "FAILED", "no such file").model_version_status[0]
     assert failed.status.error_message == "no such file"
+
+
+def _ld(number: int, payload: bytes) -> bytes:
+    length, out = len(payload), bytearray()
+    while length > 0x7F:
+        out.append(length & 0x7F | 0x80)
+        length >>= 7
+    out.append(length)
+    return bytes([number << 3 | 2]) + bytes(out) + payload
+
+
+def test_a_shape_of_millions_of_empty_dims_is_refused_before_the_parse() -> None:
+    """33 MB of empty TensorShapeProto.Dim entries would take ~770 MB and most of a second to parse."""
+    import time
+
+    bomb = _ld(2, _ld(1, b"x") + _ld(2, _ld(2, b"\x12\x00" * (16 << 20))))
+    started = time.perf_counter()
+    with pytest.raises(
+        InvalidInput, match=r"tensor_shape \(rank at most 16\) of input .x. repeats field 2 more than 16 times"
+    ):
+        tf_codec.check_predict_bytes(bomb, SIGNATURE, 4)
+    assert time.perf_counter() - started < 0.1
+
+
+def test_counts_are_bounded_by_the_signature() -> None:
+    many = b"".join(_ld(2, _ld(1, f"t{i}".encode()) + _ld(2, b"")) for i in range(100))
+    with pytest.raises(InvalidInput, match="repeats field 2 more than 7 times"):
+        tf_codec.check_predict_bytes(many, SIGNATURE, 4)
+    strings = _proto(tf.DT_STRING, [4], string_val=[b"a"] * 4)
+    request = _request(_proto(tf.DT_HALF, [1, 2], half_val=[0, 0]))
+    request.inputs["s"].CopyFrom(strings)
+    tf_codec.check_predict_bytes(request.SerializeToString(), SIGNATURE, 4)  # 4 strings: the batch limit
+    strings.string_val.extend([b"b"] * 100)
+    request.inputs["s"].CopyFrom(strings)
+    with pytest.raises(InvalidInput, match="input 's' has more than 68 fields"):
+        tf_codec.check_predict_bytes(request.SerializeToString(), SIGNATURE, 4)
+
+
+def test_a_well_formed_request_passes_the_count_check() -> None:
+    request = _request(_proto(tf.DT_HALF, [1, 2], half_val=[0, 0]))
+    tf_codec.check_predict_bytes(request.SerializeToString(), SIGNATURE, 4)
+    with pytest.raises(InvalidInput, match="runs past its end"):
+        tf_codec.check_predict_bytes(request.SerializeToString()[:-3], SIGNATURE, 4)

@@ -152,6 +152,7 @@ class RuntimeOptions:
     grace_period_s: int
     log_level: LogLevel
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
+    rest: bool = False
     max_queue_delay_us: int | None = None
     max_queue_size: int | None = None
     workers: int | None = None
@@ -413,6 +414,7 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
         grace_period_s=_int(raw.get("gracePeriodSeconds", DEFAULT_GRACE_PERIOD_S), "gracePeriodSeconds", minimum=0),
         log_level=log_level,
         max_message_mb=_max_message_mb(raw.get("maxMessageMb", DEFAULT_MAX_MESSAGE_MB)),
+        rest=_bool(raw.get("rest", False), "spec.runtime.rest"),
         max_queue_delay_us=(
             None
             if raw.get("maxQueueDelayUs") is None
@@ -581,6 +583,12 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 def _sequence(value: Any, where: str) -> Sequence[Any]:
     if not isinstance(value, Sequence) or isinstance(value, str):
         raise SpecError("InvalidSpec", f"{where} must be a list")
+    return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError("InvalidSpec", f"{where} must be true or false")
     return value
 
 

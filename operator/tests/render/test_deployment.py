@@ -326,3 +326,12 @@ def test_image_pull_secrets_reach_the_pod(make_body: Body) -> None:
     spec = pod_spec(make_body(runtime={"imagePullSecrets": ["registry", "mirror"]}))
     assert spec["imagePullSecrets"] == [{"name": "registry"}, {"name": "mirror"}]
     assert "imagePullSecrets" not in pod_spec(make_body())
+
+
+def test_rest_adds_the_http_port_and_its_variable_only_when_on(make_body: Body) -> None:
+    on = make_body(runtime={"rest": True})
+    assert env(on)["SKIFF_HTTP_PORT"] == "8000"
+    assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in container(on)["ports"]
+    off = make_body()
+    assert "SKIFF_HTTP_PORT" not in env(off)
+    assert all(p["containerPort"] != 8000 for p in container(off)["ports"])

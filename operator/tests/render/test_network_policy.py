@@ -61,3 +61,13 @@ def test_named_peers_and_gateway_namespaces_reach_the_inference_port(make_body: 
 
 def test_opt_out_renders_nothing(make_body: Body) -> None:
     assert render_network_policy(parse_inference_model(make_body(networkPolicy={"enabled": False}))) is None
+
+
+def test_rest_port_gets_the_inference_peers(make_body: Body) -> None:
+    policy = render_network_policy(parse_inference_model(make_body(runtime={"rest": True})))
+    assert policy is not None
+    (inference,) = [rule for rule in policy["spec"]["ingress"] if rule["ports"][0]["port"] == 8001]
+    assert inference["ports"] == [{"port": 8001, "protocol": "TCP"}, {"port": 8000, "protocol": "TCP"}]
+    plain = render_network_policy(parse_inference_model(make_body()))
+    assert plain is not None
+    assert all(port["port"] != 8000 for rule in plain["spec"]["ingress"] for port in rule["ports"])

@@ -85,3 +85,12 @@ def test_tls_drops_the_plaintext_http2_hint() -> None:
     body["spec"]["tls"] = {"mode": "Disabled"}
     plain = render_model_service(parse_inference_model(body))
     assert plain["spec"]["ports"][0]["appProtocol"] == "kubernetes.io/h2c"
+
+
+def test_rest_port_is_on_both_services_only_when_on(make_body: Body) -> None:
+    model = parse_inference_model(make_body(runtime={"rest": True}))
+    for service in (render_model_service(model), render_version_service(model, model.spec.versions[0])):
+        http = next(port for port in service["spec"]["ports"] if port["name"] == "http")
+        assert (http["port"], http["targetPort"]) == (8000, "http")
+    plain = render_model_service(parse_inference_model(make_body()))
+    assert all(port["name"] != "http" for port in plain["spec"]["ports"])

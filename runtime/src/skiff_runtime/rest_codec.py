@@ -32,6 +32,15 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 JSON_TYPE = "application/json"
 BINARY_TYPE = "application/octet-stream"
 
+# JSON is parsed by the C scanner on the event loop, and expands: a body of empty lists takes ~3 us and ~75 bytes per
+# 3-byte `[],`. So the JSON part is bounded (tensors beyond it travel binary), and so are its arrays and objects,
+# counted with bytes.count before the parse. Nested `data` needs one array per row: send it flat past the limit.
+MAX_JSON_BYTES = 8 * 1024 * 1024
+MAX_JSON_CONTAINERS = 65536
+# How many bytes of memory one JSON byte may take while parsed (numbers as Python objects): the request-memory
+# budget holds this much for the JSON part.
+JSON_EXPANSION = 8
+
 # numpy kinds a JSON array may arrive as, per datatype: JSON numbers parse to int or float, strings to unicode.
 _JSON_KINDS: Mapping[Datatype, str] = {
     Datatype.BOOL: "b",
@@ -75,8 +84,20 @@ def parse_header_length(value: str | None, body_length: int) -> int | None:
 
 
 def _load_json(data: bytes | memoryview) -> dict[str, Any]:
+    data = bytes(data)
+    if len(data) > MAX_JSON_BYTES:
+        raise InvalidInput(
+            f"the JSON part of the request is {len(data)} bytes, more than {MAX_JSON_BYTES}; send large tensors as "
+            f"binary data (parameters.binary_data_size and the {HEADER_LENGTH} header) or over gRPC"
+        )
+    containers = data.count(b"[") + data.count(b"{")
+    if containers > MAX_JSON_CONTAINERS:
+        raise InvalidInput(
+            f"the JSON request holds {containers} arrays and objects, more than {MAX_JSON_CONTAINERS}; send 'data' "
+            "flat (row-major) instead of nested, or as binary data"
+        )
     try:
-        header = json.loads(bytes(data))
+        header = json.loads(data)
     except (ValueError, RecursionError) as exc:
         raise InvalidInput(f"the request body is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(header, dict):

@@ -10,11 +10,20 @@ for strings), which is what `tf.make_ndarray` reads. Model versions are numbers 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from skiff_runtime.codec import InferRequest, InferResponse, decode_request, encode_bytes_elements, encode_tensor_bytes
+from skiff_runtime.codec import (
+    MAX_RANK,
+    InferRequest,
+    InferResponse,
+    RequestLimits,
+    _varint,
+    decode_request,
+    encode_bytes_elements,
+    encode_tensor_bytes,
+)
 from skiff_runtime.errors import InvalidInput, ModelNotFound, shown
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import tensorflow_core_pb2 as tf
@@ -133,6 +142,96 @@ def _typed_bytes(name: str, datatype: Datatype, shape: list[int], tensor: tf.Ten
             raise InvalidInput(f"input {shown(name)}: int_val holds values outside the {datatype.value} range")
         return wide.astype(dtype).tobytes()
     return np.asarray(values, dtype=dtype).tobytes()
+
+
+# ---- counts before the parse: protobuf expands tiny repeated entries (an empty TensorShapeProto.Dim is 2 bytes
+# on the wire and ~48 in memory), so a 32 MiB message of them would take ~770 MB and most of a second to parse ----
+
+_LENGTH_DELIMITED = 2
+_FIXED_WIDTH = {1: 8, 5: 4}
+_SPARE_FIELDS = 16
+# Fields of one TensorProto besides string_val's elements: dtype, shape, content, packed typed values, and spares.
+_TENSOR_FIELDS = 64
+
+
+def _fields(
+    view: memoryview, start: int, end: int, caps: Mapping[int, int], total: int, what: str
+) -> Iterator[tuple[int, int, int, int]]:
+    """(number, wire type, value start, end) of each field of view[start:end]; InvalidInput past `total` fields,
+    past caps[n] of field n, or on malformed bytes. Only the tags are read, never the values."""
+    counts = dict.fromkeys(caps, 0)
+    pos, seen = start, 0
+    while pos < end:
+        seen += 1
+        if seen > total:
+            raise InvalidInput(f"{what} has more than {total} fields; refused before parsing")
+        tag, pos = _varint(view, pos, end)
+        number, wire_type = tag >> 3, tag & 7
+        value = pos
+        if wire_type == 0:
+            _, pos = _varint(view, pos, end)
+        elif wire_type in _FIXED_WIDTH:
+            pos += _FIXED_WIDTH[wire_type]
+        elif wire_type == _LENGTH_DELIMITED:
+            length, value = _varint(view, pos, end)
+            pos = value + length
+        else:
+            raise InvalidInput(f"malformed PredictRequest: wire type {wire_type} in {what}")
+        if pos > end:
+            raise InvalidInput(f"malformed PredictRequest: field {number} of {what} runs past its end")
+        if number in counts:
+            counts[number] += 1
+            if counts[number] > caps[number]:
+                raise InvalidInput(f"{what} repeats field {number} more than {caps[number]} times")
+        yield number, wire_type, value, pos
+
+
+def _string_cap(spec: TensorSpec | None, max_batch_size: int) -> int:
+    """The most string_val elements a BYTES input of this signature can hold (0 for other inputs)."""
+    if spec is None or spec.datatype is not Datatype.BYTES:
+        return 0
+    dims = [max_batch_size if d == -1 and i == 0 else d for i, d in enumerate(spec.shape)]
+    return element_count(dims) if all(d >= 0 for d in dims) else 1 << 20
+
+
+def check_predict_bytes(data: bytes | memoryview, signature: ModelSignature | None, max_batch_size: int) -> None:
+    """Bound a serialized PredictRequest before protobuf parses it: inputs and outputs counted against the
+    signature, each tensor's fields (string elements included) and each shape's rank bounded."""
+    view = memoryview(data).cast("B")
+    limits = RequestLimits.for_signature(signature) if signature is not None else RequestLimits()
+    caps = {1: 4, 2: limits.max_inputs, 3: limits.max_outputs, 5: 4, 6: 4, 7: 4}
+    specs = {s.name: s for s in signature.inputs} if signature is not None else {}
+    for number, wire, start, end in _fields(
+        view, 0, len(view), caps, sum(caps.values()) + _SPARE_FIELDS, "the request"
+    ):
+        if wire != _LENGTH_DELIMITED:
+            continue
+        if number == 5:  # predict_streamed_options: its split_dimensions map
+            list(_fields(view, start, end, {2: 16}, 32, "predict_streamed_options"))
+        if number != 2:
+            continue
+        name, tensor = "", None
+        for part, part_wire, value, part_end in _fields(view, start, end, {1: 1, 2: 1}, 2, "an inputs entry"):
+            if part == 1 and part_wire == _LENGTH_DELIMITED:
+                name = bytes(view[value:part_end]).decode(errors="replace")
+            elif part == 2 and part_wire == _LENGTH_DELIMITED:
+                tensor = (value, part_end)
+        if tensor is None:
+            continue
+        total = _TENSOR_FIELDS + _string_cap(specs.get(name), max_batch_size)
+        what = f"input {shown(name)}"
+        for field, field_wire, value, field_end in _fields(view, *tensor, {2: 4}, total, what):
+            if field == 2 and field_wire == _LENGTH_DELIMITED:
+                list(
+                    _fields(
+                        view,
+                        value,
+                        field_end,
+                        {2: MAX_RANK, 3: 4},
+                        MAX_RANK + 8,
+                        f"the tensor_shape (rank at most {MAX_RANK}) of {what}",
+                    )
+                )
 
 
 def decode_predict(

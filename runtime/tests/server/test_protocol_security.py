@@ -60,6 +60,8 @@ def test_rest_and_tf_serving_need_tls_and_the_token(runtime_factory, model_dirs,
     assert _get(f"{base}/v2/models/conv", ca_file) == 401
     assert _get(f"{base}/v2/models/conv", ca_file, "wrong") == 401
     assert _get(f"{base}/v2/models/conv", ca_file, TOKEN) == 200
+    assert _get(f"{base}/v2/health/../models/conv", ca_file) == 401  # openness follows the route, not the path
+    assert _get(f"{base}/v2/nothing-here", ca_file) == 401  # unknown routes say nothing without the token
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         urllib.request.urlopen(f"http://127.0.0.1:{runtime.http_port}/v2/health/live", timeout=10)  # plaintext
     with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):

@@ -114,7 +114,7 @@ def test_raw_json_as_curl_sends_it(two_io_server) -> None:
          400, "not FP32 values"),
         ("two_io/infer", b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}',
          400, "unknown input 'x'"),
-        ("two_io/infer", b"[" * 100_000, 400, "not valid JSON"),
+        ("two_io/infer", b"[" * 100_000, 400, "more than 65536; send 'data' flat"),
         ("nope/infer", b"{}", 404, "unknown model 'nope'"),
         ("two_io/versions/9/ready", None, 404, "no version '9'"),
     ],
@@ -155,3 +155,45 @@ def test_rest_requests_are_counted_in_metrics(two_io_server) -> None:
         text = response.read().decode()
     assert 'http_server_handled_total{code="404",route="/v2/models/{model}/ready"}' in text
     assert 'http_server_handled_total{code="400",route="/v2/models/{model}/infer"}' in text
+
+
+def test_sigterm_answers_accepted_rest_requests_and_refuses_new_ones(runtime_factory, model_dirs) -> None:
+    """As on gRPC: each REST client gets 200s, then 503 (or a closed port) once SIGTERM arrived; never a 500."""
+    import threading
+    import time
+
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--http-port", "0", "--grace-period-s", "20",
+                              "--workers", "2", "--max-batch-size", "8")  # fmt: skip
+    runtime.wait_serving()
+    body = json.dumps(
+        {"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": [0.5] * 3072}]}
+    ).encode()
+    outcomes: dict[int, list[str]] = {}
+    started = threading.Barrier(9)
+
+    def send(index: int) -> None:
+        mine = outcomes.setdefault(index, [])
+        started.wait()
+        while len(mine) < 500:
+            try:
+                status, _, _ = _call(f"{runtime.http_url}/v2/models/conv/infer", "POST", body)
+            except (urllib.error.URLError, ConnectionError):
+                mine.append("closed")
+                return
+            mine.append(str(status))
+            if status != 200:
+                return
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    time.sleep(1.0)
+    runtime.proc.send_signal(15)
+    for thread in threads:
+        thread.join(timeout=60)
+    assert runtime.proc.wait(timeout=60) == 0
+    every = [o for mine in outcomes.values() for o in mine]
+    assert set(every) <= {"200", "503", "closed"}, every
+    assert every.count("200") >= 8
+    assert all(mine[-1] in ("503", "closed") for mine in outcomes.values())

@@ -135,3 +135,19 @@ def test_unserved_tf_serving_methods_are_unimplemented(two_io_server) -> None:
         with pytest.raises(grpc.RpcError) as error:
             classify(b"", timeout=10)
     assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_oversized_metadata_and_status_requests_and_shape_bombs_are_refused(two_io_server) -> None:
+    with grpc.insecure_channel(two_io_server.target) as channel:
+        stub = tfs_grpc.PredictionServiceStub(channel)
+        huge = tfs.GetModelMetadataRequest(model_spec=tfs.ModelSpec(name="two_io"), metadata_field=[""] * 100_000)
+        with pytest.raises(grpc.RpcError) as error:
+            stub.GetModelMetadata(huge, timeout=10)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "takes at most 65536" in error.value.details()
+        bomb = _request(FEATURES, IDS)
+        bomb.inputs["features"].tensor_shape.dim.extend(tf.TensorShapeProto.Dim() for _ in range(1_000_000))
+        with pytest.raises(grpc.RpcError) as error:
+            stub.Predict(bomb, timeout=30)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "rank at most 16" in error.value.details()

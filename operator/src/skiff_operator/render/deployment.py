@@ -148,6 +148,11 @@ def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]
             {"name": "grpc", "containerPort": contract.GRPC_PORT, "protocol": "TCP"},
             {"name": "health", "containerPort": contract.HEALTH_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": contract.METRICS_PORT, "protocol": "TCP"},
+            *(
+                [{"name": "http", "containerPort": contract.HTTP_PORT, "protocol": "TCP"}]
+                if model.spec.runtime.rest
+                else []
+            ),
         ],
         "resources": render_resources(version),
         "volumeMounts": [
@@ -182,6 +187,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_GRPC_PORT, contract.GRPC_PORT),
         (contract.ENV_HEALTH_PORT, contract.HEALTH_PORT),
         (contract.ENV_METRICS_PORT, contract.METRICS_PORT),
+        (contract.ENV_HTTP_PORT, contract.HTTP_PORT if runtime.rest else None),
         # The device plugin exposes the pod's GPUs from index 0, whichever physical GPUs they are.
         (contract.ENV_DEVICE, "gpu:0" if gpu else "cpu"),
         (contract.ENV_MAX_BATCH_SIZE, runtime.max_batch_size),

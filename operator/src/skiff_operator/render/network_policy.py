@@ -17,8 +17,8 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on
 def render_network_policy(model: InferenceModel) -> dict[str, Any] | None:
     """Ingress only, on the pods of every version; None when spec.networkPolicy.enabled is false.
 
-    - inference (8001): the peers of spec.networkPolicy.inferenceFrom (default: the model's namespace) and the
-      namespaces of the Gateways in spec.routing.gateways;
+    - inference (8001, and REST's 8000 with spec.runtime.rest): the peers of spec.networkPolicy.inferenceFrom
+      (default: the model's namespace) and the namespaces of the Gateways in spec.routing.gateways;
     - health (8002): from anywhere, since kubelet probes come from the node, whose address no rule can name
       portably;
     - metrics (8003): pods of spec.networkPolicy.metricsNamespaces; no rule (closed) when that list is empty.
@@ -30,8 +30,10 @@ def render_network_policy(model: InferenceModel) -> dict[str, Any] | None:
     gateway_namespaces = sorted({g.namespace or model.ref.namespace for g in model.spec.routing.gateways})
     if gateway_namespaces:
         peers.append({"namespaceSelector": _namespaces(gateway_namespaces)})
+    inference_ports = [contract.GRPC_PORT, *([contract.HTTP_PORT] if model.spec.runtime.rest else [])]
     ingress: list[dict[str, Any]] = [
-        {"ports": [_port(contract.GRPC_PORT)], "from": peers},
+        # V2 REST (spec.runtime.rest) is inference too: the same peers.
+        {"ports": [_port(p) for p in inference_ports], "from": peers},
         {"ports": [_port(contract.HEALTH_PORT)]},
     ]
     if policy.metrics_namespaces:

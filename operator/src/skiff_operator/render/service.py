@@ -22,6 +22,10 @@ _PORTS = [
 ]
 
 
+# V2 REST, when spec.runtime.rest is on.
+_HTTP_PORT = {"name": "http", "port": contract.HTTP_PORT, "targetPort": "http", "protocol": "TCP"}
+
+
 def render_version_service(model: InferenceModel, version: Version) -> dict[str, Any]:
     name = names.version_service_name(model.ref.name, version.name)
     return _render_service(model, name, version.name, names.selector_labels(model.ref.name, version.name))
@@ -47,7 +51,7 @@ def _render_service(model: InferenceModel, name: str, version: str | None, selec
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
-            "ports": [_port(model, port) for port in _PORTS],
+            "ports": [_port(model, port) for port in _PORTS] + ([_HTTP_PORT] if model.spec.runtime.rest else []),
         },
     }
 

@@ -23,7 +23,9 @@ from skiff_runtime import __version__, errors
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.rest_codec import (
     HEADER_LENGTH,
+    JSON_EXPANSION,
     JSON_TYPE,
+    MAX_JSON_BYTES,
     decode_infer_body,
     encode_infer_body,
     error_body,
@@ -47,7 +49,8 @@ HTTP_STATUSES: Mapping[type[errors.SkiffError], int] = {
     errors.ModelLoadError: 503,
 }
 REST_EXTENSIONS = (*EXTENSIONS, "binary_tensor_data")
-OPEN_PREFIX = "/v2/health/"
+# The routes open without a token (HTTP probes); decided by the matched route, never by the raw path.
+OPEN_ROUTES = frozenset({"/v2/health/live", "/v2/health/ready"})
 
 ObserveRequest = Callable[[str, int, float], None]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -108,7 +111,7 @@ class RestServer:
         self.port = 0
 
     def _authorized(self, request: web.Request) -> bool:
-        if self.token is None or request.path.startswith(OPEN_PREFIX):
+        if self.token is None or _route(request) in OPEN_ROUTES:
             return True
         header = request.headers.get("Authorization", "")
         if header[: len(SCHEME)].lower() != SCHEME:
@@ -213,8 +216,9 @@ class RestServer:
         self._check(request)
         with self.service.admit() as admission:
             body = await self._read_body(request)
-            with self.service.budget.hold(len(body)):
-                header_length = parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
+            header_length = parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
+            json_bytes = len(body) if header_length is None else header_length
+            with self.service.budget.hold(len(body) + JSON_EXPANSION * min(json_bytes, MAX_JSON_BYTES)):
                 decoded = decode_infer_body(
                     body,
                     header_length,
@@ -230,7 +234,10 @@ class RestServer:
 
     async def start(self, host: str, port: int, grace_period_s: float) -> int:
         """Listen on host:port (0 picks a free port); returns the bound port."""
-        self.runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=grace_period_s)
+        # Idle keep-alive connections close after the receive timeout (aiohttp's default keeps them an hour).
+        self.runner = web.AppRunner(
+            self.app, access_log=None, shutdown_timeout=grace_period_s, keepalive_timeout=self.receive_timeout_s
+        )
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port, ssl_context=self.ssl_context, shutdown_timeout=grace_period_s)
         await site.start()
