@@ -1,0 +1,272 @@
+"""The runtime image as real pods on the real node (e2e/node.py), made by the real operator: the kubelet's gRPC
+probes turn a pod Ready only once the runtime reports SERVING; an inference through the model's ClusterIP Service
+(kube-proxy) answers what the model computes on the host; a version whose model cannot load never turns Ready and
+the model's status says why; deleting the model drains the runtime (exit 0) and removes its pod; stopping the node
+leaves nothing behind on the machine.
+
+The tests share one namespace, one operator and two InferenceModels (started together, so their pods start while
+the first tests wait) and run in file order; the last one stops the node.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from ipaddress import ip_address, ip_network
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as triton
+
+from e2e.cluster import Kubectl, eventually
+from e2e.conftest import RESTRICTED
+from e2e.harness import OperatorProcess, condition, grpc_health_check, load_example, wait_model_ready
+from e2e.images import Images
+from e2e.node import NETWORK, NODE_NAME, RealNode, pod_placement
+from skiff_operator.render import contract
+
+# Cold CI builds the runtime image first (scripts/images.sh: minutes); cached, the module takes about a minute.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+SERVED = "sample-cnn-cpu"  # manifests/examples/cpu.yaml, shrunk to fit a 2-core node
+BROKEN = "broken-cpu"
+INPUT = np.random.default_rng(7).random((2, 3, 32, 32), dtype=np.float32)
+
+# What the model computes for INPUT, on the host with the runtime's own engine (a subprocess: Paddle stays out of
+# the test process).
+EXPECTED_SCRIPT = """
+import sys, numpy as np
+from pathlib import Path
+from skiff_runtime.predictor.paddle import PaddleEngine
+from skiff_runtime.settings import parse_settings
+settings = parse_settings([], {"SKIFF_MODEL_DIR": sys.argv[1], "SKIFF_MODEL_NAME": "expected", "SKIFF_DEVICE": "cpu"})
+(output,) = PaddleEngine(settings, Path(sys.argv[1])).run({"image": np.load(sys.argv[2])}).values()
+np.save(sys.argv[3], output)
+"""
+
+
+@dataclass(frozen=True)
+class Served:
+    namespace: str
+    models_dir: Path
+    expected: np.ndarray
+
+
+def real_model(namespace: str, name: str, model_uri: str, image: str) -> dict[str, Any]:
+    """The CPU example on the real node: the image imported there (never pulled), one replica of one worker, a
+    short drain."""
+    body = load_example("cpu", namespace)
+    body["metadata"]["name"] = name
+    spec = body["spec"]
+    spec["versions"] = [{"name": "v1", "modelUri": model_uri, "replicas": 1}]
+    spec["runtime"].update(image=image, imagePullPolicy="Never", cpuThreads=1, gracePeriodSeconds=5)
+    spec["resources"] = {"cpu": "500m", "memory": "2Gi"}
+    spec["scheduling"] = pod_placement()
+    return body
+
+
+def model_pod(kube: Kubectl, namespace: str, model: str) -> dict[str, Any]:
+    (pod,) = kube.items("pods", namespace, f"skiff.dev/model={model}")
+    return pod
+
+
+def pod_condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in pod.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def log_time(line: str) -> datetime:
+    """The time the kubelet stamped on a CRI log line ("2026-01-02T03:04:05.123456789Z stdout F ...")."""
+    stamp = line.split(" ", 1)[0]
+    return datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00" if len(stamp) > 26 else stamp)
+
+
+@pytest.fixture(scope="module")
+def served(
+    real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    namespace = f"e2e-real-node-{uuid.uuid4().hex[:6]}"
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": {RESTRICTED: "restricted", "skiff.dev/e2e": "true"}},
+        }
+    )
+    eventually(lambda: kube.get_or_none("serviceaccount", "default", namespace), timeout=60, what="serviceaccount")
+    models = real_node.shared_dir(namespace)
+    sample = models / "sample-cnn" / "v1"
+    subprocess.run([sys.executable, "-m", "skiff_runtime.samples", "conv", str(sample)], check=True, timeout=300)
+    broken = models / "broken" / "v1"
+    broken.mkdir(parents=True)
+    (broken / "inference.json").write_text('{"not": "a paddle program"}')
+    (broken / "inference.pdiparams").write_bytes(b"\0" * 64)
+    volume = f"{namespace}-models"
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume, "labels": {"skiff.dev/e2e-namespace": namespace}},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": str(models), "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": "models"},
+            },
+        }
+    )
+    kube.run("wait", "--for=jsonpath={.status.phase}=Available", f"pv/{volume}", "--timeout=60s")
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "models", "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+    )
+    kube.run("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", namespace, "--timeout=60s")
+
+    scratch = tmp_path_factory.mktemp("real-node")
+    operator = OperatorProcess(kube, namespace, scratch / "operator.log")
+    operator.start()
+    image = Images.from_script().runtime
+    kube.apply(real_model(namespace, SERVED, "pvc://models/sample-cnn/v1", image))
+    kube.apply(real_model(namespace, BROKEN, "pvc://models/broken/v1", image))
+
+    np.save(scratch / "input.npy", INPUT)
+    subprocess.run(
+        [sys.executable, "-c", EXPECTED_SCRIPT, str(sample), str(scratch / "input.npy"), str(scratch / "expected.npy")],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    try:
+        yield Served(namespace, models, np.load(scratch / "expected.npy"))
+    finally:
+        operator.stop()
+        print(f"---- operator log ----\n{operator.log()[-20000:]}")
+        for model in (SERVED, BROKEN):
+            print(
+                f"---- {model} runtime log ----\n{real_node.container_log(namespace, f'{model}-*', 'runtime')[-5000:]}"
+            )
+        kube.run("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
+        kube.run("delete", "persistentvolume", volume, "--wait=false", "--ignore-not-found")
+
+
+def test_pod_turns_ready_only_after_the_runtime_reports_serving(
+    served: Served, kube: Kubectl, real_node: RealNode
+) -> None:
+    wait_model_ready(kube, served.namespace, SERVED, timeout_s=240)
+    pod = model_pod(kube, served.namespace, SERVED)
+    assert pod["spec"]["nodeName"] == NODE_NAME
+    assert ip_address(pod["status"]["podIP"]) in ip_network(NETWORK.pod_cidr)
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["containerID"].startswith("containerd://")
+    assert status["ready"] is True
+    (container,) = pod["spec"]["containers"]
+    for probe in ("startupProbe", "readinessProbe"):
+        assert container[probe]["grpc"] == {"port": contract.HEALTH_PORT, "service": SERVED}
+
+    # The kubelet marked the pod Ready after (never before) the runtime logged that its model is loaded.
+    log = real_node.container_log(served.namespace, pod["metadata"]["name"], "runtime")
+    serving = [line for line in log.splitlines() if "model ready" in line]
+    assert serving, log[-3000:]
+    ready = pod_condition(pod, "Ready")
+    assert ready is not None
+    ready_at = datetime.fromisoformat(ready["lastTransitionTime"].replace("Z", "+00:00"))
+    assert ready_at >= log_time(serving[0]).replace(microsecond=0), (ready_at, serving[0])
+    # and the pod's health port, on the bridge, says the same as the probe did.
+    target = f"{pod['status']['podIP']}:{contract.HEALTH_PORT}"
+    assert grpc_health_check(target, SERVED, timeout_s=5) == "SERVING"
+
+
+def test_inference_through_the_cluster_ip_answers_what_the_model_computes(served: Served, kube: Kubectl) -> None:
+    wait_model_ready(kube, served.namespace, SERVED, timeout_s=240)
+    service = kube.get("service", SERVED, "-n", served.namespace)
+    cluster_ip = service["spec"]["clusterIP"]
+    assert ip_address(cluster_ip) not in ip_network(NETWORK.pod_cidr)
+    client = triton.InferenceServerClient(f"{cluster_ip}:{contract.GRPC_PORT}")
+    request = triton.InferInput("image", list(INPUT.shape), "FP32")
+    request.set_data_from_numpy(INPUT)
+
+    def infer() -> list[np.ndarray] | None:
+        try:  # kube-proxy writes the Service's rules within a second or so of the endpoint turning ready
+            result = client.infer(SERVED, [request], client_timeout=10)
+        except triton.InferenceServerException:
+            return None
+        (name,) = (out["name"] for out in result.get_response(as_json=True)["outputs"])
+        return [result.as_numpy(name)]
+
+    try:
+        first = eventually(infer, timeout=30, what=f"an answer from {cluster_ip}:{contract.GRPC_PORT}")
+        answers = [first, *(infer() for _ in range(9))]
+    finally:
+        client.close()
+    for answer in answers:
+        assert answer is not None
+        np.testing.assert_allclose(answer[0], served.expected, rtol=1e-4, atol=1e-6)
+
+
+def test_a_version_whose_model_cannot_load_never_turns_ready(
+    served: Served, kube: Kubectl, real_node: RealNode
+) -> None:
+    def crash_looping() -> dict[str, Any] | None:
+        model = kube.get("inferencemodel", BROKEN, "-n", served.namespace)
+        try:
+            ready = condition(model, "Ready")
+        except KeyError:
+            return None
+        return ready if ready.get("reason") == "CrashLoopBackOff" else None
+
+    ready = eventually(crash_looping, timeout=180, interval=1, what=f"{BROKEN} Ready=False CrashLoopBackOff")
+    assert ready["status"] == "False"
+    assert "version v1" in ready["message"], ready
+    assert "CrashLoopBackOff" in ready["message"], ready
+    pod = model_pod(kube, served.namespace, BROKEN)
+    assert pod["spec"]["nodeName"] == NODE_NAME
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["restartCount"] >= 1
+    assert status["ready"] is False
+    ready_condition = pod_condition(pod, "Ready")
+    assert ready_condition is not None
+    assert ready_condition["status"] == "False"
+    log = real_node.container_log(served.namespace, pod["metadata"]["name"], "runtime")
+    assert "model failed to load" in log, log[-3000:]
+
+
+def test_deleting_the_model_drains_the_runtime_and_removes_its_pod(
+    served: Served, kube: Kubectl, real_node: RealNode
+) -> None:
+    wait_model_ready(kube, served.namespace, SERVED, timeout_s=240)
+    pod = model_pod(kube, served.namespace, SERVED)
+    name = pod["metadata"]["name"]
+    (status,) = pod["status"]["containerStatuses"]
+    container_id = status["containerID"].removeprefix("containerd://")
+    with real_node.open_container_log(served.namespace, name, "runtime") as runtime_log:  # the kubelet deletes it
+        kube.run("delete", "inferencemodel", SERVED, "-n", served.namespace, "--wait=true", "--timeout=60s")
+        kube.run("wait", "--for=delete", f"pod/{name}", "-n", served.namespace, "--timeout=60s")
+        log = runtime_log.read()
+    for step in ("shutting down", "drained", "stopped"):
+        assert step in log, f"the runtime did not log {step!r}:\n{log[-3000:]}"
+    kubelet_log = (real_node.paths.logs / "kubelet.log").read_text(errors="replace")
+    finished = [line for line in kubelet_log.splitlines() if container_id in line and "exitCode=" in line]
+    assert finished, f"the kubelet logged no exit code for container {container_id}"
+    assert "exitCode=0" in finished[-1], finished[-1]
+
+
+def test_stopping_the_node_leaves_nothing_behind(served: Served, kube: Kubectl, real_node: RealNode) -> None:
+    real_node.stop()
+    assert real_node.leftovers() == []
+    assert kube.get_or_none("node", NODE_NAME, "default") is None
