@@ -10,11 +10,16 @@ the first tests wait) and run in file order; the last one stops the node.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
 import sys
+import threading
+import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from ipaddress import ip_address, ip_network
 from pathlib import Path
@@ -36,6 +41,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 SERVED = "sample-cnn-cpu"  # manifests/examples/cpu.yaml, shrunk to fit a 2-core node
 BROKEN = "broken-cpu"
+SPLIT = "split-cpu"
 INPUT = np.random.default_rng(7).random((2, 3, 32, 32), dtype=np.float32)
 
 # What the model computes for INPUT, on the host with the runtime's own engine (a subprocess: Paddle stays out of
@@ -54,8 +60,16 @@ np.save(sys.argv[3], output)
 @dataclass(frozen=True)
 class Served:
     namespace: str
-    models_dir: Path
-    expected: np.ndarray
+    applied_at: float  # time.monotonic() when the InferenceModels were applied
+    image: str
+    expected_run: subprocess.Popen[bytes]  # computes what the model answers to INPUT, into expected_path
+    expected_path: Path
+
+    def expected(self) -> np.ndarray:
+        _, stderr = self.expected_run.communicate(timeout=300)
+        assert self.expected_run.returncode == 0, stderr.decode(errors="replace")[-3000:]
+        expected: np.ndarray = np.load(self.expected_path)
+        return expected
 
 
 def real_model(namespace: str, name: str, model_uri: str, image: str) -> dict[str, Any]:
@@ -139,25 +153,25 @@ def served(
     kube.run("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", namespace, "--timeout=60s")
 
     scratch = tmp_path_factory.mktemp("real-node")
+    np.save(scratch / "input.npy", INPUT)
+    expected_argv = [sys.executable, "-c", EXPECTED_SCRIPT, str(sample), str(scratch / "input.npy")]
+    expected_run = subprocess.Popen([*expected_argv, str(scratch / "expected.npy")], stderr=subprocess.PIPE)
     operator = OperatorProcess(kube, namespace, scratch / "operator.log")
     operator.start()
     image = Images.from_script().runtime
+    applied_at = time.monotonic()
     kube.apply(real_model(namespace, SERVED, "pvc://models/sample-cnn/v1", image))
-    kube.apply(real_model(namespace, BROKEN, "pvc://models/broken/v1", image))
-
-    np.save(scratch / "input.npy", INPUT)
-    subprocess.run(
-        [sys.executable, "-c", EXPECTED_SCRIPT, str(sample), str(scratch / "input.npy"), str(scratch / "expected.npy")],
-        check=True,
-        timeout=300,
-        capture_output=True,
-    )
+    broken_model = real_model(namespace, BROKEN, "pvc://models/broken/v1", image)
+    broken_model["spec"]["resources"]["cpu"] = "250m"  # it never serves; the node keeps room for the split test
+    kube.apply(broken_model)
     try:
-        yield Served(namespace, models, np.load(scratch / "expected.npy"))
+        yield Served(namespace, applied_at, image, expected_run, scratch / "expected.npy")
     finally:
+        expected_run.kill()
+        expected_run.communicate()
         operator.stop()
         print(f"---- operator log ----\n{operator.log()[-20000:]}")
-        for model in (SERVED, BROKEN):
+        for model in (SERVED, BROKEN, SPLIT):
             print(
                 f"---- {model} runtime log ----\n{real_node.container_log(namespace, f'{model}-*', 'runtime')[-5000:]}"
             )
@@ -169,6 +183,7 @@ def test_pod_turns_ready_only_after_the_runtime_reports_serving(
     served: Served, kube: Kubectl, real_node: RealNode
 ) -> None:
     wait_model_ready(kube, served.namespace, SERVED, timeout_s=240)
+    print(f"kubectl apply -> InferenceModel Ready: {time.monotonic() - served.applied_at:.1f}s")
     pod = model_pod(kube, served.namespace, SERVED)
     assert pod["spec"]["nodeName"] == NODE_NAME
     assert ip_address(pod["status"]["podIP"]) in ip_network(NETWORK.pod_cidr)
@@ -211,12 +226,14 @@ def test_inference_through_the_cluster_ip_answers_what_the_model_computes(served
 
     try:
         first = eventually(infer, timeout=30, what=f"an answer from {cluster_ip}:{contract.GRPC_PORT}")
+        print(f"kubectl apply -> first answer through the ClusterIP: {time.monotonic() - served.applied_at:.1f}s")
         answers = [first, *(infer() for _ in range(9))]
     finally:
         client.close()
+    expected = served.expected()
     for answer in answers:
         assert answer is not None
-        np.testing.assert_allclose(answer[0], served.expected, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(answer[0], expected, rtol=1e-4, atol=1e-6)
 
 
 def test_a_version_whose_model_cannot_load_never_turns_ready(
@@ -264,6 +281,109 @@ def test_deleting_the_model_drains_the_runtime_and_removes_its_pod(
     finished = [line for line in kubelet_log.splitlines() if container_id in line and "exitCode=" in line]
     assert finished, f"the kubelet logged no exit code for container {container_id}"
     assert "exitCode=0" in finished[-1], finished[-1]
+
+
+def answered_by(cluster_ip: str) -> str:
+    """One inference on a new connection (as a reconnecting client makes it); the version that answered."""
+    client = triton.InferenceServerClient(f"{cluster_ip}:{contract.GRPC_PORT}")
+    try:
+        request = triton.InferInput("image", list(INPUT[:1].shape), "FP32")
+        request.set_data_from_numpy(INPUT[:1])
+        version: str = client.infer(SPLIT, [request], client_timeout=10).get_response().model_version
+        return version
+    finally:
+        client.close()
+
+
+@dataclass
+class Load:
+    """Reconnecting clients in threads, until stopped (bounded in time and count): answers by version, failures."""
+
+    cluster_ip: str
+    clients: int = 4
+    max_requests: int = 5000
+    max_seconds: float = 120
+    answers: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.max_seconds
+        while not self.stop.is_set() and time.monotonic() < deadline and self.total() < self.max_requests:
+            try:
+                self.answers[answered_by(self.cluster_ip)] += 1
+            except triton.InferenceServerException as error:
+                self.failures.append(f"{time.strftime('%H:%M:%S')} {error}")
+
+    def total(self) -> int:
+        return sum(self.answers.values()) + len(self.failures)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Load]:
+        threads = [threading.Thread(target=self.run, daemon=True) for _ in range(self.clients)]
+        for thread in threads:
+            thread.start()
+        try:
+            yield self
+        finally:
+            self.stop.set()
+            for thread in threads:
+                thread.join(timeout=30)
+
+
+def test_service_mode_split_is_measured_through_the_service_and_a_promotion_fails_no_request(
+    served: Served, kube: Kubectl
+) -> None:
+    model = real_model(served.namespace, SPLIT, "pvc://models/sample-cnn/v1", served.image)
+    model["spec"]["versions"] = [
+        {"name": v, "modelUri": "pvc://models/sample-cnn/v1", "replicas": 1} for v in ("v1", "v2")
+    ]
+    model["spec"]["traffic"] = [{"version": "v1", "percent": 50}, {"version": "v2", "percent": 50}]
+    model["spec"]["routing"] = {"mode": "Service"}
+    kube.apply(model)
+    wait_model_ready(kube, served.namespace, SPLIT, timeout_s=240)
+    status = eventually(
+        lambda: (
+            (s := kube.get("inferencemodel", SPLIT, "-n", served.namespace)["status"]).get("trafficSplit")
+            == "v1=50,v2=50"
+            and s
+        ),
+        timeout=60,
+        what="status.trafficSplit v1=50,v2=50",
+    )
+    assert status["traffic"]["mode"] == "Service"
+    cluster_ip = kube.get("service", SPLIT, "-n", served.namespace)["spec"]["clusterIP"]
+
+    # The split through the Service, one connection per request: kube-proxy picks a pod per connection.
+    measured = Counter(answered_by(cluster_ip) for _ in range(200))
+    print(f"Service mode 50/50, 200 reconnecting requests: {dict(measured)}")
+    assert set(measured) == {"v1", "v2"}
+    assert 60 <= measured["v1"] <= 140, measured  # binomial(200, 0.5): 4.2 standard deviations either side
+
+    # Promote v2 to 100% under steady load: v1's pod goes only once v2's second pod is ready.
+    with Load(cluster_ip).running() as load:
+        time.sleep(2)
+        kube.run(
+            "patch",
+            "inferencemodel",
+            SPLIT,
+            "-n",
+            served.namespace,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"traffic": [{"version": "v1", "percent": 0}, {"version": "v2", "percent": 100}]}}),
+        )
+        eventually(
+            lambda: not kube.items("pods", served.namespace, f"skiff.dev/model={SPLIT},skiff.dev/version=v1"),
+            timeout=180,
+            interval=1,
+            what="v1's pod to be gone",
+        )
+        time.sleep(2)
+    print(f"during the promotion: {dict(load.answers)}, {len(load.failures)} failed: {load.failures[:5]}")
+    assert load.answers["v2"] > 0
+    assert load.failures == []
+    assert Counter(answered_by(cluster_ip) for _ in range(20)) == Counter({"v2": 20})
 
 
 def test_stopping_the_node_leaves_nothing_behind(served: Served, kube: Kubectl, real_node: RealNode) -> None:
