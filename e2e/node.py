@@ -388,6 +388,17 @@ def _nft_table_is_empty(table: str) -> bool:
     return not rules
 
 
+def _processes() -> list[tuple[int, str]]:
+    """(pid, command line) of every process."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            found.append(
+                (int(proc.name), (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            )
+    return found
+
+
 def _cgroup_dirs() -> list[Path]:
     return sorted(Path("/sys/fs/cgroup").glob("*/k8s.io")) + sorted(Path("/sys/fs/cgroup").glob("k8s.io"))
 
@@ -455,6 +466,7 @@ class RealNode:
     def start(self) -> None:
         self._lock = contextlib.ExitStack()
         self._lock.enter_context(_host_lock(self.log))
+        self._clear_stale()
         self._existed = {path: path.exists() for path in HARD_CODED_PATHS}
         self._cgroups_existed = bool(_cgroup_dirs())
         self._nft_before = _nft_tables()
@@ -471,6 +483,41 @@ class RealNode:
             raise
         self.timings["start"] = time.monotonic() - started
         self.log(f"real node {NODE_NAME} Ready in {self.timings['start']:.1f}s (pods on {self.network.pod_cidr})")
+
+    def _clear_stale(self) -> None:
+        """What a session killed before its teardown left (we hold the host lock, so no live node owns it): its
+        processes (their command lines name a skiff-real-node- directory), shims, rules, links and directories."""
+        prefix = str(self.paths.root.parent / "skiff-real-node-")
+        stale = [pid for pid, cmdline in _processes() if prefix in cmdline and str(self.paths.root) not in cmdline]
+        # The mount namespace's holder runs `sleep infinity`: known by the pid file its session wrote.
+        for pid_file in self.paths.root.parent.glob("skiff-real-node-*/logs/mount-namespace.pid"):
+            pid = int(pid_file.read_text())
+            if pid_file.parents[1] != self.paths.root and "sleep infinity" in dict(_processes()).get(pid, ""):
+                stale.append(pid)
+        found = [f"pid {pid}" for pid in stale]
+        found += [link for link in (self.network.bridge, self.network.node_bridge) if link in _links()]
+        found += [
+            rule[2]
+            for rule in safety_rules(self.network)
+            if _run("iptables", "-t", rule[1], "-C", rule[2], *rule[3:], check=False).returncode == 0
+        ]
+        if not found:
+            return
+        self.log(f"removing what an earlier real node left behind: {', '.join(found)}")
+        for pid in stale:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        eventually(
+            lambda: all(map(process_exited, stale)), timeout=15, interval=0.1, what="the stale processes to exit"
+        )
+        kube_proxy = self.bin_dir / "kube-proxy"
+        if kube_proxy.exists():
+            _run(str(kube_proxy), "--cleanup", check=False, timeout=60)
+        self._remove_iptables()
+        self._remove_links()
+        for directory in self.paths.root.parent.glob("skiff-real-node-*"):
+            if directory != self.paths.root:
+                shutil.rmtree(directory, ignore_errors=True)
 
     def _step(self, name: str, started: float) -> None:
         self.timings[name] = time.monotonic() - started
@@ -499,6 +546,7 @@ class RealNode:
                 env={**os.environ, **(env or {})},
             )
         self._processes[name] = process
+        (self.paths.logs / f"{name}.pid").write_text(str(process.pid))  # for a later session's _clear_stale
         return process
 
     def _in_namespace(self, *argv: str) -> list[str]:
@@ -724,13 +772,9 @@ class RealNode:
 
     def _shim_pids(self) -> list[int]:
         """containerd-shim processes serving our containerd (their command line names our socket)."""
-        found = []
-        for proc in Path("/proc").glob("[0-9]*"):
-            with contextlib.suppress(OSError):
-                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-                if "containerd-shim" in cmdline and str(self.paths.socket) in cmdline:
-                    found.append(int(proc.name))
-        return found
+        return [
+            pid for pid, cmdline in _processes() if "containerd-shim" in cmdline and str(self.paths.socket) in cmdline
+        ]
 
     def _kill_shims(self) -> None:
         for pid in self._shim_pids():
