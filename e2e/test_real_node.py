@@ -31,7 +31,8 @@ import tritonclient.grpc as triton
 
 from e2e.cluster import Kubectl, eventually
 from e2e.conftest import RESTRICTED
-from e2e.harness import OperatorProcess, condition, grpc_health_check, load_example, wait_model_ready
+from e2e.gateway import Traefik, gateway_manifests, install_gateway_api
+from e2e.harness import OperatorProcess, condition, free_port, grpc_health_check, load_example, wait_model_ready
 from e2e.images import Images
 from e2e.node import NETWORK, NODE_NAME, RealNode, pod_placement
 from skiff_operator.render import contract
@@ -42,6 +43,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 SERVED = "sample-cnn-cpu"  # manifests/examples/cpu.yaml, shrunk to fit a 2-core node
 BROKEN = "broken-cpu"
 SPLIT = "split-cpu"
+CANARY = "canary-cpu"
 NEW_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 INPUT = np.random.default_rng(7).random((2, 3, 32, 32), dtype=np.float32)
 
@@ -154,6 +156,7 @@ def served(
     kube.run("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", namespace, "--timeout=60s")
 
     scratch = tmp_path_factory.mktemp("real-node")
+    install_gateway_api(kube)  # before the operator starts: routing mode Auto picks Gateway when a model names one
     np.save(scratch / "input.npy", INPUT)
     expected_argv = [sys.executable, "-c", EXPECTED_SCRIPT, str(sample), str(scratch / "input.npy")]
     expected_run = subprocess.Popen([*expected_argv, str(scratch / "expected.npy")], stderr=subprocess.PIPE)
@@ -172,7 +175,7 @@ def served(
         expected_run.communicate()
         operator.stop()
         print(f"---- operator log ----\n{operator.log()[-20000:]}")
-        for model in (SERVED, BROKEN, SPLIT):
+        for model in (SERVED, BROKEN, SPLIT, CANARY):
             print(
                 f"---- {model} runtime log ----\n{real_node.container_log(namespace, f'{model}-*', 'runtime')[-5000:]}"
             )
@@ -397,6 +400,81 @@ def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, k
     assert load.answers["v2"] > 0
     assert load.failures == []
     assert Counter(answered_by(cluster_ip) for _ in range(20)) == Counter({"v2": 20})
+
+
+def answers_per_version(target: str, model: str, clients: int, requests: int) -> Counter[str]:
+    """`requests` inferences from `clients` concurrent clients, each on its own long-lived connection."""
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def client_loop(count: int) -> None:
+        client = triton.InferenceServerClient(target, channel_args=NEW_CONNECTION)
+        request = triton.InferInput("image", list(INPUT[:1].shape), "FP32")
+        request.set_data_from_numpy(INPUT[:1])
+        try:
+            for _ in range(count):
+                version = client.infer(model, [request], client_timeout=10).get_response().model_version
+                with lock:
+                    counts[version] += 1
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=client_loop, args=(requests // clients,)) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    return counts
+
+
+def test_gateway_split_through_traefik_is_exact_per_request_and_matches_the_status(
+    served: Served, kube: Kubectl, tmp_path: Path
+) -> None:
+    # Room on the 2-core node: the Service-mode model goes first.
+    kube.run("delete", "inferencemodel", SPLIT, "-n", served.namespace, "--ignore-not-found", "--wait=true")
+    kube.run("wait", "--for=delete", "pod", "-l", f"skiff.dev/model={SPLIT}", "-n", served.namespace, "--timeout=90s")
+    port = free_port()
+    kube.apply(gateway_manifests(served.namespace, "public", port))
+    traefik = Traefik(kube, port, tmp_path / "traefik.log")
+    try:
+        traefik.start(served.namespace, "public")
+        model = real_model(served.namespace, CANARY, "pvc://models/sample-cnn/v1", served.image)
+        model["spec"]["versions"] = [
+            {"name": v, "modelUri": "pvc://models/sample-cnn/v1", "replicas": 1} for v in ("v1", "v2")
+        ]
+        model["spec"]["traffic"] = [{"version": "v1", "percent": 90}, {"version": "v2", "percent": 10}]
+        model["spec"]["routing"] = {"gateways": [{"name": "public", "sectionName": "grpc"}]}
+        kube.apply(model)
+        wait_model_ready(kube, served.namespace, CANARY, timeout_s=240)
+        status = eventually(
+            lambda: (
+                (s := kube.get("inferencemodel", CANARY, "-n", served.namespace)["status"]).get("trafficSplit")
+                == "v1=90,v2=10"
+                and s
+            ),
+            timeout=90,
+            what="status.trafficSplit v1=90,v2=10",
+        )
+        assert status["traffic"]["mode"] == "Gateway"
+        target = f"127.0.0.1:{port}"
+        seen: set[str] = set()
+
+        def both_answer() -> bool:
+            with contextlib.suppress(triton.InferenceServerException):
+                seen.update(answers_per_version(target, CANARY, clients=1, requests=10))
+            return seen == {"v1", "v2"}
+
+        eventually(both_answer, timeout=60, interval=0.5, what=f"both versions to answer through Traefik at {target}")
+        started = time.monotonic()
+        measured = answers_per_version(target, CANARY, clients=8, requests=2000)
+        seconds = time.monotonic() - started
+        print(f"Gateway mode 90/10 through Traefik, 8 clients, 2,000 requests in {seconds:.1f}s: {dict(measured)}")
+        assert sum(measured.values()) == 2000
+        assert abs(measured["v1"] / 20 - 90) <= 2, measured
+        assert abs(measured["v2"] / 20 - 10) <= 2, measured
+    finally:
+        traefik.stop()
+        print(f"---- traefik log ----\n{traefik.log()[-5000:]}")
 
 
 def test_stopping_the_node_leaves_nothing_behind(served: Served, kube: Kubectl, real_node: RealNode) -> None:
