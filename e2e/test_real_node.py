@@ -403,8 +403,10 @@ def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, k
 
 
 def answers_per_version(target: str, model: str, clients: int, requests: int) -> Counter[str]:
-    """`requests` inferences from `clients` concurrent clients, each on its own long-lived connection."""
+    """`requests` inferences from `clients` concurrent clients, each on its own long-lived connection. The first
+    failure of any client is raised here."""
     counts: Counter[str] = Counter()
+    errors: list[Exception] = []
     lock = threading.Lock()
 
     def client_loop(count: int) -> None:
@@ -416,6 +418,8 @@ def answers_per_version(target: str, model: str, clients: int, requests: int) ->
                 version = client.infer(model, [request], client_timeout=10).get_response().model_version
                 with lock:
                     counts[version] += 1
+        except Exception as error:  # re-raised by the caller
+            errors.append(error)
         finally:
             client.close()
 
@@ -424,6 +428,8 @@ def answers_per_version(target: str, model: str, clients: int, requests: int) ->
         thread.start()
     for thread in threads:
         thread.join(timeout=300)
+    if errors:
+        raise errors[0]
     return counts
 
 
@@ -472,6 +478,32 @@ def test_gateway_split_through_traefik_is_exact_per_request_and_matches_the_stat
         assert sum(measured.values()) == 2000
         assert abs(measured["v1"] / 20 - 90) <= 2, measured
         assert abs(measured["v2"] / 20 - 10) <= 2, measured
+
+        # A third version, and 70/20/10.
+        model["spec"]["versions"].append({"name": "v3", "modelUri": "pvc://models/sample-cnn/v1", "replicas": 1})
+        model["spec"]["traffic"] = [{"version": v, "percent": p} for v, p in (("v1", 70), ("v2", 20), ("v3", 10))]
+        kube.apply(model)
+        eventually(
+            lambda: (
+                kube.get("inferencemodel", CANARY, "-n", served.namespace)["status"].get("trafficSplit")
+                == "v1=70,v2=20,v3=10"
+            ),
+            timeout=240,
+            interval=1,
+            what="status.trafficSplit v1=70,v2=20,v3=10 (v3 ready)",
+        )
+        seen.clear()
+
+        def third_answers() -> bool:
+            with contextlib.suppress(triton.InferenceServerException):
+                seen.update(answers_per_version(target, CANARY, clients=1, requests=10))
+            return "v3" in seen
+
+        eventually(third_answers, timeout=60, interval=0.5, what="v3 to answer through Traefik")
+        measured = answers_per_version(target, CANARY, clients=8, requests=2000)
+        print(f"Gateway mode 70/20/10 through Traefik, 8 clients, 2,000 requests: {dict(measured)}")
+        for version, percent in (("v1", 70), ("v2", 20), ("v3", 10)):
+            assert abs(measured[version] / 20 - percent) <= 2, measured
     finally:
         traefik.stop()
         print(f"---- traefik log ----\n{traefik.log()[-5000:]}")
