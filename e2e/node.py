@@ -21,6 +21,7 @@ import fcntl
 import gzip
 import hashlib
 import io
+import ipaddress
 import json
 import os
 import shutil
@@ -84,8 +85,9 @@ class NodeNetwork:
     bridge: str = "skiffcni0"
     node_ip: str = "10.250.0.1"
     node_bridge: str = "skiffnode0"
-    # Never routed off this machine: the pod range and the Service range with kwok's simulated pod IPs in it.
-    guarded: tuple[str, ...] = ("10.244.0.0/16", "10.0.0.0/16")
+    # Never routed off this machine: the pod range, and the API server's default Service range 10.0.0.0/24, which
+    # also holds kwok's simulated pod IPs (its default pod CIDR 10.0.0.1/24).
+    guarded: tuple[str, ...] = ("10.244.0.0/24", "10.0.0.0/24")
 
 
 NETWORK = NodeNetwork()
@@ -286,6 +288,21 @@ def safety_rules(network: NodeNetwork = NETWORK) -> list[list[str]]:
     ]
     rules.append(["-t", "filter", "FORWARD", "-i", network.bridge, "!", "-o", network.bridge, *comment])
     return rules
+
+
+def overlapping_routes(network: NodeNetwork, routes: Sequence[str]) -> list[str]:
+    """The host's IPv4 routes (lines of `ip -4 -o route show`) whose destination overlaps a guarded range (the
+    default route aside): the safety rules would drop the host's own traffic there."""
+    guarded = [ipaddress.ip_network(cidr) for cidr in network.guarded]
+    clashes = []
+    for route in routes:
+        destination = route.split()[0] if route.split() else "default"
+        if destination == "default":
+            continue
+        with contextlib.suppress(ValueError):
+            if any(ipaddress.ip_network(destination, strict=False).overlaps(g) for g in guarded):
+                clashes.append(route.strip())
+    return clashes
 
 
 # -- a FROM-scratch image as an OCI archive (pure) --------------------------------------------------------------
@@ -525,6 +542,13 @@ class RealNode:
 
     def _start_network(self) -> None:
         started = time.monotonic()
+        routes = _run("ip", "-4", "-o", "route", "show", check=False).stdout.splitlines()
+        clashes = overlapping_routes(self.network, routes)
+        if clashes:
+            raise RuntimeError(
+                f"the real node's ranges {self.network.guarded} overlap this host's routes {clashes}; its safety rules "
+                "would cut the host off them. Run the real-node tests on a host without those routes."
+            )
         for rule in safety_rules(self.network):
             table, chain, spec = rule[1], rule[2], rule[3:]
             _run("iptables", "-t", table, "-I", chain, "1", *spec)

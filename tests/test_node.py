@@ -20,6 +20,7 @@ from e2e.node import (
     containerd_config,
     kube_proxy_config,
     kubelet_config,
+    overlapping_routes,
     pod_placement,
     safety_rules,
     write_scratch_image,
@@ -98,3 +99,14 @@ def test_containerd_keeps_its_state_under_the_node_directory(tmp_path: Path) -> 
     kubelet = kubelet_config(NodePaths(tmp_path / "node"), tmp_path / "ca.crt")
     assert kubelet["failCgroupV1"] is False
     assert kubelet["imageGCHighThresholdPercent"] == 100  # imported images cannot be pulled again
+
+
+def test_a_host_route_into_a_guarded_range_is_reported_before_any_rule_is_added() -> None:
+    routes = [
+        "default via 192.0.2.1 dev eth0",
+        "192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2",
+        "10.0.0.0/8 via 192.0.2.1 dev eth0",
+        "10.88.0.0/16 dev podman0 proto kernel scope link src 10.88.0.1",
+    ]
+    assert overlapping_routes(NETWORK, routes) == ["10.0.0.0/8 via 192.0.2.1 dev eth0"]
+    assert overlapping_routes(NETWORK, routes[:2] + routes[3:]) == []
