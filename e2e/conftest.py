@@ -28,6 +28,7 @@ from e2e.cluster import (
 )
 from e2e.harness import CRD_PATH, OperatorProcess, create_model_claims, install_crd
 from e2e.helm import HELM_HINT, Helm, helm_binary
+from e2e.node import RealNode, real_node_problem, start_real_node
 
 RESTRICTED = "pod-security.kubernetes.io/enforce"
 
@@ -132,3 +133,23 @@ def operator(kube: Kubectl, namespace: str, simulated_nodes: None, tmp_path: Pat
         process.stop()
         with contextlib.suppress(OSError):
             print(f"---- operator log ({process.log_path}) ----\n{process.log()[-20000:]}")
+
+
+@pytest.fixture(scope="session")
+def real_node(kube: Kubectl, pytestconfig: pytest.Config) -> Iterator[RealNode]:
+    """A real node (containerd, kubelet, kube-proxy; e2e/node.py) joined to the local control plane, with the
+    runtime image (scripts/images.sh, cached) imported. Stopped at the end; the teardown fails if it left a trace."""
+    problem = real_node_problem(kube)
+    if problem:
+        if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
+            pytest.fail(problem + " (SKIFF_E2E_REQUIRED=1: the real-node tests must run)", pytrace=False)
+        pytest.skip(problem)
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        node = start_real_node(kube, log=print)
+    try:
+        yield node
+    finally:
+        node.stop()
+        left = node.leftovers()
+        assert not left, f"the real node left these on the machine: {left}"

@@ -27,6 +27,16 @@ SHA256 = {
     "gateway-api-v1.6.1/gateway.networking.k8s.io_referencegrants.yaml": (
         "8c645e9333cfa67790cc2a53e0c00076f88b2bd4230d2b49688c78bc34f9b2c3"
     ),
+    # Traefik (e2e/gateway.py) waits for these three too before it writes any status.
+    "gateway-api-v1.6.1/gateway.networking.k8s.io_httproutes.yaml": (
+        "a424a0d6c953b162e71d1d97bb7e75012d8f1ac264e7274f2763d1b96ab39852"
+    ),
+    "gateway-api-v1.6.1/gateway.networking.k8s.io_backendtlspolicies.yaml": (
+        "0d48c9e4b53dd9510cf615b9b1192d9d7afb07a1cc0498c9515627cb1c075419"
+    ),
+    "gateway-api-v1.6.1/gateway.networking.k8s.io_tlsroutes.yaml": (
+        "bb8b67926e5d9652cbfd2e19063b7c1d9e78806c9dd671608f57baef2f2e3bbb"
+    ),
     "skaffold-schema-v4beta14/LICENSE": "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30",
     "skaffold-schema-v4beta14/v4beta14.json": "7c29a621995d2c6143d3c423c8e3d3dfb25703a49fd1cf77644b54168414b39e",
 }

@@ -1,0 +1,112 @@
+"""The real node's configuration, without starting it: everything on loopback or the node's own addresses, every
+file under its directory, safety rules for every guarded range, and a pause image `ctr images import` can read."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import re
+import tarfile
+from ipaddress import IPv4Network
+from pathlib import Path
+
+from e2e.node import (
+    NETWORK,
+    NODE_LABEL,
+    NODE_TAINT,
+    NodePaths,
+    containerd_config,
+    kube_proxy_config,
+    kubelet_config,
+    overlapping_routes,
+    pod_placement,
+    safety_rules,
+    write_scratch_image,
+)
+
+
+def test_scratch_image_is_an_oci_layout_whose_digests_check_out(tmp_path: Path) -> None:
+    archive = tmp_path / "pause.tar"
+    write_scratch_image(archive, "localhost/pause:test", {"/pause": b"\x7fELF binary"}, ["/pause"], "65535:65535")
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        blobs = {}
+        for name in names:
+            if name.startswith("blobs/sha256/"):
+                data = tar.extractfile(name).read()  # type: ignore[union-attr]
+                assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1]
+                blobs[f"sha256:{name.rsplit('/', 1)[1]}"] = data
+        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        assert json.loads(tar.extractfile("oci-layout").read()) == {"imageLayoutVersion": "1.0.0"}  # type: ignore[union-attr]
+    (entry,) = index["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == "localhost/pause:test"
+    manifest = json.loads(blobs[entry["digest"]])
+    config = json.loads(blobs[manifest["config"]["digest"]])
+    assert config["config"] == {"Entrypoint": ["/pause"], "User": "65535:65535"}
+    (layer_entry,) = manifest["layers"]
+    assert layer_entry["size"] == len(blobs[layer_entry["digest"]])
+    layer = gzip.decompress(blobs[layer_entry["digest"]])
+    assert config["rootfs"]["diff_ids"] == [f"sha256:{hashlib.sha256(layer).hexdigest()}"]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as files:
+        (member,) = files.getmembers()
+        assert (member.name, member.mode) == ("pause", 0o755)
+        assert files.extractfile(member).read() == b"\x7fELF binary"  # type: ignore[union-attr]
+
+
+def test_safety_rules_drop_every_guarded_range_unless_it_goes_to_the_pod_bridge() -> None:
+    rules = safety_rules()
+    guarded = {rule[rule.index("-d") + 1] for rule in rules if "-d" in rule}
+    assert guarded == set(NETWORK.guarded)
+    assert IPv4Network(NETWORK.pod_cidr).subnet_of(IPv4Network(NETWORK.guarded[0]))
+    for rule in rules:
+        assert rule[-2:] == ["-j", "DROP"]
+        assert ["!", "-o", NETWORK.bridge] == rule[rule.index("!") : rule.index("!") + 3]
+    forward = [rule for rule in rules if rule[2] == "FORWARD"]
+    assert [rule[:5] for rule in forward] == [["-t", "filter", "FORWARD", "-i", NETWORK.bridge]]
+    # mangle POSTROUTING sees the interface after kube-proxy's DNAT; OUTPUT would not.
+    assert {tuple(rule[1:3]) for rule in rules if "-d" in rule} == {("mangle", "POSTROUTING")}
+
+
+def test_kubelet_and_kube_proxy_serve_on_loopback_only(tmp_path: Path) -> None:
+    kubelet = kubelet_config(NodePaths(tmp_path), tmp_path / "ca.crt")
+    assert (kubelet["address"], kubelet["healthzBindAddress"], kubelet["readOnlyPort"]) == ("127.0.0.1", "127.0.0.1", 0)
+    assert kubelet["authentication"]["anonymous"] == {"enabled": False}
+    assert kubelet["authorization"] == {"mode": "Webhook"}
+    proxy = kube_proxy_config(tmp_path / "kubeconfig")
+    assert proxy["bindAddress"] == "127.0.0.1"
+    assert proxy["healthzBindAddress"].startswith("127.0.0.1:")
+    assert proxy["metricsBindAddress"].startswith("127.0.0.1:")
+    assert proxy["nodePortAddresses"] == [f"{NETWORK.node_ip}/32"]
+    assert proxy["iptables"]["localhostNodePorts"] is False  # else kube-proxy sets route_localnet=1
+
+
+def test_only_pods_that_ask_for_the_node_land_on_it(tmp_path: Path) -> None:
+    assert kubelet_config(NodePaths(tmp_path), tmp_path / "ca.crt")["registerWithTaints"] == [NODE_TAINT]
+    placement = pod_placement()
+    assert placement["nodeSelector"] == {NODE_LABEL: "true"}
+    (toleration,) = placement["tolerations"]
+    assert (toleration["key"], toleration["effect"]) == (NODE_TAINT["key"], NODE_TAINT["effect"])
+
+
+def test_containerd_keeps_its_state_under_the_node_directory(tmp_path: Path) -> None:
+    config = containerd_config(NodePaths(tmp_path / "node"))
+    for key in ("root", "state", "address", "path", "conf_dir"):
+        for value in re.findall(rf'^\s*{key} = "([^"]+)"', config, re.MULTILINE):
+            assert value.startswith(str(tmp_path / "node")), (key, value)
+    assert "restrict_oom_score_adj = true" in config  # lowering oom_score_adj needs CAP_SYS_RESOURCE
+    kubelet = kubelet_config(NodePaths(tmp_path / "node"), tmp_path / "ca.crt")
+    assert kubelet["failCgroupV1"] is False
+    assert kubelet["imageGCHighThresholdPercent"] == 100  # imported images cannot be pulled again
+
+
+def test_a_host_route_into_a_guarded_range_is_reported_before_any_rule_is_added() -> None:
+    routes = [
+        "default via 192.0.2.1 dev eth0",
+        "192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2",
+        "10.0.0.0/8 via 192.0.2.1 dev eth0",
+        "10.88.0.0/16 dev podman0 proto kernel scope link src 10.88.0.1",
+    ]
+    assert overlapping_routes(NETWORK, routes) == ["10.0.0.0/8 via 192.0.2.1 dev eth0"]
+    assert overlapping_routes(NETWORK, routes[:2] + routes[3:]) == []
