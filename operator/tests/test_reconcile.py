@@ -11,7 +11,7 @@ import pytest
 
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.ownership import Occupant, controller_of, occupant
-from skiff_operator.reconcile import reconcile
+from skiff_operator.reconcile import REJECTED_RETRY_S, reconcile
 from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState
@@ -30,6 +30,7 @@ class FakeCluster:
         self.deployment_states: dict[str, DeploymentState] = {}
         self.reject: str | None = None
         self.down = False
+        self.failing: ClusterUnavailable | None = None  # raised by every apply while set
         self.gateway_api = False  # whether the GRPCRoute CRD is served
         self.deleted: list[tuple[str, str]] = []
         self.lookups: list[tuple[str, str]] = []  # names find_occupants was asked about
@@ -42,6 +43,8 @@ class FakeCluster:
     async def apply(self, manifest: Mapping[str, Any]) -> None:
         if self.reject == manifest["kind"]:
             raise ApplyRejected(manifest["kind"], manifest["metadata"]["name"], "HTTP 422: spec.template: Invalid")
+        if self.failing is not None:
+            raise self.failing
         self.apply_count += 1
         self.objects[(manifest["kind"], manifest["metadata"]["name"])] = copy.deepcopy(dict(manifest))
 
@@ -172,6 +175,40 @@ async def test_rejected_apply_becomes_a_condition(make_body: Body) -> None:
     outcome = await reconcile(make_body(), cluster, NOW)
     assert condition(outcome.status, "Ready") == ("False", "ApplyFailed")
     assert "HTTP 422" in next(c["message"] for c in outcome.status["conditions"])
+    assert outcome.retry_after_s == REJECTED_RETRY_S  # a quota or a policy may change without an event
+
+
+RANGE_FULL = ClusterUnavailable(
+    "Service bert-v1: HTTP 500: Internal error occurred: failed to allocate a serviceIP: range is full", 10.0
+)
+
+
+async def test_a_failed_apply_is_ready_false_with_the_server_message_on_the_first_failure(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.failing = RANGE_FULL
+    outcome = await reconcile(make_body(name="bert"), cluster, NOW)
+    ready = next(c for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
+    assert "failed to allocate a serviceIP: range is full" in ready["message"]
+    assert [(e.type, e.reason) for e in outcome.events] == [("Warning", "ApplyFailed")]
+    assert "range is full" in outcome.events[0].message
+    assert outcome.retry_after_s == 10.0
+
+
+async def test_a_retried_apply_failure_posts_no_second_event_and_recovers(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.failing = RANGE_FULL
+    body = make_body(name="bert")
+    first = await reconcile(body, cluster, NOW)
+    body["status"] = first.status
+    again = await reconcile(body, cluster, NOW)
+    assert again.events == ()  # the same failure: the Warning was posted once
+    body["status"] = again.status
+    cluster.failing = None
+    fixed = await reconcile(body, cluster, NOW)
+    assert fixed.retry_after_s is None
+    assert condition(fixed.status, "Ready") == ("False", "RollingOut")
+    assert ("Deployment", "bert-v1") in cluster.objects
 
 
 async def test_unreachable_cluster_is_raised_for_retry(make_body: Body) -> None:

@@ -117,6 +117,9 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
         patch.status.update(outcome.status)
         _post_events(body, outcome)
         logger.debug("applied %s", ", ".join(outcome.applied) or "nothing")
+        if outcome.retry_after_s is not None:
+            # kopf writes the patch (the Ready=False status) before it schedules the retry.
+            raise kopf.TemporaryError(_ready_message(outcome.status), delay=outcome.retry_after_s)
 
     async def child_changed(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
         key = child_owner(body)
@@ -185,21 +188,28 @@ def _schedule(
     options: OperatorOptions,
     logger: logging.Logger | logging.LoggerAdapter[Any],
     context: contextvars.Context | None = None,
+    delay_s: float | None = None,
 ) -> None:
-    """Reconciles the model soon in the background (in `context`, default a copy of the current one), unless a
-    reconcile for it is already pending."""
+    """Reconciles the model in the background after `delay_s` (default the child debounce), in `context` (default
+    a copy of the current one), unless a reconcile for it is already pending."""
     if key in shared.pending and not shared.pending[key].done():
         return
-    shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger), context=context)
+    delay = options.child_debounce_s if delay_s is None else delay_s
+    shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger, delay), context=context)
 
 
 async def _reconcile_later(
-    shared: _Shared, key: tuple[str, str], options: OperatorOptions, logger: logging.Logger | logging.LoggerAdapter[Any]
+    shared: _Shared,
+    key: tuple[str, str],
+    options: OperatorOptions,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    delay_s: float,
 ) -> None:
     """Reconciles a model after a child changed or on resync: restores an edited or deleted child and
-    refreshes status."""
+    refreshes status. A failed apply is reported in status at once and tried again after its delay."""
     namespace, name = key
-    await asyncio.sleep(options.child_debounce_s)
+    await asyncio.sleep(delay_s)
+    retry_after_s: float | None = None
     try:
         async with shared.lock(key):
             body = await shared.kube.read_inference_model(namespace, name)
@@ -209,10 +219,15 @@ async def _reconcile_later(
             outcome = await reconcile(body, shared.kube, _now())
             await shared.kube.patch_status(namespace, name, outcome.status)
         _post_events(body, outcome)
+        retry_after_s = outcome.retry_after_s
+        if retry_after_s is not None:
+            logger.warning("%s/%s: %s", namespace, name, _ready_message(outcome.status))
     except Exception:  # a background task: log it; the next resync will try again
         logger.exception("background reconcile of %s/%s failed", namespace, name)
     finally:
         shared.pending.pop(key, None)
+    if retry_after_s is not None:
+        _schedule(shared, key, options, logger, delay_s=retry_after_s)
 
 
 async def _reconcile_or_retry(body: Mapping[str, Any], kube: Kube) -> Outcome:
@@ -225,6 +240,11 @@ async def _reconcile_or_retry(body: Mapping[str, Any], kube: Kube) -> Outcome:
 def _post_events(body: Mapping[str, Any], outcome: Outcome) -> None:
     for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])  # type: ignore[arg-type]
+
+
+def _ready_message(status: Mapping[str, Any]) -> str:
+    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    return str(ready.get("message") or "reconcile incomplete")
 
 
 def _shared(memo: kopf.Memo) -> _Shared:

@@ -340,7 +340,8 @@ def translate_error(error: Exception, kind: str, name: str) -> ApplyRejected | C
         headers: Mapping[str, str] = error.headers or {}
         retry_after = headers.get("Retry-After")
         delay = float(retry_after) if retry_after and str(retry_after).isdigit() else 10.0
-        return ClusterUnavailable(f"{kind} {name}: HTTP {error.status} {error.reason}", delay)
+        # The server's own words (e.g. "failed to allocate a serviceIP: range is full"), for status and Events.
+        return ClusterUnavailable(f"{kind} {name}: HTTP {error.status}: {_api_message(error)}", delay)
     return ApplyRejected(kind, name, f"HTTP {error.status}: {_api_message(error)}")
 
 
