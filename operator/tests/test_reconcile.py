@@ -72,6 +72,7 @@ class FakeCluster:
                     version,
                     ready_replicas=state.ready_replicas if state else 0,
                     progress_deadline_exceeded=bool(state and state.progress_deadline_exceeded),
+                    headless=kind == "Service" and manifest["spec"].get("clusterIP") == "None",
                 )
             )
         return tuple(owned)
@@ -311,3 +312,40 @@ async def test_a_grpc_route_someone_else_made_is_never_taken_over(make_body: Bod
     assert condition(outcome.status, "Ready") == ("False", "NameConflict")
     assert "GRPCRoute/demo exists" in outcome.status["conditions"][0]["message"]
     assert cluster.objects == {("GRPCRoute", "demo"): victim}
+
+
+# -- which Services get a ClusterIP ------------------------------------------------------------------------------
+
+
+def cluster_ips(cluster: FakeCluster) -> dict[str, str | None]:
+    return {name: m["spec"].get("clusterIP") for (kind, name), m in cluster.objects.items() if kind == "Service"}
+
+
+async def test_version_services_are_headless_in_service_mode(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    assert cluster_ips(cluster) == {"demo-v1": "None", "demo": None}  # the model Service keeps its ClusterIP
+
+
+async def test_a_clusterip_version_service_from_an_older_operator_is_recreated_headless(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    del cluster.objects[("Service", "demo-v1")]["spec"]["clusterIP"]  # as the previous release applied it
+    cluster.deleted.clear()
+    await reconcile(make_body(), cluster, NOW)
+    assert cluster.deleted == [("Service", "demo-v1")]  # spec.clusterIP is immutable: delete, then apply
+    assert cluster_ips(cluster)["demo-v1"] == "None"
+    cluster.deleted.clear()
+    await reconcile(make_body(), cluster, NOW)
+    assert cluster.deleted == []  # settled: no churn
+
+
+async def test_version_services_keep_a_cluster_ip_where_a_grpc_route_targets_them(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    cluster.gateway_api = True  # the Gateway API installed later: Auto switches to Gateway mode
+    cluster.deleted.clear()
+    await reconcile(make_body(routing={"gateways": [{"name": "edge"}]}), cluster, NOW)
+    assert cluster.deleted == [("Service", "demo-v1")]
+    assert cluster_ips(cluster) == {"demo-v1": None, "demo": None}
+    assert ("GRPCRoute", "demo") in cluster.objects

@@ -19,6 +19,8 @@ from skiff_operator.routing import (
     previous_traffic,
     prune,
     service_targets,
+    services_to_recreate,
+    version_services_headless,
     version_traffic,
 )
 from skiff_operator.spec import GatewayRef, Routing, RoutingMode, parse_inference_model
@@ -329,3 +331,34 @@ async def test_explicit_gateway_mode_without_the_gateway_api_is_degraded(make_bo
     outcome = await _step(body, cluster)
     assert condition(outcome.status, "Degraded") == ("True", "GatewayAPIMissing")
     assert ("Deployment", "fraud-v2") in cluster.objects  # the versions still run
+
+
+@pytest.mark.parametrize(("mode", "headless"), [(Mode.SERVICE, True), (Mode.GATEWAY, False)])
+def test_version_services_are_headless_unless_a_route_targets_them(mode: Mode, headless: bool) -> None:
+    assert version_services_headless(mode) is headless
+
+
+def _service(name: str, cluster_ip: str | None) -> dict[str, Any]:
+    spec = {"clusterIP": cluster_ip} if cluster_ip else {}
+    return {"kind": "Service", "metadata": {"name": name}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("existing_headless", "rendered_ip", "recreated"),
+    [
+        (False, "None", True),  # upgrade: ClusterIP -> headless
+        (True, None, True),  # Service -> Gateway mode: headless -> ClusterIP
+        (True, "None", False),
+        (False, None, False),
+    ],
+)
+def test_services_whose_cluster_ip_cannot_change_in_place_are_recreated(
+    existing_headless: bool, rendered_ip: str | None, recreated: bool
+) -> None:
+    owned = [
+        OwnedChild("Service", "m-v1", "v1", headless=existing_headless),
+        OwnedChild("Deployment", "m-v1", "v1"),
+        OwnedChild("Service", "gone-v9", "v9", headless=not existing_headless),  # not rendered: prune's business
+    ]
+    found = services_to_recreate(owned, [_service("m-v1", rendered_ip)])
+    assert found == ([owned[0]] if recreated else [])

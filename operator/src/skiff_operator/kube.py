@@ -18,6 +18,7 @@ from skiff_operator.ownership import Holder, Occupant, StoredSecret, controller_
 from skiff_operator.render.contract import CONTAINER_NAME
 from skiff_operator.render.network_policy import NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND
 from skiff_operator.render.route import GATEWAY_GROUP, GRPC_ROUTE_API_VERSION
+from skiff_operator.render.service import HEADLESS
 from skiff_operator.routing import GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState
@@ -391,6 +392,7 @@ def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
         version=(metadata.get("labels") or {}).get(names.VERSION_LABEL),
         ready_replicas=int(status.get("readyReplicas") or 0) if kind == "Deployment" else 0,
         progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
+        headless=kind == "Service" and (manifest.get("spec") or {}).get("clusterIP") == HEADLESS,
     )
 
 

@@ -22,6 +22,8 @@ from skiff_operator.routing import (
     previous_traffic,
     prune,
     routed_model,
+    services_to_recreate,
+    version_services_headless,
 )
 from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
 from skiff_operator.status import (
@@ -129,11 +131,12 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     # The model as it runs now: the applied split and the provider's replicas (see skiff_operator.routing).
     running = routed_model(model, plan.decision.applied, plan.replicas)
     manifests: list[dict[str, Any]] = []
+    headless = version_services_headless(plan.choice.mode)
     for version in running.spec.versions:
         # Without its volume a pod would sit in ContainerCreating; keep whatever runs now and report instead.
         if version.model_uri.claim not in missing:
             manifests.append(render_deployment(running, version))
-        manifests.append(render_version_service(running, version))
+        manifests.append(render_version_service(running, version, headless=headless))
     manifests += plan.manifests  # the model Service, then the GRPCRoute (Gateway mode)
     policy = render_network_policy(model)
     if policy is not None:
@@ -152,6 +155,8 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
         return _with_tls(_blocked(generation, conflict, previous, now), tls)
     applied: list[str] = []
     try:
+        for service in services_to_recreate(plan.owned, manifests):  # clusterIP is immutable: delete, then apply
+            await cluster.delete_child(model.ref.namespace, service)
         for manifest in manifests:
             applied.append(await _apply(cluster, manifest))
         # Only after the new split is applied: a removed version goes once drained, a route once unused.
