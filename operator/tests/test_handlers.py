@@ -219,6 +219,40 @@ async def test_a_failed_background_apply_writes_status_and_is_tried_again(
     assert "range is full" in patched[0]["conditions"][0]["message"]
 
 
+async def test_child_events_coalesce_and_one_during_a_running_reconcile_is_not_lost(
+    make_body: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kopf, "event", lambda body, *, type, reason, message: None)
+    reading = asyncio.Event()
+    release = asyncio.Event()
+    reads: list[str] = []
+
+    class SlowCluster(FakeCluster):
+        async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+            reads.append(name)
+            reading.set()
+            await release.wait()
+            return make_body(name=name)
+
+        async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+            pass
+
+    shared = _Shared(kube=SlowCluster(), exit_stack=contextlib.AsyncExitStack())  # type: ignore[arg-type]
+    options = OperatorOptions(child_debounce_s=0.05, resync_interval_s=3600)
+    log = logging.getLogger("test")
+    for _ in range(10):  # a storm while the first waits out its debounce: one reconcile
+        _schedule(shared, ("ml", "bert"), options, log)
+    await asyncio.wait_for(reading.wait(), 5)
+    _schedule(shared, ("ml", "bert"), options, log)  # a pod became ready after the read began
+    _schedule(shared, ("ml", "bert"), options, log)
+    release.set()
+    for _ in range(200):
+        if len(reads) >= 2 and not shared.pending:
+            break
+        await asyncio.sleep(0.01)
+    assert reads == ["bert", "bert"]  # the storm: one; the events during it: exactly one more
+
+
 class WatchingKube:
     """Serves one batch of pod events per watch call; the first call fails like a dropped connection."""
 

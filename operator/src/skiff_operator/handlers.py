@@ -45,6 +45,9 @@ class _Shared:
     exit_stack: contextlib.AsyncExitStack
     locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
     pending: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
+    # Models whose pending reconcile had already started reading when another event came: it may have read the
+    # children before that change, so one more reconcile follows it (else the change waits for the resync).
+    rerun: set[tuple[str, str]] = field(default_factory=set)
     models: set[tuple[str, str]] = field(default_factory=set)
     resync: asyncio.Task[None] | None = None
     pod_watches: list[asyncio.Task[None]] = field(default_factory=list)
@@ -191,8 +194,10 @@ def _schedule(
     delay_s: float | None = None,
 ) -> None:
     """Reconciles the model in the background after `delay_s` (default the child debounce), in `context` (default
-    a copy of the current one), unless a reconcile for it is already pending."""
+    a copy of the current one). Events for a model coalesce: while its reconcile waits out the debounce, they
+    add nothing; once it has started, they add exactly one reconcile after it."""
     if key in shared.pending and not shared.pending[key].done():
+        shared.rerun.add(key)
         return
     delay = options.child_debounce_s if delay_s is None else delay_s
     shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger, delay), context=context)
@@ -209,6 +214,7 @@ async def _reconcile_later(
     refreshes status. A failed apply is reported in status at once and tried again after its delay."""
     namespace, name = key
     await asyncio.sleep(delay_s)
+    shared.rerun.discard(key)  # what happened until now, this reconcile reads
     retry_after_s: float | None = None
     try:
         async with shared.lock(key):
@@ -226,7 +232,10 @@ async def _reconcile_later(
         logger.exception("background reconcile of %s/%s failed", namespace, name)
     finally:
         shared.pending.pop(key, None)
-    if retry_after_s is not None:
+    if key in shared.rerun:
+        shared.rerun.discard(key)
+        _schedule(shared, key, options, logger)
+    elif retry_after_s is not None:
         _schedule(shared, key, options, logger, delay_s=retry_after_s)
 
 
