@@ -253,6 +253,30 @@ async def test_child_events_coalesce_and_one_during_a_running_reconcile_is_not_l
     assert reads == ["bert", "bert"]  # the storm: one; the events during it: exactly one more
 
 
+async def test_a_background_reconcile_that_changes_nothing_writes_no_status(
+    make_body: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kopf, "event", lambda body, *, type, reason, message: None)
+    body = make_body(name="bert")
+    patched: list[dict[str, Any]] = []
+
+    class StoringCluster(FakeCluster):
+        async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return body
+
+        async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+            patched.append(status)
+            body["status"] = {**body.get("status", {}), **status}
+
+    shared = _Shared(kube=StoringCluster(), exit_stack=contextlib.AsyncExitStack())  # type: ignore[arg-type]
+    options = OperatorOptions(child_debounce_s=0, resync_interval_s=3600)
+    for _ in range(3):
+        _schedule(shared, ("ml", "bert"), options, logging.getLogger("test"))
+        while shared.pending:
+            await asyncio.sleep(0.01)
+    assert len(patched) == 1  # the first wrote status; the same status again is no write
+
+
 class WatchingKube:
     """Serves one batch of pod events per watch call; the first call fails like a dropped connection."""
 

@@ -18,6 +18,7 @@ from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kube import Kube
 from skiff_operator.reconcile import Outcome, reconcile
 from skiff_operator.spec import GROUP, PLURAL, VERSION
+from skiff_operator.status import patch_changes
 
 ANNOTATION_PREFIX = "skiff.dev"
 _CHILD_FILTER = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
@@ -117,7 +118,8 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
             shared.posting_context = contextvars.copy_context()
         async with shared.lock(key):
             outcome = await _reconcile_or_retry(dict(body), shared.kube)
-        patch.status.update(outcome.status)
+        if patch_changes(body.get("status"), outcome.status):
+            patch.status.update(outcome.status)
         _post_events(body, outcome)
         logger.debug("applied %s", ", ".join(outcome.applied) or "nothing")
         if outcome.retry_after_s is not None:
@@ -223,7 +225,8 @@ async def _reconcile_later(
                 shared.models.discard(key)
                 return  # the model is gone; the garbage collector removes its children
             outcome = await reconcile(body, shared.kube, _now())
-            await shared.kube.patch_status(namespace, name, outcome.status)
+            if patch_changes(body.get("status"), outcome.status):  # unchanged: no write, no watch event
+                await shared.kube.patch_status(namespace, name, outcome.status)
         _post_events(body, outcome)
         retry_after_s = outcome.retry_after_s
         if retry_after_s is not None:
