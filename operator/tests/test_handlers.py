@@ -272,8 +272,7 @@ async def test_a_background_reconcile_that_changes_nothing_writes_no_status(
     options = OperatorOptions(child_debounce_s=0, resync_interval_s=3600)
     for _ in range(3):
         _schedule(shared, ("ml", "bert"), options, logging.getLogger("test"))
-        while shared.pending:
-            await asyncio.sleep(0.01)
+        await asyncio.gather(*shared.pending.values())
     assert len(patched) == 1  # the first wrote status; the same status again is no write
 
 
