@@ -8,6 +8,7 @@ import collections
 import concurrent.futures
 import datetime
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", type=int, default=1000, help="InferenceModels created at once (default 1000)")
     parser.add_argument("--timeout-s", type=float, default=900, help="give up waiting for Ready after this long")
     parser.add_argument("--idle-s", type=float, default=30, help="then count the idle operator's requests this long")
+    parser.add_argument("--keep-logs", type=Path, help="copy the audit log and the operator's log into this folder")
     parser.add_argument("--create-workers", type=int, default=8, help="concurrent `kubectl create` processes")
     return parser
 
@@ -108,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # Imported here: the pure helpers above (and their tests) need no control plane.
     from e2e.cluster import cluster, eventually, node_manifest, node_ready
-    from e2e.faults import AuditLog, count_by_verb
+    from e2e.faults import AuditLog, count_by_verb, count_by_verb_and_resource
     from e2e.harness import OperatorProcess, create_model_claims, install_crd
 
     namespace = "bench"
@@ -164,6 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             end_cpu, peak_rss = process_usage(operator.process.pid)
         finally:
             operator.stop()
+            if args.keep_logs:
+                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(plane.audit_log, args.keep_logs / "audit.log")
+                shutil.copy(Path(scratch) / "operator.log", args.keep_logs / "operator.log")
         timings = child_timings(busy, namespace, names)
         operator_requests = [r for r in busy if r.from_operator]
         report = {
@@ -177,9 +183,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "operator_requests": len(operator_requests),
             "operator_requests_per_model": round(len(operator_requests) / args.models, 1),
             "operator_requests_by_verb": count_by_verb(operator_requests),
+            "operator_requests_by_resource": {
+                f"{v} {r}": n for (v, r), n in count_by_verb_and_resource(operator_requests).items()
+            },
             "operator_cpu_s_until_ready": round(busy_cpu - start_cpu, 1),
             "idle_window_s": args.idle_s,
-            "idle_requests": count_by_verb(idle),
+            "idle_requests": {f"{v} {r}": n for (v, r), n in count_by_verb_and_resource(idle).items()},
             "idle_cpu_s": round(end_cpu - busy_cpu, 2),
             "operator_peak_rss_mb": round(peak_rss / 2**20),
             "cpus": os.cpu_count(),
