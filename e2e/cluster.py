@@ -235,6 +235,11 @@ AUDIT_POLICY = {
 }
 
 
+# A /16 (65,534 ClusterIPs), as managed clusters use: kube-apiserver's default is a /24, which held only ~120
+# models (each took 2 ClusterIPs) and made scale tests measure the test cluster instead of the operator.
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+
+
 def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -254,9 +259,13 @@ def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None
             "kubectlBinary": kubectl,
             **({"kubeAuditPolicy": str(audit_policy)} if audit_policy is not None else {}),
         },
-        # kwok plays the kubelet only for the simulated nodes (annotated kwok.x-k8s.io/node=fake), so a real kubelet
-        # can join the cluster too (e2e/node.py).
+        # kube-apiserver: a realistic Service range (SERVICE_CLUSTER_IP_RANGE). kwok plays the kubelet only for the
+        # simulated nodes (annotated kwok.x-k8s.io/node=fake), so a real kubelet can join the cluster too (e2e/node.py).
         "componentsPatches": [
+            {
+                "name": "kube-apiserver",
+                "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_CLUSTER_IP_RANGE}],
+            },
             {
                 "name": "kwok-controller",
                 "extraArgs": [

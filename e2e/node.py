@@ -39,7 +39,15 @@ from typing import IO, Any
 import yaml
 
 from e2e import images
-from e2e.cluster import Kubectl, LocalControlPlane, Log, eventually, local_control_plane, process_exited
+from e2e.cluster import (
+    SERVICE_CLUSTER_IP_RANGE,
+    Kubectl,
+    LocalControlPlane,
+    Log,
+    eventually,
+    local_control_plane,
+    process_exited,
+)
 
 NODE_NAME = "real-node"
 NODE_LABEL = "skiff.dev/real-node"
@@ -85,9 +93,9 @@ class NodeNetwork:
     bridge: str = "skiffcni0"
     node_ip: str = "10.250.0.1"
     node_bridge: str = "skiffnode0"
-    # Never routed off this machine: the pod range, and the API server's default Service range 10.0.0.0/24, which
-    # also holds kwok's simulated pod IPs (its default pod CIDR 10.0.0.1/24).
-    guarded: tuple[str, ...] = ("10.244.0.0/24", "10.0.0.0/24")
+    # Never routed off this machine: the pod range, the cluster's Service range (cluster.SERVICE_CLUSTER_IP_RANGE),
+    # and kwok's simulated pod IPs (its default pod CIDR 10.0.0.1/24).
+    guarded: tuple[str, ...] = ("10.244.0.0/24", SERVICE_CLUSTER_IP_RANGE, "10.0.0.0/24")
 
 
 NETWORK = NodeNetwork()

@@ -15,6 +15,7 @@ import pytest
 from skiff_operator.errors import ClusterUnavailable
 from skiff_operator.handlers import (
     OperatorOptions,
+    _schedule,
     _Shared,
     build_registry,
     child_owner,
@@ -139,15 +140,21 @@ def test_child_owner_from_model_label() -> None:
     assert child_owner({"metadata": {"namespace": "ml", "labels": {}}}) is None
 
 
-async def test_reconcile_handler_writes_status_to_the_patch_and_posts_events(
-    make_body: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def create_handler(monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster) -> tuple[Any, kopf.Memo, list[Any]]:
+    """The registered create handler, a memo holding `cluster`, and the Events it posts (type, reason)."""
     posted: list[tuple[str, str]] = []
     monkeypatch.setattr(kopf, "event", lambda body, *, type, reason, message: posted.append((type, reason)))
     registry = build_registry(OperatorOptions())
     (create,) = [h for h in registry._changing.get_all_handlers() if h.reason == "create"]
-    cluster = FakeCluster()
     memo = kopf.Memo(skiff=_Shared(kube=cluster, exit_stack=contextlib.AsyncExitStack()))  # type: ignore[arg-type]
+    return create, memo, posted
+
+
+async def test_reconcile_handler_writes_status_to_the_patch_and_posts_events(
+    make_body: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = FakeCluster()
+    create, memo, posted = create_handler(monkeypatch, cluster)
     patch = kopf.Patch()
     body = kopf.Body(make_body(name="bert"))
     await create.fn(body=body, patch=patch, memo=memo, logger=logging.getLogger("test"))
@@ -165,6 +172,108 @@ async def test_unreachable_cluster_becomes_a_temporary_error(make_body: Callable
     memo = kopf.Memo(skiff=_Shared(kube=cluster, exit_stack=contextlib.AsyncExitStack()))  # type: ignore[arg-type]
     with pytest.raises(kopf.TemporaryError):
         await create.fn(body=kopf.Body(make_body()), patch=kopf.Patch(), memo=memo, logger=logging.getLogger("t"))
+
+
+async def test_a_failed_apply_writes_status_and_posts_a_warning_before_kopf_retries(
+    make_body: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = FakeCluster()
+    cluster.failing = ClusterUnavailable("Service bert: HTTP 500: failed to allocate a serviceIP: range is full", 4)
+    create, memo, posted = create_handler(monkeypatch, cluster)
+    patch = kopf.Patch()
+    with pytest.raises(kopf.TemporaryError) as raised:
+        await create.fn(body=kopf.Body(make_body()), patch=patch, memo=memo, logger=logging.getLogger("t"))
+    assert raised.value.delay == 4
+    ready = patch["status"]["conditions"][0]
+    assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
+    assert "range is full" in ready["message"]
+    assert posted == [("Warning", "ApplyFailed")]
+
+
+async def test_a_failed_background_apply_writes_status_and_is_tried_again(
+    make_body: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kopf, "event", lambda body, *, type, reason, message: None)
+    patched: list[dict[str, Any]] = []
+
+    class FullCluster(FakeCluster):
+        async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return make_body(name="bert")
+
+        async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+            patched.append(status)
+
+    cluster = FullCluster()
+    cluster.failing = ClusterUnavailable("Service bert: HTTP 500: range is full", 0.01)
+    shared = _Shared(kube=cluster, exit_stack=contextlib.AsyncExitStack())  # type: ignore[arg-type]
+    options = OperatorOptions(child_debounce_s=0, resync_interval_s=3600)
+    _schedule(shared, ("ml", "bert"), options, logging.getLogger("test"))
+    for _ in range(100):
+        if len(patched) >= 2:
+            break
+        await asyncio.sleep(0.01)
+    for pending in list(shared.pending.values()):
+        pending.cancel()
+    assert len(patched) >= 2, "the failed reconcile was not tried again"
+    assert patched[0]["conditions"][0]["reason"] == "ApplyFailed"
+    assert "range is full" in patched[0]["conditions"][0]["message"]
+
+
+async def test_child_events_coalesce_and_one_during_a_running_reconcile_is_not_lost(
+    make_body: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kopf, "event", lambda body, *, type, reason, message: None)
+    reading = asyncio.Event()
+    release = asyncio.Event()
+    reads: list[str] = []
+
+    class SlowCluster(FakeCluster):
+        async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+            reads.append(name)
+            reading.set()
+            await release.wait()
+            return make_body(name=name)
+
+        async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+            pass
+
+    shared = _Shared(kube=SlowCluster(), exit_stack=contextlib.AsyncExitStack())  # type: ignore[arg-type]
+    options = OperatorOptions(child_debounce_s=0.05, resync_interval_s=3600)
+    log = logging.getLogger("test")
+    for _ in range(10):  # a storm while the first waits out its debounce: one reconcile
+        _schedule(shared, ("ml", "bert"), options, log)
+    await asyncio.wait_for(reading.wait(), 5)
+    _schedule(shared, ("ml", "bert"), options, log)  # a pod became ready after the read began
+    _schedule(shared, ("ml", "bert"), options, log)
+    release.set()
+    for _ in range(200):
+        if len(reads) >= 2 and not shared.pending:
+            break
+        await asyncio.sleep(0.01)
+    assert reads == ["bert", "bert"]  # the storm: one; the events during it: exactly one more
+
+
+async def test_a_background_reconcile_that_changes_nothing_writes_no_status(
+    make_body: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kopf, "event", lambda body, *, type, reason, message: None)
+    body = make_body(name="bert")
+    patched: list[dict[str, Any]] = []
+
+    class StoringCluster(FakeCluster):
+        async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return body
+
+        async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+            patched.append(status)
+            body["status"] = {**body.get("status", {}), **status}
+
+    shared = _Shared(kube=StoringCluster(), exit_stack=contextlib.AsyncExitStack())  # type: ignore[arg-type]
+    options = OperatorOptions(child_debounce_s=0, resync_interval_s=3600)
+    for _ in range(3):
+        _schedule(shared, ("ml", "bert"), options, logging.getLogger("test"))
+        await asyncio.gather(*shared.pending.values())
+    assert len(patched) == 1  # the first wrote status; the same status again is no write
 
 
 class WatchingKube:

@@ -14,6 +14,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kube import (
+    CRD_CACHE_S,
     DeadlineApiClient,
     Kube,
     deployment_state,
@@ -189,3 +190,44 @@ async def test_pod_watch_is_label_selected_resumes_and_relists_after_gone() -> N
     assert [q["labelSelector"] for q in queries] == ["app=x"] * 3
     assert [q.get("resourceVersion") for q in queries] == [None, "5", None]  # resumed, then relisted after 410
     assert all(q["watch"].lower() == "true" for q in queries)
+
+
+async def test_whether_a_crd_is_served_is_read_once_per_cache_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against a small HTTP server: the second reconcile within CRD_CACHE_S sends no request; a later one does."""
+    reads: list[str] = []
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "grpcroutes.gateway.networking.k8s.io"},
+        "spec": {
+            "group": "gateway.networking.k8s.io",
+            "names": {"kind": "GRPCRoute", "plural": "grpcroutes"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": True, "storage": True}],
+        },
+        "status": {"conditions": [{"type": "Established", "status": "True"}]},
+    }
+
+    async def read(request: web.Request) -> web.Response:
+        reads.append(request.match_info["name"])
+        return web.json_response(crd)
+
+    app = web.Application()
+    app.router.add_get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", read)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    clock = [1000.0]
+    monkeypatch.setattr("skiff_operator.kube.monotonic", lambda: clock[0])
+    name = "grpcroutes.gateway.networking.k8s.io"
+    async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
+        kube = Kube(api)
+        assert await kube.crd_serves(name, "v1")
+        clock[0] += CRD_CACHE_S - 1
+        assert await kube.crd_serves(name, "v1")
+        clock[0] += 2
+        assert await kube.crd_serves(name, "v1")
+    await runner.cleanup()
+    assert reads == [name, name]

@@ -11,7 +11,7 @@ import pytest
 
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.ownership import Occupant, controller_of, occupant
-from skiff_operator.reconcile import reconcile
+from skiff_operator.reconcile import REJECTED_RETRY_S, reconcile
 from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState
@@ -30,6 +30,7 @@ class FakeCluster:
         self.deployment_states: dict[str, DeploymentState] = {}
         self.reject: str | None = None
         self.down = False
+        self.failing: ClusterUnavailable | None = None  # raised by every apply while set
         self.gateway_api = False  # whether the GRPCRoute CRD is served
         self.deleted: list[tuple[str, str]] = []
         self.lookups: list[tuple[str, str]] = []  # names find_occupants was asked about
@@ -42,6 +43,8 @@ class FakeCluster:
     async def apply(self, manifest: Mapping[str, Any]) -> None:
         if self.reject == manifest["kind"]:
             raise ApplyRejected(manifest["kind"], manifest["metadata"]["name"], "HTTP 422: spec.template: Invalid")
+        if self.failing is not None:
+            raise self.failing
         self.apply_count += 1
         self.objects[(manifest["kind"], manifest["metadata"]["name"])] = copy.deepcopy(dict(manifest))
 
@@ -69,6 +72,7 @@ class FakeCluster:
                     version,
                     ready_replicas=state.ready_replicas if state else 0,
                     progress_deadline_exceeded=bool(state and state.progress_deadline_exceeded),
+                    headless=kind == "Service" and manifest["spec"].get("clusterIP") == "None",
                 )
             )
         return tuple(owned)
@@ -172,6 +176,40 @@ async def test_rejected_apply_becomes_a_condition(make_body: Body) -> None:
     outcome = await reconcile(make_body(), cluster, NOW)
     assert condition(outcome.status, "Ready") == ("False", "ApplyFailed")
     assert "HTTP 422" in next(c["message"] for c in outcome.status["conditions"])
+    assert outcome.retry_after_s == REJECTED_RETRY_S  # a quota or a policy may change without an event
+
+
+RANGE_FULL = ClusterUnavailable(
+    "Service bert-v1: HTTP 500: Internal error occurred: failed to allocate a serviceIP: range is full", 10.0
+)
+
+
+async def test_a_failed_apply_is_ready_false_with_the_server_message_on_the_first_failure(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.failing = RANGE_FULL
+    outcome = await reconcile(make_body(name="bert"), cluster, NOW)
+    ready = next(c for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
+    assert "failed to allocate a serviceIP: range is full" in ready["message"]
+    assert [(e.type, e.reason) for e in outcome.events] == [("Warning", "ApplyFailed")]
+    assert "range is full" in outcome.events[0].message
+    assert outcome.retry_after_s == 10.0
+
+
+async def test_a_retried_apply_failure_posts_no_second_event_and_recovers(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.failing = RANGE_FULL
+    body = make_body(name="bert")
+    first = await reconcile(body, cluster, NOW)
+    body["status"] = first.status
+    again = await reconcile(body, cluster, NOW)
+    assert again.events == ()  # the same failure: the Warning was posted once
+    body["status"] = again.status
+    cluster.failing = None
+    fixed = await reconcile(body, cluster, NOW)
+    assert fixed.retry_after_s is None
+    assert condition(fixed.status, "Ready") == ("False", "RollingOut")
+    assert ("Deployment", "bert-v1") in cluster.objects
 
 
 async def test_unreachable_cluster_is_raised_for_retry(make_body: Body) -> None:
@@ -274,3 +312,40 @@ async def test_a_grpc_route_someone_else_made_is_never_taken_over(make_body: Bod
     assert condition(outcome.status, "Ready") == ("False", "NameConflict")
     assert "GRPCRoute/demo exists" in outcome.status["conditions"][0]["message"]
     assert cluster.objects == {("GRPCRoute", "demo"): victim}
+
+
+# -- which Services get a ClusterIP ------------------------------------------------------------------------------
+
+
+def cluster_ips(cluster: FakeCluster) -> dict[str, str | None]:
+    return {name: m["spec"].get("clusterIP") for (kind, name), m in cluster.objects.items() if kind == "Service"}
+
+
+async def test_version_services_are_headless_in_service_mode(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    assert cluster_ips(cluster) == {"demo-v1": "None", "demo": None}  # the model Service keeps its ClusterIP
+
+
+async def test_a_clusterip_version_service_from_an_older_operator_is_recreated_headless(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    del cluster.objects[("Service", "demo-v1")]["spec"]["clusterIP"]  # as the previous release applied it
+    cluster.deleted.clear()
+    await reconcile(make_body(), cluster, NOW)
+    assert cluster.deleted == [("Service", "demo-v1")]  # spec.clusterIP is immutable: delete, then apply
+    assert cluster_ips(cluster)["demo-v1"] == "None"
+    cluster.deleted.clear()
+    await reconcile(make_body(), cluster, NOW)
+    assert cluster.deleted == []  # settled: no churn
+
+
+async def test_version_services_keep_a_cluster_ip_where_a_grpc_route_targets_them(make_body: Body) -> None:
+    cluster = FakeCluster()
+    await reconcile(make_body(), cluster, NOW)
+    cluster.gateway_api = True  # the Gateway API installed later: Auto switches to Gateway mode
+    cluster.deleted.clear()
+    await reconcile(make_body(routing={"gateways": [{"name": "edge"}]}), cluster, NOW)
+    assert cluster.deleted == [("Service", "demo-v1")]
+    assert cluster_ips(cluster) == {"demo-v1": None, "demo": None}
+    assert ("GRPCRoute", "demo") in cluster.objects

@@ -19,6 +19,8 @@ from skiff_operator.routing import (
     previous_traffic,
     prune,
     service_targets,
+    services_to_recreate,
+    version_services_headless,
     version_traffic,
 )
 from skiff_operator.spec import GatewayRef, Routing, RoutingMode, parse_inference_model
@@ -320,6 +322,34 @@ async def test_service_mode_without_the_gateway_api_says_so(make_body: Body) -> 
     assert "Gateway API is not installed" in outcome.status["traffic"]["message"]
     assert cluster.objects[("Deployment", "fraud-v1")]["spec"]["replicas"] == 3
     assert cluster.objects[("Deployment", "fraud-v2")]["spec"]["replicas"] == 1
+    # The truth: 3 + 1 ready pods give 75/25 of the connections, not the 90/10 asked for, and a condition says so.
+    assert outcome.status["trafficSplit"] == "v1=75,v2=25"
+    assert outcome.status["traffic"]["podSplit"] == "v1=75,v2=25"
+    assert outcome.status["traffic"]["desiredSplit"] == "v1=90,v2=10"
+    assert [v["podPercent"] for v in outcome.status["traffic"]["versions"]] == [75, 25]
+    approximated = next(c for c in outcome.status["conditions"] if c["type"] == "SplitApproximated")
+    assert (approximated["status"], approximated["reason"]) == ("True", "ReplicaRounding")
+    assert approximated["message"].startswith("desired v1=90,v2=10, 4 pods give v1=75,v2=25: off by up to 15")
+
+
+async def test_service_mode_split_shows_the_ready_pods_while_they_start(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.deployment_states.update(v1=deployment(1), v2=deployment(1))  # 1 of v1's 3 pods ready so far
+    body = canary_body(make_body, 75, 25)
+    outcome = await _step(body, cluster)
+    assert outcome.status["trafficSplit"] == "v1=50,v2=50"
+    assert condition(outcome.status, "SplitApproximated") == ("False", "ReplicasGiveSplit")  # 3/1 gives 75/25
+
+
+async def test_gateway_mode_split_is_the_route_and_never_approximated(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.gateway_api = True
+    cluster.deployment_states.update(v1=deployment(3), v2=deployment(1))
+    outcome = await _step(canary_body(make_body, 90, 10, routing={"gateways": GATEWAYS}), cluster)
+    assert outcome.status["trafficSplit"] == "v1=90,v2=10"
+    assert outcome.status["traffic"]["podSplit"] is None  # merge patch: removes one left from Service mode
+    assert "podPercent" not in outcome.status["traffic"]["versions"][0]
+    assert condition(outcome.status, "SplitApproximated") == ("False", "PerRequestSplit")
 
 
 async def test_explicit_gateway_mode_without_the_gateway_api_is_degraded(make_body: Body) -> None:
@@ -329,3 +359,34 @@ async def test_explicit_gateway_mode_without_the_gateway_api_is_degraded(make_bo
     outcome = await _step(body, cluster)
     assert condition(outcome.status, "Degraded") == ("True", "GatewayAPIMissing")
     assert ("Deployment", "fraud-v2") in cluster.objects  # the versions still run
+
+
+@pytest.mark.parametrize(("mode", "headless"), [(Mode.SERVICE, True), (Mode.GATEWAY, False)])
+def test_version_services_are_headless_unless_a_route_targets_them(mode: Mode, headless: bool) -> None:
+    assert version_services_headless(mode) is headless
+
+
+def _service(name: str, cluster_ip: str | None) -> dict[str, Any]:
+    spec = {"clusterIP": cluster_ip} if cluster_ip else {}
+    return {"kind": "Service", "metadata": {"name": name}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("existing_headless", "rendered_ip", "recreated"),
+    [
+        (False, "None", True),  # upgrade: ClusterIP -> headless
+        (True, None, True),  # Service -> Gateway mode: headless -> ClusterIP
+        (True, "None", False),
+        (False, None, False),
+    ],
+)
+def test_services_whose_cluster_ip_cannot_change_in_place_are_recreated(
+    existing_headless: bool, rendered_ip: str | None, recreated: bool
+) -> None:
+    owned = [
+        OwnedChild("Service", "m-v1", "v1", headless=existing_headless),
+        OwnedChild("Deployment", "m-v1", "v1"),
+        OwnedChild("Service", "gone-v9", "v9", headless=not existing_headless),  # not rendered: prune's business
+    ]
+    found = services_to_recreate(owned, [_service("m-v1", rendered_ip)])
+    assert found == ([owned[0]] if recreated else [])

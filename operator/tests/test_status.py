@@ -18,6 +18,7 @@ from skiff_operator.status import (
     Problem,
     Reason,
     StatusEvent,
+    patch_changes,
     summarize_blocked,
     summarize_status,
     transition_events,
@@ -401,3 +402,20 @@ def test_transition_events(
     before: list[dict[str, str]], after: list[dict[str, str]], events: list[StatusEvent]
 ) -> None:
     assert transition_events(before, after) == events
+
+
+@pytest.mark.parametrize(
+    ("current", "patch", "changes"),
+    [
+        ({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 2}}, False),
+        ({"a": 1, "b": {"c": 2, "d": 3}}, {"b": {"c": 2}}, False),  # merge: keys the patch leaves out stay
+        ({"a": 1}, {"a": 2}, True),
+        ({"a": 1}, {"b": 1}, True),
+        ({"t": {"route": "r"}}, {"t": {"route": None}}, True),  # None deletes
+        ({"t": {}}, {"t": {"route": None}}, False),  # deleting what is absent
+        ({"c": [{"type": "Ready"}]}, {"c": [{"type": "Ready"}, {"type": "X"}]}, True),  # lists replace
+        (None, {"a": 1}, True),  # no status yet
+    ],
+)
+def test_a_status_patch_that_changes_nothing_is_recognised(current: Any, patch: Any, changes: bool) -> None:
+    assert patch_changes(current, patch) is changes

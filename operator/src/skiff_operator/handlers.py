@@ -18,6 +18,7 @@ from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kube import Kube
 from skiff_operator.reconcile import Outcome, reconcile
 from skiff_operator.spec import GROUP, PLURAL, VERSION
+from skiff_operator.status import patch_changes
 
 ANNOTATION_PREFIX = "skiff.dev"
 _CHILD_FILTER = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
@@ -45,6 +46,9 @@ class _Shared:
     exit_stack: contextlib.AsyncExitStack
     locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
     pending: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
+    # Models whose pending reconcile had already started reading when another event came: it may have read the
+    # children before that change, so one more reconcile follows it (else the change waits for the resync).
+    rerun: set[tuple[str, str]] = field(default_factory=set)
     models: set[tuple[str, str]] = field(default_factory=set)
     resync: asyncio.Task[None] | None = None
     pod_watches: list[asyncio.Task[None]] = field(default_factory=list)
@@ -114,9 +118,13 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
             shared.posting_context = contextvars.copy_context()
         async with shared.lock(key):
             outcome = await _reconcile_or_retry(dict(body), shared.kube)
-        patch.status.update(outcome.status)
+        if patch_changes(body.get("status"), outcome.status):
+            patch.status.update(outcome.status)
         _post_events(body, outcome)
         logger.debug("applied %s", ", ".join(outcome.applied) or "nothing")
+        if outcome.retry_after_s is not None:
+            # kopf writes the patch (the Ready=False status) before it schedules the retry.
+            raise kopf.TemporaryError(_ready_message(outcome.status), delay=outcome.retry_after_s)
 
     async def child_changed(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
         key = child_owner(body)
@@ -185,21 +193,31 @@ def _schedule(
     options: OperatorOptions,
     logger: logging.Logger | logging.LoggerAdapter[Any],
     context: contextvars.Context | None = None,
+    delay_s: float | None = None,
 ) -> None:
-    """Reconciles the model soon in the background (in `context`, default a copy of the current one), unless a
-    reconcile for it is already pending."""
+    """Reconciles the model in the background after `delay_s` (default the child debounce), in `context` (default
+    a copy of the current one). Events for a model coalesce: while its reconcile waits out the debounce, they
+    add nothing; once it has started, they add exactly one reconcile after it."""
     if key in shared.pending and not shared.pending[key].done():
+        shared.rerun.add(key)
         return
-    shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger), context=context)
+    delay = options.child_debounce_s if delay_s is None else delay_s
+    shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger, delay), context=context)
 
 
 async def _reconcile_later(
-    shared: _Shared, key: tuple[str, str], options: OperatorOptions, logger: logging.Logger | logging.LoggerAdapter[Any]
+    shared: _Shared,
+    key: tuple[str, str],
+    options: OperatorOptions,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    delay_s: float,
 ) -> None:
     """Reconciles a model after a child changed or on resync: restores an edited or deleted child and
-    refreshes status."""
+    refreshes status. A failed apply is reported in status at once and tried again after its delay."""
     namespace, name = key
-    await asyncio.sleep(options.child_debounce_s)
+    await asyncio.sleep(delay_s)
+    shared.rerun.discard(key)  # what happened until now, this reconcile reads
+    retry_after_s: float | None = None
     try:
         async with shared.lock(key):
             body = await shared.kube.read_inference_model(namespace, name)
@@ -207,12 +225,21 @@ async def _reconcile_later(
                 shared.models.discard(key)
                 return  # the model is gone; the garbage collector removes its children
             outcome = await reconcile(body, shared.kube, _now())
-            await shared.kube.patch_status(namespace, name, outcome.status)
+            if patch_changes(body.get("status"), outcome.status):  # unchanged: no write, no watch event
+                await shared.kube.patch_status(namespace, name, outcome.status)
         _post_events(body, outcome)
+        retry_after_s = outcome.retry_after_s
+        if retry_after_s is not None:
+            logger.warning("%s/%s: %s", namespace, name, _ready_message(outcome.status))
     except Exception:  # a background task: log it; the next resync will try again
         logger.exception("background reconcile of %s/%s failed", namespace, name)
     finally:
         shared.pending.pop(key, None)
+    if key in shared.rerun:
+        shared.rerun.discard(key)
+        _schedule(shared, key, options, logger)
+    elif retry_after_s is not None:
+        _schedule(shared, key, options, logger, delay_s=retry_after_s)
 
 
 async def _reconcile_or_retry(body: Mapping[str, Any], kube: Kube) -> Outcome:
@@ -225,6 +252,11 @@ async def _reconcile_or_retry(body: Mapping[str, Any], kube: Kube) -> Outcome:
 def _post_events(body: Mapping[str, Any], outcome: Outcome) -> None:
     for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])  # type: ignore[arg-type]
+
+
+def _ready_message(status: Mapping[str, Any]) -> str:
+    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    return str(ready.get("message") or "reconcile incomplete")
 
 
 def _shared(memo: kopf.Memo) -> _Shared:

@@ -6,6 +6,7 @@ import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator, Collection, Mapping
+from time import monotonic
 from typing import Any
 
 import aiohttp
@@ -18,6 +19,7 @@ from skiff_operator.ownership import Holder, Occupant, StoredSecret, controller_
 from skiff_operator.render.contract import CONTAINER_NAME
 from skiff_operator.render.network_policy import NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND
 from skiff_operator.render.route import GATEWAY_GROUP, GRPC_ROUTE_API_VERSION
+from skiff_operator.render.service import HEADLESS
 from skiff_operator.routing import GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState
@@ -31,6 +33,9 @@ _RETRYABLE_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 # which kopf retries with backoff.
 REQUEST_TIMEOUT_S = 30.0
 _NOT_FOUND = 404
+# Whether the GRPCRoute CRD is served is read at most this often: installing the Gateway API is rare, and one GET
+# per reconcile was a tenth of a model's requests. A model switches to Gateway mode within this long of it.
+CRD_CACHE_S = 30.0
 _GONE = 410
 # Custom resources the operator applies: (apiVersion, kind) -> plural.
 _CUSTOM_PLURALS = {
@@ -61,6 +66,7 @@ class Kube:
         self._custom = client.CustomObjectsApi(api)
         self._extensions = client.ApiextensionsV1Api(api)
         self._networking = client.NetworkingV1Api(api)
+        self._crds: dict[tuple[str, str], tuple[float, bool]] = {}  # (name, version) -> (read at, served)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -127,7 +133,16 @@ class Kube:
     # -- traffic routing: detection, the children a model owns, pruning ------------------------------------
 
     async def crd_serves(self, name: str, version: str) -> bool:
-        """Whether a CRD is installed, Established and serves `version` (GRPCRoute needs v1: Gateway API 1.1+)."""
+        """Whether a CRD is installed, Established and serves `version` (GRPCRoute needs v1: Gateway API 1.1+);
+        an answer is reused for CRD_CACHE_S."""
+        cached = self._crds.get((name, version))
+        if cached is not None and monotonic() - cached[0] < CRD_CACHE_S:
+            return cached[1]
+        served = await self._read_crd_serves(name, version)
+        self._crds[(name, version)] = (monotonic(), served)
+        return served
+
+    async def _read_crd_serves(self, name: str, version: str) -> bool:
         try:
             crd = await self._extensions.read_custom_resource_definition(name)
         except ApiException as error:
@@ -340,7 +355,8 @@ def translate_error(error: Exception, kind: str, name: str) -> ApplyRejected | C
         headers: Mapping[str, str] = error.headers or {}
         retry_after = headers.get("Retry-After")
         delay = float(retry_after) if retry_after and str(retry_after).isdigit() else 10.0
-        return ClusterUnavailable(f"{kind} {name}: HTTP {error.status} {error.reason}", delay)
+        # The server's own words (e.g. "failed to allocate a serviceIP: range is full"), for status and Events.
+        return ClusterUnavailable(f"{kind} {name}: HTTP {error.status}: {_api_message(error)}", delay)
     return ApplyRejected(kind, name, f"HTTP {error.status}: {_api_message(error)}")
 
 
@@ -390,6 +406,7 @@ def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
         version=(metadata.get("labels") or {}).get(names.VERSION_LABEL),
         ready_replicas=int(status.get("readyReplicas") or 0) if kind == "Deployment" else 0,
         progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
+        headless=kind == "Service" and (manifest.get("spec") or {}).get("clusterIP") == HEADLESS,
     )
 
 

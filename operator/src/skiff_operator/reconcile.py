@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from skiff_operator import names
 from skiff_operator.auth import check_auth
-from skiff_operator.errors import ApplyRejected
+from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.ownership import name_conflict_message
 from skiff_operator.render import render_deployment, render_version_service
 from skiff_operator.render.network_policy import render_network_policy
@@ -22,6 +22,8 @@ from skiff_operator.routing import (
     previous_traffic,
     prune,
     routed_model,
+    services_to_recreate,
+    version_services_headless,
 )
 from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
 from skiff_operator.status import (
@@ -54,6 +56,14 @@ class Outcome:
     status: dict[str, Any]
     events: tuple[StatusEvent, ...]
     applied: tuple[str, ...]  # "Kind/name" of every manifest applied, for logs and tests
+    # Set when an apply failed: the status above says so (Ready=False, the server's message) and the caller
+    # tries again after this many seconds, with the same status written first.
+    retry_after_s: float | None = None
+
+
+# A refused apply (quota exceeded, denied by an admission policy) may succeed once someone changes the quota or
+# the policy, neither of which sends the operator an event: try again after this long.
+REJECTED_RETRY_S = 30.0
 
 
 async def reconcile(body: Mapping[str, Any], cluster: Cluster, now: datetime.datetime) -> Outcome:
@@ -64,7 +74,7 @@ async def reconcile(body: Mapping[str, Any], cluster: Cluster, now: datetime.dat
     at once: otherwise status would say Ready while no traffic reaches it until the next watch event.
     """
     outcome = await _reconcile_once(body, cluster, now)
-    if not traffic_lags_readiness(outcome.status):
+    if outcome.retry_after_s is not None or not traffic_lags_readiness(outcome.status):
         return outcome
     second = await _reconcile_once({**body, "status": outcome.status}, cluster, now)
     return dataclasses.replace(
@@ -87,8 +97,10 @@ def traffic_lags_readiness(status: Mapping[str, Any]) -> bool:
 async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: datetime.datetime) -> Outcome:
     """One pass: parse, TLS, auth, plan routing, render, check ownership, apply, prune, read children, summarize.
 
-    A spec that cannot be rendered or applied ends in a status with a reason, not an exception: retrying it
-    unchanged would fail the same way. Only ClusterUnavailable escapes, for the caller to retry with backoff.
+    A spec that cannot be rendered or applied ends in a status with a reason, not an exception. A failed apply
+    (refused, or answered 409/429/5xx such as "range is full") is Ready=False with the API server's message from
+    the first failure on, and asks the caller to retry (`retry_after_s`). ClusterUnavailable from a read escapes
+    (nothing is known to report), for the caller to retry with backoff.
     """
     previous = _previous_conditions(body)
     generation = int(body.get("metadata", {}).get("generation", 0))
@@ -119,11 +131,12 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     # The model as it runs now: the applied split and the provider's replicas (see skiff_operator.routing).
     running = routed_model(model, plan.decision.applied, plan.replicas)
     manifests: list[dict[str, Any]] = []
+    headless = version_services_headless(plan.choice.mode)
     for version in running.spec.versions:
         # Without its volume a pod would sit in ContainerCreating; keep whatever runs now and report instead.
         if version.model_uri.claim not in missing:
             manifests.append(render_deployment(running, version))
-        manifests.append(render_version_service(running, version))
+        manifests.append(render_version_service(running, version, headless=headless))
     manifests += plan.manifests  # the model Service, then the GRPCRoute (Gateway mode)
     policy = render_network_policy(model)
     if policy is not None:
@@ -142,6 +155,8 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
         return _with_tls(_blocked(generation, conflict, previous, now), tls)
     applied: list[str] = []
     try:
+        for service in services_to_recreate(plan.owned, manifests):  # clusterIP is immutable: delete, then apply
+            await cluster.delete_child(model.ref.namespace, service)
         for manifest in manifests:
             applied.append(await _apply(cluster, manifest))
         # Only after the new split is applied: a removed version goes once drained, a route once unused.
@@ -149,7 +164,9 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
         for child in deleted:
             await cluster.delete_child(model.ref.namespace, child)
     except ApplyRejected as error:
-        return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
+        return _apply_failed(generation, str(error), REJECTED_RETRY_S, previous, now, tls)
+    except ClusterUnavailable as error:
+        return _apply_failed(generation, str(error), error.retry_after_s, previous, now, tls)
 
     children = dataclasses.replace(await cluster.read_children(model), missing_claims=missing)
     status = summarize_status(running, children, previous_conditions=previous, now=now)
@@ -184,6 +201,20 @@ def _with_tls(outcome: Outcome, tls: TLSState) -> Outcome:
 async def _apply(cluster: Cluster, manifest: Mapping[str, Any]) -> str:
     await cluster.apply(manifest)
     return f"{manifest['kind']}/{manifest['metadata']['name']}"
+
+
+def _apply_failed(
+    generation: int,
+    message: str,
+    retry_after_s: float,
+    previous: list[dict[str, Any]],
+    now: datetime.datetime,
+    tls: TLSState,
+) -> Outcome:
+    """Ready=False with the API server's message, and a retry after `retry_after_s`."""
+    problem = Problem(Reason.APPLY_FAILED, f"{message} (retrying in {retry_after_s:g}s)")
+    outcome = _with_tls(_blocked(generation, problem, previous, now), tls)
+    return dataclasses.replace(outcome, retry_after_s=retry_after_s)
 
 
 def _blocked(generation: int, problem: Problem, previous: list[dict[str, Any]], now: datetime.datetime) -> Outcome:

@@ -21,7 +21,7 @@ from skiff_operator import names
 from skiff_operator.ownership import Occupant
 from skiff_operator.render.network_policy import NETWORK_POLICY_KIND
 from skiff_operator.render.route import GATEWAY_GROUP, ParentGateway, render_grpc_route
-from skiff_operator.render.service import render_model_service
+from skiff_operator.render.service import HEADLESS, render_model_service
 from skiff_operator.spec import InferenceModel, Routing, RoutingMode, TrafficShare
 from skiff_operator.traffic import TOTAL, TrafficDecision, VersionTraffic, apportion_replicas, decide_traffic
 
@@ -78,6 +78,7 @@ class OwnedChild:
     version: str | None  # the skiff.dev/version label; None for model-wide objects
     ready_replicas: int = 0
     progress_deadline_exceeded: bool = False  # Deployment condition Progressing, reason ProgressDeadlineExceeded
+    headless: bool = False  # a Service with spec.clusterIP None
 
 
 @dataclass(frozen=True)
@@ -317,6 +318,25 @@ def prune(
         if child.kind in PRUNED_WHEN_NOT_RENDERED or (removed_version and child.version not in keep_versions):
             doomed.append(child)
     return doomed
+
+
+def version_services_headless(mode: Mode) -> bool:
+    """Version Services need a ClusterIP only where a GRPCRoute backendRef targets them (Gateway mode: how a
+    gateway treats a headless backend is implementation-specific). In Service mode nothing routes through them."""
+    return mode is not Mode.GATEWAY
+
+
+def services_to_recreate(owned: Sequence[OwnedChild], manifests: Sequence[Mapping[str, Any]]) -> list[OwnedChild]:
+    """Existing Services whose ClusterIP-or-headless differs from the rendered one: spec.clusterIP cannot change
+    once set, so they are deleted and applied anew (an upgrade from ClusterIP version Services, a mode change)."""
+    rendered = {
+        m["metadata"]["name"]: m["spec"].get("clusterIP") == HEADLESS for m in manifests if m["kind"] == "Service"
+    }
+    return [
+        child
+        for child in owned
+        if child.kind == "Service" and child.name in rendered and rendered[child.name] != child.headless
+    ]
 
 
 class RoutingCluster(Protocol):

@@ -242,6 +242,22 @@ def summarize_blocked(
     }
 
 
+def patch_changes(current: Any, patch: Any) -> bool:
+    """Whether a JSON merge patch (RFC 7386) would change `current`: None deletes a key, a mapping merges into a
+    mapping, anything else replaces. A reconcile that changes nothing skips its status write."""
+    if not isinstance(patch, Mapping):
+        return bool(current != patch)
+    if not isinstance(current, Mapping):
+        return True
+    for key, value in patch.items():
+        if value is None:
+            if current.get(key) is not None:
+                return True
+        elif key not in current or patch_changes(current[key], value):
+            return True
+    return False
+
+
 def render_conditions(
     conditions: Sequence[Condition],
     previous: Sequence[Mapping[str, Any]],

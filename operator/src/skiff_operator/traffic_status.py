@@ -1,5 +1,6 @@
-"""The traffic part of an InferenceModel's status: `status.traffic` (desired vs applied per version, the mode),
-the conditions a held canary or a draining version changes, and an Event for each shift. Pure."""
+"""The traffic part of an InferenceModel's status: `status.traffic` (desired vs applied per version, the mode, in
+Service mode the split the ready pods give), the conditions a held canary, a draining version or a split that
+replica counts cannot represent change, and an Event for each shift. Pure."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skiff_operator.routing import GRPC_ROUTE_KIND, Mode, OwnedChild, PreviousTraffic, RoutingPlan
+from skiff_operator.routing import GRPC_ROUTE_KIND, Mode, OwnedChild, PreviousTraffic, RoutingPlan, service_targets
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import DEGRADED, PROGRESSING, Condition, Reason, StatusEvent, render_conditions
-from skiff_operator.traffic import HoldReason
+from skiff_operator.traffic import TOTAL, HoldReason, largest_remainder
+
+SPLIT_APPROXIMATED = "SplitApproximated"
 
 
 class TrafficReason(enum.StrEnum):
@@ -21,6 +24,10 @@ class TrafficReason(enum.StrEnum):
     PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
     DRAINING = "Draining"
     GATEWAY_API_MISSING = "GatewayAPIMissing"
+    # SplitApproximated: whether whole pods can give spec.traffic (Service mode) or a route splits per request
+    REPLICA_ROUNDING = "ReplicaRounding"
+    REPLICAS_GIVE_SPLIT = "ReplicasGiveSplit"
+    PER_REQUEST_SPLIT = "PerRequestSplit"
     TRAFFIC_SHIFTED = "TrafficShifted"
     VERSION_DELETED = "VersionDeleted"
 
@@ -39,9 +46,39 @@ def format_split(weights: Mapping[str, int], order: Sequence[str], separator: st
     return separator.join(f"{name}={weights.get(name, 0)}" for name in order)
 
 
+def pod_split(ready: Mapping[str, int]) -> dict[str, int]:
+    """Service mode: the percentage of connections each version gets, which is its share of the ready pods behind
+    the model Service (every version's pods are selected). All zero when no pod is ready."""
+    return largest_remainder({name: float(count) for name, count in ready.items()}, TOTAL)
+
+
+def split_approximation(model: InferenceModel, mode: Mode) -> Condition:
+    """SplitApproximated: True when the replicas Service mode runs cannot give spec.traffic exactly (whole pods:
+    4 pods at 90/10 run 3/1, 75/25), saying by how much; False when they can, or when a GRPCRoute splits."""
+    desired = {share.version: share.percent for share in model.spec.traffic}
+    order = [v.name for v in model.spec.versions]
+    if mode is Mode.GATEWAY:
+        message = f"desired {format_split(desired, order)}, split per request by the GRPCRoute"
+        return Condition(SPLIT_APPROXIMATED, "False", TrafficReason.PER_REQUEST_SPLIT, message)
+    targets = service_targets(model)
+    given = pod_split(targets)
+    pods = sum(targets.values())
+    gap = max((abs(given.get(name, 0) - desired.get(name, 0)) for name in order), default=0)
+    message = f"desired {format_split(desired, order)}, {pods} pods give {format_split(given, order)}"
+    if gap == 0:
+        return Condition(SPLIT_APPROXIMATED, "False", TrafficReason.REPLICAS_GIVE_SPLIT, message)
+    message += (
+        f": off by up to {gap} percentage points; more replicas give a closer split, "
+        "a GRPCRoute (spec.routing, Gateway mode) an exact one"
+    )
+    return Condition(SPLIT_APPROXIMATED, "True", TrafficReason.REPLICA_ROUNDING, message)
+
+
 def render_traffic_status(model: InferenceModel, plan: RoutingPlan) -> dict[str, Any]:
     holds = {hold.version: hold.reason for hold in plan.decision.holds}
     listed = {v.name for v in model.spec.versions} | set(plan.decision.applied) | plan.keep_versions
+    service_mode = plan.choice.mode is Mode.SERVICE
+    given = pod_split({v.name: v.ready_replicas for v in plan.inputs if v.name in listed})
     versions = []
     for entry in plan.inputs:
         if entry.name not in listed:
@@ -52,6 +89,8 @@ def render_traffic_status(model: InferenceModel, plan: RoutingPlan) -> dict[str,
             "appliedPercent": plan.decision.applied.get(entry.name, 0),
             "readyReplicas": entry.ready_replicas,
         }
+        if service_mode:
+            rendered["podPercent"] = given.get(entry.name, 0)
         if entry.name in holds:
             rendered["held"] = str(holds[entry.name])
         elif not entry.in_spec:
@@ -65,6 +104,7 @@ def render_traffic_status(model: InferenceModel, plan: RoutingPlan) -> dict[str,
         "desiredSplit": ",".join(f"{s.version}={s.percent}" for s in model.spec.traffic),
         "versions": versions,
         "route": None,  # status is merge-patched: None removes a route left from Gateway mode
+        "podSplit": format_split(given, split_names(model, plan)) if service_mode else None,
     }
     route = next((m for m in plan.manifests if m["kind"] == GRPC_ROUTE_KIND), None)
     if plan.choice.mode is Mode.GATEWAY and route is not None:
@@ -80,17 +120,20 @@ def add_traffic_status(
     previous_conditions: Sequence[Mapping[str, Any]],
     now: datetime.datetime,
 ) -> dict[str, Any]:
-    """`status` (from status.summarize_status) with status.traffic, the applied split in trafficSplit, and the
-    Progressing/Degraded conditions a traffic hold, a drain or an unusable mode changes."""
+    """`status` (from status.summarize_status) with status.traffic, the split in effect in trafficSplit (the
+    route's weights in Gateway mode, the ready pods' shares in Service mode), the Progressing/Degraded conditions
+    a traffic hold, a drain or an unusable mode changes, and SplitApproximated."""
     result = dict(status)
     result["traffic"] = render_traffic_status(model, plan)
-    result["trafficSplit"] = format_split(plan.decision.applied, split_names(model, plan))
+    in_effect = result["traffic"]["podSplit"] or format_split(plan.decision.applied, split_names(model, plan))
+    result["trafficSplit"] = in_effect
     current = {c["type"]: c for c in result.get("conditions", [])}
     overrides = traffic_conditions(plan, current)
-    if overrides:
-        generation = model.ref.generation
-        replaced = {c.type: render_conditions([c], previous_conditions, generation, now)[0] for c in overrides}
-        result["conditions"] = [replaced.get(c["type"], c) for c in result.get("conditions", [])]
+    generation = model.ref.generation
+    replaced = {c.type: render_conditions([c], previous_conditions, generation, now)[0] for c in overrides}
+    result["conditions"] = [replaced.get(c["type"], c) for c in result.get("conditions", [])]
+    approximation = split_approximation(model, plan.choice.mode)
+    result["conditions"].append(render_conditions([approximation], previous_conditions, generation, now)[0])
     return result
 
 

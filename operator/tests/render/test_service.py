@@ -18,9 +18,19 @@ TWO_VERSIONS = [{"name": "v1", "modelUri": "pvc://m/1"}, {"name": "v2", "modelUr
 
 def test_version_service_selects_its_version(make_body: Body) -> None:
     model = parse_inference_model(make_body(name="bert"))
-    service = render_version_service(model, model.spec.versions[0])
+    service = render_version_service(model, model.spec.versions[0], headless=True)
     assert service["metadata"]["name"] == "bert-v1"
     assert service["spec"]["selector"] == {"skiff.dev/model": "bert", "skiff.dev/version": "v1"}
+
+
+@pytest.mark.parametrize(("headless", "cluster_ip"), [(True, "None"), (False, None)])
+def test_version_service_is_headless_unless_a_route_needs_its_cluster_ip(
+    make_body: Body, headless: bool, cluster_ip: str | None
+) -> None:
+    model = parse_inference_model(make_body(name="bert"))
+    service = render_version_service(model, model.spec.versions[0], headless=headless)
+    assert service["spec"].get("clusterIP") == cluster_ip
+    assert render_model_service(model)["spec"].get("clusterIP") is None  # the model's stable address keeps one
 
 
 def test_grpc_port_is_h2c_on_8001(make_body: Body) -> None:
@@ -89,7 +99,7 @@ def test_tls_drops_the_plaintext_http2_hint() -> None:
 
 def test_rest_port_is_on_both_services_only_when_on(make_body: Body) -> None:
     model = parse_inference_model(make_body(runtime={"rest": True}))
-    for service in (render_model_service(model), render_version_service(model, model.spec.versions[0])):
+    for service in (render_model_service(model), render_version_service(model, model.spec.versions[0], headless=True)):
         http = next(port for port in service["spec"]["ports"] if port["name"] == "http")
         assert (http["port"], http["targetPort"]) == (8000, "http")
     plain = render_model_service(parse_inference_model(make_body()))

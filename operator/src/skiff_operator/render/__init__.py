@@ -13,12 +13,12 @@ __all__ = ["render_deployment", "render_manifests", "render_model_service", "ren
 
 
 def render_manifests(model: InferenceModel) -> list[dict[str, Any]]:
-    """All children in apply order: per version a Deployment and a Service, then the model Service and the
-    NetworkPolicy (unless turned off)."""
+    """All children in apply order: per version a Deployment and a Service (headless, as in Service mode), then
+    the model Service and the NetworkPolicy (unless turned off)."""
     manifests: list[dict[str, Any]] = []
     for version in model.spec.versions:
         manifests.append(render_deployment(model, version))
-        manifests.append(render_version_service(model, version))
+        manifests.append(render_version_service(model, version, headless=True))
     manifests.append(render_model_service(model))
     policy = render_network_policy(model)
     if policy is not None:

@@ -9,6 +9,7 @@ from skiff_operator.render import contract
 from skiff_operator.render.common import render_metadata
 from skiff_operator.spec import InferenceModel, TLSMode, Version
 
+HEADLESS = "None"  # spec.clusterIP of a headless Service
 _PORTS = [
     # h2c tells meshes and Gateway implementations the port speaks plaintext HTTP/2 (gRPC).
     {
@@ -26,9 +27,14 @@ _PORTS = [
 _HTTP_PORT = {"name": "http", "port": contract.HTTP_PORT, "targetPort": "http", "protocol": "TCP"}
 
 
-def render_version_service(model: InferenceModel, version: Version) -> dict[str, Any]:
+def render_version_service(model: InferenceModel, version: Version, *, headless: bool) -> dict[str, Any]:
+    """A version's own address. Headless (no ClusterIP; DNS answers with the ready pods' IPs) unless a GRPCRoute
+    backendRef targets it: docs/architecture.md, "Which Services get a ClusterIP"."""
     name = names.version_service_name(model.ref.name, version.name)
-    return _render_service(model, name, version.name, names.selector_labels(model.ref.name, version.name))
+    service = _render_service(model, name, version.name, names.selector_labels(model.ref.name, version.name))
+    if headless:
+        service["spec"]["clusterIP"] = HEADLESS
+    return service
 
 
 def render_model_service(model: InferenceModel) -> dict[str, Any]:

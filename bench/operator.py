@@ -1,0 +1,228 @@
+"""`python -m bench.operator`: N InferenceModels created at once against the local control plane, timed from the
+API server's audit log (apply -> children), `kubectl get` polls (-> Ready), and the operator's /proc counters."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import datetime
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.stats import percentile
+
+# The children one single-version model gets: its Deployment, its version Service, the model Service, the
+# NetworkPolicy (kube.py's server-side applies; a 201 answer means the apply created the object).
+CHILD_RESOURCES = frozenset({"deployments", "services", "networkpolicies"})
+CHILDREN_PER_MODEL = 4
+NODE_PODS = 500  # per simulated node the benchmark adds, so scheduling never limits it
+READY_POLL_S = 2.0
+
+
+@dataclass(frozen=True)
+class Timings:
+    """What the audit log and the Ready polls give, per model, in seconds from that model's create."""
+
+    to_children: dict[str, float]  # until its last child was created
+    all_children_s: float | None  # first create -> every model's children exist
+    missing_children: tuple[str, ...]
+
+
+def model_of(name: str, models: Mapping[str, str]) -> str | None:
+    """The model a child belongs to: "<model>" (model Service, NetworkPolicy) or "<model>-v1"."""
+    return models.get(name) or models.get(name.rsplit("-", 1)[0])
+
+
+def child_timings(requests: Iterable[Any], namespace: str, models: Sequence[str]) -> Timings:
+    """Apply -> children per model from audit entries (e2e.faults.Request): the CR's create, then the operator's
+    creating applies of its children."""
+    by_name = {m: m for m in models}
+    created: dict[str, datetime.datetime] = {}
+    children: dict[str, list[datetime.datetime]] = collections.defaultdict(list)
+    for request in requests:
+        if request.namespace != namespace:
+            continue
+        if request.resource == "inferencemodels" and request.verb == "create" and request.code == 201:
+            created[request.name] = request.received
+        elif request.resource in CHILD_RESOURCES and request.code == 201 and request.from_operator:
+            model = model_of(request.name, by_name)
+            if model is not None:
+                children[model].append(request.received)
+    to_children = {
+        m: (max(children[m]) - created[m]).total_seconds()
+        for m in models
+        if m in created and len(children[m]) >= CHILDREN_PER_MODEL
+    }
+    missing = tuple(m for m in models if m not in to_children)
+    all_children = None
+    if created and not missing:
+        all_children = (max(max(children[m]) for m in models) - min(created.values())).total_seconds()
+    return Timings(to_children, all_children, missing)
+
+
+def process_usage(pid: int) -> tuple[float, int]:
+    """(CPU seconds, user + system, and peak RSS in bytes) of a running process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    peak_kb = next(
+        int(line.split()[1])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("VmHWM")
+    )
+    return cpu_s, peak_kb * 1024
+
+
+def bench_model(name: str, namespace: str) -> dict[str, Any]:
+    """The smallest model: one CPU version, one replica (kwok marks its pod Ready; nothing runs)."""
+    return {
+        "apiVersion": "skiff.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "versions": [{"name": "v1", "modelUri": "pvc://models/bench/v1", "replicas": 1}],
+            "resources": {"cpu": "100m", "memory": "128Mi"},
+        },
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.operator", description=__doc__)
+    parser.add_argument("--models", type=int, default=1000, help="InferenceModels created at once (default 1000)")
+    parser.add_argument("--timeout-s", type=float, default=900, help="give up waiting for Ready after this long")
+    parser.add_argument("--idle-s", type=float, default=30, help="then count the idle operator's requests this long")
+    parser.add_argument("--keep-logs", type=Path, help="copy the audit log and the operator's log into this folder")
+    parser.add_argument("--create-workers", type=int, default=8, help="concurrent `kubectl create` processes")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.models < 1:
+        print("--models must be at least 1", file=sys.stderr)
+        return 2
+    # Imported here: the pure helpers above (and their tests) need no control plane.
+    from e2e.cluster import cluster, eventually, node_manifest, node_ready
+    from e2e.faults import AuditLog, count_by_verb, count_by_verb_and_resource
+    from e2e.harness import OperatorProcess, create_model_claims, install_crd
+
+    namespace = "bench"
+    names = [f"m{i:05d}" for i in range(args.models)]
+    with cluster(use_user_cluster=False) as kube, tempfile.TemporaryDirectory(prefix="skiff-bench-") as scratch:
+        from e2e.cluster import local_control_plane
+
+        plane = local_control_plane(kube)
+        assert plane is not None
+        audit = AuditLog(plane.audit_log)
+        install_crd(kube)
+        nodes = [
+            node_manifest(f"bench-{i}", allocatable={"cpu": "1000", "memory": "4Ti", "pods": str(NODE_PODS)})
+            for i in range(args.models // NODE_PODS + 1)
+        ]
+        kube.apply(nodes)
+        eventually(
+            lambda: all(node_ready(kube.get("node", n["metadata"]["name"])) for n in nodes),
+            timeout=120,
+            what="the benchmark's simulated nodes to be Ready",
+        )
+        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        eventually(lambda: kube.get_or_none("serviceaccount", "default", namespace), timeout=60, what="serviceaccount")
+        create_model_claims(kube, namespace, ["models"])
+        operator = OperatorProcess(kube, namespace, Path(scratch) / "operator.log", ["--resync-seconds", "60"])
+        operator.start()
+        try:
+            time.sleep(5)  # kopf's initial list and watches
+            assert operator.process is not None
+            start_cpu, _ = process_usage(operator.process.pid)
+            since = audit.mark()
+            print(f"creating {args.models} InferenceModels with {args.create_workers} kubectl processes", flush=True)
+            started = datetime.datetime.now(datetime.UTC)
+            chunks = [names[i :: args.create_workers] for i in range(args.create_workers)]
+            with concurrent.futures.ThreadPoolExecutor(args.create_workers) as pool:
+                list(
+                    pool.map(
+                        lambda chunk: kube.run(
+                            "create", "-f", "-", stdin="\n---\n".join(_yaml(bench_model(n, namespace)) for n in chunk)
+                        ),
+                        [c for c in chunks if c],
+                    )
+                )
+            created_s = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
+            print(f"created in {created_s:.1f}s; waiting for every model to be Ready", flush=True)
+            ready_at = _wait_all_ready(kube, namespace, len(names), started, args.timeout_s)
+            all_ready_s = (ready_at - started).total_seconds() if ready_at else None
+            busy = audit.requests(since)
+            busy_cpu, _ = process_usage(operator.process.pid)
+            idle_mark = audit.mark()
+            time.sleep(args.idle_s)
+            idle = [r for r in audit.requests(idle_mark) if r.from_operator]
+            end_cpu, peak_rss = process_usage(operator.process.pid)
+        finally:
+            operator.stop()
+            if args.keep_logs:
+                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(plane.audit_log, args.keep_logs / "audit.log")
+                shutil.copy(Path(scratch) / "operator.log", args.keep_logs / "operator.log")
+        timings = child_timings(busy, namespace, names)
+        operator_requests = [r for r in busy if r.from_operator]
+        report = {
+            "models": args.models,
+            "create_s": round(created_s, 1),
+            "apply_to_children_p50_s": round(percentile(list(timings.to_children.values()), 50), 3),
+            "apply_to_children_p99_s": round(percentile(list(timings.to_children.values()), 99), 3),
+            "all_children_s": timings.all_children_s and round(timings.all_children_s, 1),
+            "models_without_all_children": len(timings.missing_children),
+            "all_ready_s": all_ready_s and round(all_ready_s, 1),
+            "operator_requests": len(operator_requests),
+            "operator_requests_per_model": round(len(operator_requests) / args.models, 1),
+            "operator_requests_by_verb": count_by_verb(operator_requests),
+            "operator_requests_by_resource": {
+                f"{v} {r}": n for (v, r), n in count_by_verb_and_resource(operator_requests).items()
+            },
+            "operator_cpu_s_until_ready": round(busy_cpu - start_cpu, 1),
+            "idle_window_s": args.idle_s,
+            "idle_requests": {f"{v} {r}": n for (v, r), n in count_by_verb_and_resource(idle).items()},
+            "idle_cpu_s": round(end_cpu - busy_cpu, 2),
+            "operator_peak_rss_mb": round(peak_rss / 2**20),
+            "cpus": os.cpu_count(),
+        }
+    for key, value in report.items():
+        print(f"{key}: {value}")
+    return 0 if all_ready_s is not None else 1
+
+
+def _yaml(document: Mapping[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(dict(document))
+
+
+def _wait_all_ready(
+    kube: Any, namespace: str, count: int, started: datetime.datetime, timeout_s: float
+) -> datetime.datetime | None:
+    """When every model in `namespace` first showed Ready=True (polled every READY_POLL_S), None on timeout."""
+    query = '{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}'
+    last_report = 0.0
+    while (datetime.datetime.now(datetime.UTC) - started).total_seconds() < timeout_s:
+        statuses = kube.run("get", "inferencemodels", "-n", namespace, "-o", f"jsonpath={query}").split()
+        ready = statuses.count("True")
+        now = datetime.datetime.now(datetime.UTC)
+        if ready >= count:
+            return now
+        if time.monotonic() - last_report > 15:
+            elapsed = (now - started).total_seconds()
+            print(f"  {elapsed:5.0f}s: {ready}/{count} Ready, {len(statuses)} with a Ready condition", flush=True)
+            last_report = time.monotonic()
+        time.sleep(READY_POLL_S)
+    return None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
