@@ -12,8 +12,10 @@ from skiff_operator import names
 from skiff_operator.auth import check_auth
 from skiff_operator.errors import ApplyRejected
 from skiff_operator.ownership import name_conflict_message
+from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.render import render_deployment, render_version_service
 from skiff_operator.render.network_policy import render_network_policy
+from skiff_operator.rollout import RolloutDecision, add_rollout_status, decide_model_rollout, with_rollout_traffic
 from skiff_operator.routing import (
     GRPC_ROUTE_CRD,
     RoutingCluster,
@@ -45,6 +47,8 @@ class Cluster(TLSCluster, RoutingCluster, Protocol):
     async def apply(self, manifest: Mapping[str, Any]) -> None: ...
 
     async def read_children(self, model: InferenceModel) -> ChildStates: ...
+
+    async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape: ...
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,12 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
 
     missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
     try:
+        rollout = await _decide_rollout(body, model, cluster, now)
+    except ApplyRejected as error:  # e.g. no RBAC to list pods
+        return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
+    if rollout is not None:  # the rollout's split is the desired one now; spec.traffic is left as written
+        model = with_rollout_traffic(model, rollout)
+    try:
         plan = await _plan_routing(body, model, cluster, now)
     except ApplyRejected as error:  # e.g. no RBAC to read CRDs or list children: say so, do not crash-loop
         return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
@@ -154,9 +164,11 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     children = dataclasses.replace(await cluster.read_children(model), missing_claims=missing)
     status = summarize_status(running, children, previous_conditions=previous, now=now)
     status = add_traffic_status(status, model, plan, previous_conditions=previous, now=now)
+    status = add_rollout_status(status, model, rollout, body.get("status"), previous_conditions=previous, now=now)
     events = (
         *transition_events(previous, status["conditions"]),
         *traffic_events(model, previous_traffic(body.get("status")), plan, deleted),
+        *(rollout.events if rollout is not None else ()),
     )
     return _with_tls(Outcome(status, tuple(events), tuple(applied)), tls)
 
@@ -169,6 +181,17 @@ async def _plan_routing(
     served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
     owned = await cluster.list_owned(model, routes=served)
     return plan_routing(model, owned, previous_traffic(body.get("status")), grpc_route_served=served, now=now)
+
+
+async def _decide_rollout(
+    body: Mapping[str, Any], model: InferenceModel, cluster: Cluster, now: datetime.datetime
+) -> RolloutDecision | None:
+    """Reads the metrics of the candidate and the stable versions and decides the rollout's step (None without
+    spec.rollout)."""
+    if model.spec.rollout is None:
+        return None
+    scrape = await cluster.scrape_metrics(model, {v.name for v in model.spec.versions})
+    return decide_model_rollout(model, body.get("status"), scrape, now)
 
 
 def _with_tls(outcome: Outcome, tls: TLSState) -> Outcome:

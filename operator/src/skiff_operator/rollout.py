@@ -9,11 +9,13 @@ Rules (each has a row in operator/tests/test_rollout.py):
 - paused: the share and the step stay; nothing is judged until paused is cleared.
 - A step's numbers are the growth of the counters since the step started. A counter that went down (a pod
   restarted or left) makes the step start its window again; unreadable metrics wait.
-- With fewer than minRequests candidate requests in the step, nothing passes or fails: the rollout waits.
-- With enough requests, an error ratio above maxErrorRatio rolls the candidate back at once.
-- Once the step's pause has passed: a candidate p99 above maxP99LatencyRatio x the stable p99 (when the stable
-  versions also served minRequests) rolls it back; otherwise the step passes, and after the last step the
-  candidate is promoted to 100%.
+- With enough candidate requests in the step (minRequests), an error ratio above maxErrorRatio rolls the candidate
+  back at once, pause or not.
+- A pause that has passed with fewer than minRequests candidate requests neither passes nor fails: the rollout
+  waits at the step's share until they arrive.
+- Once the step's pause has passed with enough requests: a candidate p99 above maxP99LatencyRatio x the stable
+  p99 (when the stable versions also served minRequests) rolls it back; otherwise the step passes, and after the
+  last step the candidate is promoted to 100%.
 - Promoted and RolledBack are final for the candidate's revision (except abort, above).
 """
 
@@ -25,12 +27,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from skiff_operator.prometheus import Counts, quantile, subtract
-from skiff_operator.spec import RolloutSpec, TrafficShare, Version
-from skiff_operator.status import StatusEvent
+from skiff_operator.prometheus import Counts, MetricsScrape, quantile, subtract
+from skiff_operator.spec import InferenceModel, RolloutSpec, TrafficShare, Version
+from skiff_operator.status import Condition, StatusEvent, render_conditions
 from skiff_operator.traffic import TOTAL, largest_remainder
 
 P99 = 0.99
+ROLLED_BACK = "RolledBack"  # the condition type: True with the numbers that failed
 
 
 class Verdict(enum.StrEnum):
@@ -219,17 +222,17 @@ def _next_state(
             f"{_step_label(state, steps)} ({state.weight}%); {rollout.candidate} rolled back to 0%: {numbers}"
         )
         return _rolled_back(state, RolloutReason.ERROR_RATIO_EXCEEDED, message)
+    pause_s = rollout.steps[state.step].pause_s
+    left = pause_s - (now - state.step_started_at).total_seconds()
+    if left > 0:
+        message = f"step {_step_label(state, steps)} at {state.weight}%, {left:.0f}s of its pause left: {numbers}"
+        return replace(state, verdict=Verdict.PROGRESSING, reason=RolloutReason.IN_STEP, message=message)
     if mine.requests < analysis.min_requests:
         message = (
             f"{rollout.candidate} served {mine.requests} of the {analysis.min_requests} requests step "
             f"{_step_label(state, steps)} needs; waiting at {state.weight}%"
         )
         return replace(state, verdict=Verdict.WAITING, reason=RolloutReason.LOW_TRAFFIC, message=message)
-    pause_s = rollout.steps[state.step].pause_s
-    left = pause_s - (now - state.step_started_at).total_seconds()
-    if left > 0:
-        message = f"step {_step_label(state, steps)} at {state.weight}%, {left:.0f}s of its pause left: {numbers}"
-        return replace(state, verdict=Verdict.PROGRESSING, reason=RolloutReason.IN_STEP, message=message)
     if theirs.requests >= analysis.min_requests and mine.p99_s is not None and theirs.p99_s:
         ratio = mine.p99_s / theirs.p99_s
         if ratio > analysis.max_p99_latency_ratio:
@@ -316,6 +319,60 @@ def _events(previous: RolloutState | None, state: RolloutState) -> tuple[StatusE
         return ()
     reason = f"Rollout{state.reason}" if not state.reason.startswith("Rollout") else str(state.reason)
     return (StatusEvent(kind, reason, state.message),)
+
+
+# -- the model-level entry points reconcile calls ------------------------------------------------------------------
+
+
+def decide_model_rollout(
+    model: InferenceModel, status: Any, scrape: MetricsScrape, now: datetime.datetime
+) -> RolloutDecision | None:
+    """The rollout of `model` (None without spec.rollout), from the state in its status and this pass's scrape."""
+    rollout = model.spec.rollout
+    if rollout is None:
+        return None
+    stable = stable_versions(rollout, model.spec.traffic)
+    candidate, candidate_problem = scrape.side([rollout.candidate])
+    stable_counts, stable_problem = scrape.side(stable)
+    problem = "; ".join(p for p in (candidate_problem, stable_problem) if p)
+    previous = parse_rollout_status(status.get("rollout") if isinstance(status, Mapping) else None)
+    observed = Observation(candidate, stable_counts, problem)
+    revision = revision_of(model.spec.version(rollout.candidate))
+    return decide_rollout(rollout, previous, observed, revision=revision, stable=stable, now=now)
+
+
+def with_rollout_traffic(model: InferenceModel, decision: RolloutDecision) -> InferenceModel:
+    """The model with the rollout's split as its desired traffic (the CR's spec.traffic is not changed)."""
+    rollout = model.spec.rollout
+    if rollout is None:
+        return model
+    traffic = rollout_traffic(rollout, model.spec.traffic, decision.state.weight)
+    return replace(model, spec=replace(model.spec, traffic=traffic))
+
+
+def add_rollout_status(
+    status: Mapping[str, Any],
+    model: InferenceModel,
+    decision: RolloutDecision | None,
+    previous_status: Any,
+    *,
+    previous_conditions: Sequence[Mapping[str, Any]],
+    now: datetime.datetime,
+) -> dict[str, Any]:
+    """`status` with status.rollout and the RolledBack condition; a rollout removed from the spec is removed from
+    status too (None, as status is merge-patched), so adding it again starts afresh."""
+    result = dict(status)
+    if decision is None or model.spec.rollout is None:
+        if isinstance(previous_status, Mapping) and previous_status.get("rollout") is not None:
+            result["rollout"] = None
+        return result
+    state = decision.state
+    result["rollout"] = render_rollout_status(state, len(model.spec.rollout.steps))
+    rolled_back = state.verdict is Verdict.ROLLED_BACK
+    condition = Condition(ROLLED_BACK, "True" if rolled_back else "False", state.reason, state.message)
+    rendered = render_conditions([condition], previous_conditions, model.ref.generation, now)
+    result["conditions"] = [*(c for c in result.get("conditions", []) if c.get("type") != ROLLED_BACK), *rendered]
+    return result
 
 
 # -- status.rollout: the state written to and read back from the CR ------------------------------------------------
