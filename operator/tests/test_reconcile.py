@@ -35,6 +35,7 @@ class FakeCluster:
         self.deleted: list[tuple[str, str]] = []
         self.lookups: list[tuple[str, str]] = []  # names find_occupants was asked about
         self.metrics = MetricsScrape()  # what the pods' metrics ports show (spec.rollout)
+        self.operator_namespace: str | None = None
 
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]:
         if self.down:

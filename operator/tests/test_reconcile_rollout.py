@@ -10,6 +10,7 @@ from typing import Any
 
 from skiff_operator.prometheus import Counts, MetricsScrape
 from skiff_operator.reconcile import reconcile
+from skiff_operator.render.contract import METRICS_PORT
 from tests.test_reconcile import FakeCluster, condition
 from tests.test_routing import GATEWAYS, canary_body, deployment
 
@@ -101,3 +102,22 @@ async def test_a_model_without_a_rollout_reads_no_metrics(make_body: Body) -> No
     cluster.metrics = None  # type: ignore[assignment]  # reading it would fail the reconcile
     outcome = await reconcile(make_body(), cluster, T0)
     assert "rollout" not in outcome.status
+
+
+def metrics_peers(cluster: FakeCluster) -> list[str]:
+    policy = cluster.objects[("NetworkPolicy", "fraud")]
+    rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == METRICS_PORT)
+    return list(rule["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"])
+
+
+async def test_the_operators_namespace_may_scrape_the_pods_of_a_model_with_a_rollout(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.operator_namespace = "skiff-system"
+    cluster.deployment_states.update(v1=deployment(3), v2=deployment(1))
+    body = canary_body(make_body, 100, 0, rollout=ROLLOUT, networkPolicy={"metricsNamespaces": []})
+    await step(body, cluster, 0, ok(0), ok(0))
+    assert metrics_peers(cluster) == ["skiff-system"]
+    del body["spec"]["rollout"]
+    body["spec"]["networkPolicy"] = {}
+    await step(body, cluster, 10, ok(0), ok(0))
+    assert metrics_peers(cluster) == ["monitoring"]  # without a rollout, only the monitoring namespaces

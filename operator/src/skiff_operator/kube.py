@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import pathlib
 from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
@@ -33,6 +34,8 @@ _RETRYABLE_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 # which kopf retries with backoff.
 REQUEST_TIMEOUT_S = 30.0
 _NOT_FOUND = 404
+# The namespace of the operator's own pod, as Kubernetes mounts it with the service account token.
+SERVICE_ACCOUNT_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # A metrics page is small and local; a pod that does not answer in this time counts as unreadable for this pass.
 SCRAPE_TIMEOUT_S = 5.0
 _GONE = 410
@@ -58,7 +61,8 @@ class DeadlineApiClient(client.ApiClient):
 class Kube:
     """An API client bound to the operator's identity (in-cluster service account or $KUBECONFIG)."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, operator_namespace: str | None = None) -> None:
+        self.operator_namespace = operator_namespace  # where the operator's pod runs; None out of cluster
         self._api = api
         self._apps = client.AppsV1Api(api)
         self._core = client.CoreV1Api(api)
@@ -69,12 +73,14 @@ class Kube:
     @classmethod
     @contextlib.asynccontextmanager
     async def connect(cls) -> AsyncIterator[Kube]:
+        namespace = None
         try:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
+            namespace = own_namespace()
         except config.ConfigException:
             await config.load_kube_config()
         async with DeadlineApiClient() as api:
-            yield cls(api)
+            yield cls(api, namespace)
 
     async def apply(self, manifest: Mapping[str, Any]) -> None:
         """Server-side apply of the full desired object; unchanged objects are no-ops on the server."""
@@ -365,6 +371,14 @@ def _api_message(error: ApiException) -> str:
     except (TypeError, ValueError):
         return str(error.reason)
     return str(body.get("message", error.reason)) if isinstance(body, dict) else str(error.reason)
+
+
+def own_namespace() -> str | None:
+    """The operator pod's namespace (in-cluster), from the file Kubernetes mounts with the service account."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or None
+    except OSError:
+        return None
 
 
 def metrics_targets(

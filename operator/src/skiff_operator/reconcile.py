@@ -15,7 +15,13 @@ from skiff_operator.ownership import name_conflict_message
 from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.render import render_deployment, render_version_service
 from skiff_operator.render.network_policy import render_network_policy
-from skiff_operator.rollout import RolloutDecision, add_rollout_status, decide_model_rollout, with_rollout_traffic
+from skiff_operator.rollout import (
+    RolloutDecision,
+    add_rollout_status,
+    admit_scraper,
+    decide_model_rollout,
+    with_rollout_traffic,
+)
 from skiff_operator.routing import (
     GRPC_ROUTE_CRD,
     RoutingCluster,
@@ -41,6 +47,8 @@ from skiff_operator.traffic_status import add_traffic_status, traffic_events
 
 class Cluster(TLSCluster, RoutingCluster, Protocol):
     """What a reconcile needs from the API server (kube.Kube in production, a fake in tests)."""
+
+    operator_namespace: str | None  # the operator's own namespace, which scrapes metrics for spec.rollout
 
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]: ...
 
@@ -135,7 +143,7 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
             manifests.append(render_deployment(running, version))
         manifests.append(render_version_service(running, version))
     manifests += plan.manifests  # the model Service, then the GRPCRoute (Gateway mode)
-    policy = render_network_policy(model)
+    policy = render_network_policy(admit_scraper(model, cluster.operator_namespace))
     if policy is not None:
         manifests.append(policy)
     rendered = {(m["kind"], m["metadata"]["name"]) for m in manifests}
