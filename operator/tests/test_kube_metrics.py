@@ -33,14 +33,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def pod(name: str, version: str, **status: Any) -> dict[str, Any]:
+def pod(name: str, version: str, owner: str | None = None, **status: Any) -> dict[str, Any]:
+    replica_set = {"kind": "ReplicaSet", "name": owner or f"demo-{version}-5d8f7", "controller": True}
     return {
-        "metadata": {"name": name, "labels": {"skiff.dev/version": version}, "ownerReferences": [{"kind": "RS"}]},
+        "metadata": {"name": name, "labels": {"skiff.dev/version": version}, "ownerReferences": [replica_set]},
         "status": {"phase": "Running", "podIP": "10.0.0.1", **status},
     }
 
 
-def test_only_running_owned_pods_of_the_wanted_versions_with_an_ip_are_read() -> None:
+def test_only_running_pods_of_the_versions_replica_sets_with_an_ip_are_read() -> None:
     deleting = pod("d", "v1")
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     bare = pod("bare", "v1")
@@ -51,10 +52,13 @@ def test_only_running_owned_pods_of_the_wanted_versions_with_an_ip_are_read() ->
         pod("pending", "v1", phase="Pending"),
         pod("no-ip", "v1", podIP=None),
         pod("other", "v9"),
+        pod("impostor", "v1", owner="someone-elses-7f9c"),
         deleting,
         bare,
     ]
-    assert metrics_targets(pods, {"v1": "v1", "v2": "v2"}) == [("v1", "a", "10.0.0.1"), ("v2", "b", "fd00::2")]
+    wanted = {"v1": "v1", "v2": "v2"}
+    deployments = {"v1": "demo-v1", "v2": "demo-v2"}
+    assert metrics_targets(pods, wanted, deployments) == [("v1", "a", "10.0.0.1"), ("v2", "b", "fd00::2")]
 
 
 async def test_counters_of_each_pod_are_summed_per_version(runtime_metrics: tuple[RuntimeMetrics, int]) -> None:

@@ -320,8 +320,13 @@ class Kube:
         async with _translated_errors("Pod", selector):
             pods = await self._core.list_namespaced_pod(model.ref.namespace, label_selector=selector)
         serialize = self._api.sanitize_for_serialization
+        deployments = {
+            names.fit_name(v.name): names.deployment_name(model.ref.name, v.name)
+            for v in model.spec.versions
+            if v.name in versions
+        }
         versions_by_label = {names.fit_name(v.name): v.name for v in model.spec.versions if v.name in versions}
-        targets = metrics_targets([serialize(item) for item in pods.items], versions_by_label)
+        targets = metrics_targets([serialize(item) for item in pods.items], versions_by_label, deployments)
         return await scrape_targets(targets, METRICS_PORT, versions)
 
     async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -382,20 +387,24 @@ def own_namespace() -> str | None:
 
 
 def metrics_targets(
-    pods: Collection[Mapping[str, Any]], versions_by_label: Mapping[str, str]
+    pods: Collection[Mapping[str, Any]], versions_by_label: Mapping[str, str], deployments: Mapping[str, str]
 ) -> list[tuple[str, str, str]]:
     """(version, pod name, pod IP) of each Running pod of the wanted versions that has an IP, is not being deleted
-    and has an owner (a ReplicaSet; a bare pod someone labelled like ours is not read)."""
+    and is controlled by a ReplicaSet of the version's Deployment (`deployments`: version label -> Deployment name);
+    a pod someone else labelled like the model's is not read."""
     targets = []
     for pod in pods:
         metadata = pod.get("metadata") or {}
         status = pod.get("status") or {}
-        version = versions_by_label.get((metadata.get("labels") or {}).get(names.VERSION_LABEL, ""))
+        label = (metadata.get("labels") or {}).get(names.VERSION_LABEL, "")
+        version = versions_by_label.get(label)
         if version is None or metadata.get("deletionTimestamp") or status.get("phase") != "Running":
             continue
-        if not status.get("podIP") or not metadata.get("ownerReferences"):
+        owner: Mapping[str, Any] = next((o for o in metadata.get("ownerReferences") or [] if o.get("controller")), {})
+        if owner.get("kind") != "ReplicaSet" or not str(owner.get("name", "")).startswith(f"{deployments[label]}-"):
             continue
-        targets.append((version, str(metadata.get("name", "")), str(status["podIP"])))
+        if status.get("podIP"):
+            targets.append((version, str(metadata.get("name", "")), str(status["podIP"])))
     return sorted(targets)
 
 

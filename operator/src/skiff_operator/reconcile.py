@@ -20,6 +20,7 @@ from skiff_operator.rollout import (
     add_rollout_status,
     admit_scraper,
     decide_model_rollout,
+    stable_versions,
     with_rollout_traffic,
 )
 from skiff_operator.routing import (
@@ -196,9 +197,10 @@ async def _decide_rollout(
 ) -> RolloutDecision | None:
     """Reads the metrics of the candidate and the stable versions and decides the rollout's step (None without
     spec.rollout)."""
-    if model.spec.rollout is None:
+    rollout = model.spec.rollout
+    if rollout is None:
         return None
-    scrape = await cluster.scrape_metrics(model, {v.name for v in model.spec.versions})
+    scrape = await cluster.scrape_metrics(model, {rollout.candidate, *stable_versions(rollout, model.spec.traffic)})
     return decide_model_rollout(model, body.get("status"), scrape, now)
 
 
