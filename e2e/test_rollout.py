@@ -56,6 +56,6 @@ def test_rollout_state_lives_in_status_and_abort_rolls_back(
     rolled = condition(aborted, "RolledBack")
     assert (rolled["status"], rolled["reason"]) == ("True", "Aborted")
     assert "rolled back to 0% at step 1/3" in rolled["message"]
-    assert condition(aborted, "Ready")["status"] == "True"  # v1 serves everything
+    wait_model_ready(kube, namespace, MODEL)  # v1 serves everything (in Service mode it first gets v2's pod)
     events = kube.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={MODEL}")
     assert "RolloutAborted" in events, events
