@@ -13,8 +13,10 @@ from skiff_operator.spec import (
     RolloutStep,
     SpecError,
     parse_duration,
+    parse_inference_model,
     parse_spec,
 )
+from tests.test_crd import defaulted
 
 VERSIONS = [{"name": "v1", "modelUri": "pvc://m/1"}, {"name": "v2", "modelUri": "pvc://m/2"}]
 TRAFFIC = [{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}]
@@ -83,3 +85,15 @@ def test_durations(text: str, seconds: int) -> None:
 def test_bad_durations(text: Any) -> None:
     with pytest.raises(SpecError, match="duration"):
         parse_duration(text, "pause")
+
+
+def test_the_crd_defaults_agree_with_the_parser_defaults() -> None:
+    body = {
+        "apiVersion": "skiff.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": "demo", "namespace": "ml"},
+        "spec": spec_with({"candidate": "v2", "steps": [{"weight": 5}]}),
+    }
+    filled = defaulted(body)
+    assert filled["spec"]["rollout"]["analysis"]["errorCodes"] == ["UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"]
+    assert parse_inference_model(filled) == parse_inference_model(body)
