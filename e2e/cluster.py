@@ -272,7 +272,7 @@ def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None
                     {"key": "manage-all-nodes", "value": "false", "override": True},
                     {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"},
                 ],
-            }
+            },
         ],
     }
 

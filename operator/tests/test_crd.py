@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from collections.abc import Iterator
 from functools import cache
@@ -55,10 +56,16 @@ def cel_sum(values: celtypes.ListType) -> celtypes.IntType:
     return celtypes.IntType(sum(int(value) for value in values))
 
 
+def cel_is_sorted(values: celtypes.ListType) -> celtypes.BoolType:
+    """Kubernetes' CEL list library `isSorted()`, which cel-python lacks."""
+    items = list(values)
+    return celtypes.BoolType(all(a <= b for a, b in itertools.pairwise(items)))
+
+
 @cache
 def cel_program(rule: str) -> Any:
     environment = celpy.Environment()
-    return environment.program(environment.compile(rule), functions={"sum": cel_sum})
+    return environment.program(environment.compile(rule), functions={"sum": cel_sum, "isSorted": cel_is_sorted})
 
 
 def cel_failures(schema: dict[str, Any], value: Any) -> list[str]:

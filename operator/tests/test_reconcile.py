@@ -11,6 +11,7 @@ import pytest
 
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.ownership import Occupant, controller_of, occupant
+from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.reconcile import REJECTED_RETRY_S, reconcile
 from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import InferenceModel
@@ -34,6 +35,8 @@ class FakeCluster:
         self.gateway_api = False  # whether the GRPCRoute CRD is served
         self.deleted: list[tuple[str, str]] = []
         self.lookups: list[tuple[str, str]] = []  # names find_occupants was asked about
+        self.metrics = MetricsScrape()  # what the pods' metrics ports show (spec.rollout)
+        self.operator_namespace: str | None = None
 
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]:
         if self.down:
@@ -50,6 +53,9 @@ class FakeCluster:
 
     async def read_children(self, model: InferenceModel) -> ChildStates:
         return ChildStates(deployments=dict(self.deployment_states))
+
+    async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape:
+        return self.metrics
 
     async def crd_serves(self, name: str, version: str) -> bool:
         return self.gateway_api and (name, version) == (GRPC_ROUTE_CRD, "v1")

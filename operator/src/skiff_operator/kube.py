@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
+import pathlib
 from collections.abc import AsyncIterator, Collection, Mapping
 from time import monotonic
 from typing import Any
@@ -16,7 +18,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.ownership import Holder, Occupant, StoredSecret, controller_of, occupant
-from skiff_operator.render.contract import CONTAINER_NAME
+from skiff_operator.prometheus import Counts, ExpositionError, MetricsScrape, add, parse_exposition
+from skiff_operator.render.contract import CONTAINER_NAME, METRICS_PORT
 from skiff_operator.render.network_policy import NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND
 from skiff_operator.render.route import GATEWAY_GROUP, GRPC_ROUTE_API_VERSION
 from skiff_operator.render.service import HEADLESS
@@ -36,6 +39,10 @@ _NOT_FOUND = 404
 # Whether the GRPCRoute CRD is served is read at most this often: installing the Gateway API is rare, and one GET
 # per reconcile was a tenth of a model's requests. A model switches to Gateway mode within this long of it.
 CRD_CACHE_S = 30.0
+# The namespace of the operator's own pod, as Kubernetes mounts it with the service account token.
+SERVICE_ACCOUNT_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# A metrics page is small and local; a pod that does not answer in this time counts as unreadable for this pass.
+SCRAPE_TIMEOUT_S = 5.0
 _GONE = 410
 # Custom resources the operator applies: (apiVersion, kind) -> plural.
 _CUSTOM_PLURALS = {
@@ -59,7 +66,8 @@ class DeadlineApiClient(client.ApiClient):
 class Kube:
     """An API client bound to the operator's identity (in-cluster service account or $KUBECONFIG)."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, operator_namespace: str | None = None) -> None:
+        self.operator_namespace = operator_namespace  # where the operator's pod runs; None out of cluster
         self._api = api
         self._apps = client.AppsV1Api(api)
         self._core = client.CoreV1Api(api)
@@ -71,12 +79,14 @@ class Kube:
     @classmethod
     @contextlib.asynccontextmanager
     async def connect(cls) -> AsyncIterator[Kube]:
+        namespace = None
         try:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
+            namespace = own_namespace()
         except config.ConfigException:
             await config.load_kube_config()
         async with DeadlineApiClient() as api:
-            yield cls(api)
+            yield cls(api, namespace)
 
     async def apply(self, manifest: Mapping[str, Any]) -> None:
         """Server-side apply of the full desired object; unchanged objects are no-ops on the server."""
@@ -318,6 +328,22 @@ class Kube:
             except (aiohttp.ClientError, TimeoutError) as error:
                 raise translate_error(error, "Pod", selector) from error
 
+    async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape:
+        """The inference counters of each of `versions`, summed over its running pods, read straight from each
+        pod's metrics port at its pod IP (not through the API server's pod proxy: docs/canary.md says why)."""
+        selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
+        async with _translated_errors("Pod", selector):
+            pods = await self._core.list_namespaced_pod(model.ref.namespace, label_selector=selector)
+        serialize = self._api.sanitize_for_serialization
+        deployments = {
+            names.fit_name(v.name): names.deployment_name(model.ref.name, v.name)
+            for v in model.spec.versions
+            if v.name in versions
+        }
+        versions_by_label = {names.fit_name(v.name): v.name for v in model.spec.versions if v.name in versions}
+        targets = metrics_targets([serialize(item) for item in pods.items], versions_by_label, deployments)
+        return await scrape_targets(targets, METRICS_PORT, versions)
+
     async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             body: dict[str, Any] = await self._custom.get_namespaced_custom_object(
@@ -366,6 +392,68 @@ def _api_message(error: ApiException) -> str:
     except (TypeError, ValueError):
         return str(error.reason)
     return str(body.get("message", error.reason)) if isinstance(body, dict) else str(error.reason)
+
+
+def own_namespace() -> str | None:
+    """The operator pod's namespace (in-cluster), from the file Kubernetes mounts with the service account."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def metrics_targets(
+    pods: Collection[Mapping[str, Any]], versions_by_label: Mapping[str, str], deployments: Mapping[str, str]
+) -> list[tuple[str, str, str]]:
+    """(version, pod name, pod IP) of each Running pod of the wanted versions that has an IP, is not being deleted
+    and is controlled by a ReplicaSet of the version's Deployment (`deployments`: version label -> Deployment name);
+    a pod someone else labelled like the model's is not read."""
+    targets = []
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        label = (metadata.get("labels") or {}).get(names.VERSION_LABEL, "")
+        version = versions_by_label.get(label)
+        if version is None or metadata.get("deletionTimestamp") or status.get("phase") != "Running":
+            continue
+        owner: Mapping[str, Any] = next((o for o in metadata.get("ownerReferences") or [] if o.get("controller")), {})
+        if owner.get("kind") != "ReplicaSet" or not str(owner.get("name", "")).startswith(f"{deployments[label]}-"):
+            continue
+        if status.get("podIP"):
+            targets.append((version, str(metadata.get("name", "")), str(status["podIP"])))
+    return sorted(targets)
+
+
+async def scrape_targets(
+    targets: Collection[tuple[str, str, str]], port: int, versions: Collection[str]
+) -> MetricsScrape:
+    """GET http://<ip>:<port>/metrics of every target at once; per version the sum, or why a pod failed."""
+    timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        pages = await asyncio.gather(*(_scrape(session, ip, port) for _, _, ip in targets))
+    per_version: dict[str, list[Counts]] = {version: [] for version in versions}
+    problems: dict[str, str] = {}
+    for (version, pod, ip), page in zip(targets, pages, strict=True):
+        if isinstance(page, Counts):
+            per_version.setdefault(version, []).append(page)
+        else:
+            problems.setdefault(version, f"pod {pod} ({_host(ip)}:{port}): {page}")
+    return MetricsScrape({v: add(counts) for v, counts in per_version.items()}, problems)
+
+
+async def _scrape(session: aiohttp.ClientSession, ip: str, port: int) -> Counts | str:
+    """One pod's counters, or why they could not be read."""
+    try:
+        async with session.get(f"http://{_host(ip)}:{port}/metrics") as response:
+            if response.status != 200:  # the one status that carries a page
+                return f"HTTP {response.status}"
+            return parse_exposition(await response.text())
+    except (aiohttp.ClientError, TimeoutError, ExpositionError) as error:
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _host(ip: str) -> str:
+    return f"[{ip}]" if ":" in ip else ip
 
 
 def owned_by(manifest: Mapping[str, Any], uid: str) -> bool:

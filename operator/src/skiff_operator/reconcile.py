@@ -12,8 +12,17 @@ from skiff_operator import names
 from skiff_operator.auth import check_auth
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.ownership import name_conflict_message
+from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.render import render_deployment, render_version_service
 from skiff_operator.render.network_policy import render_network_policy
+from skiff_operator.rollout import (
+    RolloutDecision,
+    add_rollout_status,
+    admit_scraper,
+    decide_model_rollout,
+    stable_versions,
+    with_rollout_traffic,
+)
 from skiff_operator.routing import (
     GRPC_ROUTE_CRD,
     RoutingCluster,
@@ -42,11 +51,15 @@ from skiff_operator.traffic_status import add_traffic_status, traffic_events
 class Cluster(TLSCluster, RoutingCluster, Protocol):
     """What a reconcile needs from the API server (kube.Kube in production, a fake in tests)."""
 
+    operator_namespace: str | None  # the operator's own namespace, which scrapes metrics for spec.rollout
+
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]: ...
 
     async def apply(self, manifest: Mapping[str, Any]) -> None: ...
 
     async def read_children(self, model: InferenceModel) -> ChildStates: ...
+
+    async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape: ...
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,12 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
 
     missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
     try:
+        rollout = await _decide_rollout(body, model, cluster, now)
+    except ApplyRejected as error:  # e.g. no RBAC to list pods
+        return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
+    if rollout is not None:  # the rollout's split is the desired one now; spec.traffic is left as written
+        model = with_rollout_traffic(model, rollout)
+    try:
         plan = await _plan_routing(body, model, cluster, now)
     except ApplyRejected as error:  # e.g. no RBAC to read CRDs or list children: say so, do not crash-loop
         return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
@@ -138,7 +157,7 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
             manifests.append(render_deployment(running, version))
         manifests.append(render_version_service(running, version, headless=headless))
     manifests += plan.manifests  # the model Service, then the GRPCRoute (Gateway mode)
-    policy = render_network_policy(model)
+    policy = render_network_policy(admit_scraper(model, cluster.operator_namespace))
     if policy is not None:
         manifests.append(policy)
     rendered = {(m["kind"], m["metadata"]["name"]) for m in manifests}
@@ -171,9 +190,11 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     children = dataclasses.replace(await cluster.read_children(model), missing_claims=missing)
     status = summarize_status(running, children, previous_conditions=previous, now=now)
     status = add_traffic_status(status, model, plan, previous_conditions=previous, now=now)
+    status = add_rollout_status(status, model, rollout, body.get("status"), previous_conditions=previous, now=now)
     events = (
         *transition_events(previous, status["conditions"]),
         *traffic_events(model, previous_traffic(body.get("status")), plan, deleted),
+        *(rollout.events if rollout is not None else ()),
     )
     return _with_tls(Outcome(status, tuple(events), tuple(applied)), tls)
 
@@ -186,6 +207,18 @@ async def _plan_routing(
     served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
     owned = await cluster.list_owned(model, routes=served)
     return plan_routing(model, owned, previous_traffic(body.get("status")), grpc_route_served=served, now=now)
+
+
+async def _decide_rollout(
+    body: Mapping[str, Any], model: InferenceModel, cluster: Cluster, now: datetime.datetime
+) -> RolloutDecision | None:
+    """Reads the metrics of the candidate and the stable versions and decides the rollout's step (None without
+    spec.rollout)."""
+    rollout = model.spec.rollout
+    if rollout is None:
+        return None
+    scrape = await cluster.scrape_metrics(model, {rollout.candidate, *stable_versions(rollout, model.spec.traffic)})
+    return decide_model_rollout(model, body.get("status"), scrape, now)
 
 
 def _with_tls(outcome: Outcome, tls: TLSState) -> Outcome:

@@ -37,10 +37,23 @@ DEFAULT_PROGRESS_DEADLINE_S = 600
 DEFAULT_ISSUER_GROUP = "cert-manager.io"
 DEFAULT_METRICS_NAMESPACES = ("monitoring",)
 DEFAULT_TOKEN_KEY = "token"  # noqa: S105 - the name of a Secret key, not a password
+DEFAULT_STEP_PAUSE = "1m"
+DEFAULT_MAX_ERROR_RATIO = 0.01
+DEFAULT_ERROR_CODES = ("UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED")  # INVALID_ARGUMENT is the client's: opt-in
+DEFAULT_MAX_P99_LATENCY_RATIO = 2.0
+DEFAULT_MIN_REQUESTS = 100
+GRPC_ERROR_CODES = frozenset(
+    {
+        "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+        "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+        "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+    }
+)  # fmt: skip
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _PVC_URI = re.compile(r"^pvc://(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<path>(/[^/]+)*)$")
 _RESERVED_SCHEMES = ("s3://", "oci://")
+_DURATION = re.compile(r"^(?:(?P<h>[0-9]+)h)?(?:(?P<m>[0-9]+)m)?(?:(?P<s>[0-9]+)s)?$")
 
 
 class SpecError(ValueError):
@@ -245,6 +258,35 @@ class AuthSpec:
 
 
 @dataclass(frozen=True)
+class RolloutStep:
+    """One step of spec.rollout: the candidate's share and the least time it keeps it."""
+
+    weight: int
+    pause_s: int
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """spec.rollout.analysis: what a step must show to pass."""
+
+    max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO
+    error_codes: frozenset[str] = frozenset(DEFAULT_ERROR_CODES)
+    max_p99_latency_ratio: float = DEFAULT_MAX_P99_LATENCY_RATIO
+    min_requests: int = DEFAULT_MIN_REQUESTS
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """spec.rollout: move `candidate` through `steps`, judged by `analysis`."""
+
+    candidate: str
+    steps: tuple[RolloutStep, ...]
+    analysis: Analysis = Analysis()
+    paused: bool = False
+    abort: bool = False
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     versions: tuple[Version, ...]
     traffic: tuple[TrafficShare, ...]
@@ -255,6 +297,7 @@ class ModelSpec:
     routing: Routing = Routing()
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
     auth: AuthSpec | None = None
+    rollout: RolloutSpec | None = None
 
     def version(self, name: str) -> Version:
         for version in self.versions:
@@ -309,9 +352,10 @@ def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise SpecError("InvalidSpec", f"version names must be unique (repeated: {', '.join(duplicates)})")
+    traffic = _parse_traffic(spec.get("traffic"), versions)
     return ModelSpec(
         versions=versions,
-        traffic=_parse_traffic(spec.get("traffic"), versions),
+        traffic=traffic,
         runtime=_parse_runtime(runtime),
         scheduling=_parse_scheduling(_mapping(spec.get("scheduling", {}), "spec.scheduling")),
         probes=_parse_probes(_mapping(spec.get("probes", {}), "spec.probes")),
@@ -319,6 +363,7 @@ def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
         routing=_parse_routing(_mapping(spec.get("routing", {}), "spec.routing")),
         network_policy=_parse_network_policy(_mapping(spec.get("networkPolicy", {}), "spec.networkPolicy")),
         auth=_parse_auth(spec.get("auth")),
+        rollout=_parse_rollout(spec.get("rollout"), names, traffic),
     )
 
 
@@ -574,6 +619,80 @@ def _parse_auth(raw: Any) -> AuthSpec | None:
     )
 
 
+def _parse_rollout(raw: Any, versions: Sequence[str], traffic: Sequence[TrafficShare]) -> RolloutSpec | None:
+    """spec.rollout; the CRD's CEL rules check the same (candidate listed, a stable share, increasing weights)."""
+    if raw is None:
+        return None
+    rollout = _mapping(raw, "spec.rollout")
+    candidate = _string(rollout.get("candidate"), "spec.rollout.candidate")
+    if candidate not in versions:
+        raise SpecError("InvalidSpec", f"spec.rollout.candidate {candidate!r} must name a version in spec.versions")
+    if not any(share.version != candidate and share.percent > 0 for share in traffic):
+        raise SpecError(
+            "InvalidSpec",
+            "a rollout needs a stable version: spec.traffic must give a version other than rollout.candidate a share",
+        )
+    steps = tuple(
+        RolloutStep(
+            weight=_int(step.get("weight"), "spec.rollout.steps[].weight", minimum=1),
+            pause_s=parse_duration(step.get("pause", DEFAULT_STEP_PAUSE), "spec.rollout.steps[].pause"),
+        )
+        for step in (_mapping(s, "spec.rollout.steps[]") for s in _sequence(rollout.get("steps"), "spec.rollout.steps"))
+    )
+    weights = [step.weight for step in steps]
+    if not steps or max(weights) > 100 or weights != sorted(set(weights)):
+        raise SpecError("InvalidSpec", "spec.rollout.steps weights must be 1..100 and increase from step to step")
+    return RolloutSpec(
+        candidate=candidate,
+        steps=steps,
+        analysis=_parse_analysis(_mapping(rollout.get("analysis", {}), "spec.rollout.analysis")),
+        paused=_bool(rollout.get("paused", False), "spec.rollout.paused"),
+        abort=_bool(rollout.get("abort", False), "spec.rollout.abort"),
+    )
+
+
+def _parse_analysis(raw: Mapping[str, Any]) -> Analysis:
+    codes = tuple(
+        _string(code, "spec.rollout.analysis.errorCodes[]")
+        for code in _sequence(raw.get("errorCodes", list(DEFAULT_ERROR_CODES)), "spec.rollout.analysis.errorCodes")
+    )
+    unknown = sorted(set(codes) - GRPC_ERROR_CODES)
+    if unknown or not codes:
+        raise SpecError("InvalidSpec", f"spec.rollout.analysis.errorCodes must be gRPC code names (not {unknown})")
+    return Analysis(
+        max_error_ratio=_ratio(raw.get("maxErrorRatio", DEFAULT_MAX_ERROR_RATIO), "maxErrorRatio", 0.0, 1.0),
+        error_codes=frozenset(codes),
+        max_p99_latency_ratio=_ratio(
+            raw.get("maxP99LatencyRatio", DEFAULT_MAX_P99_LATENCY_RATIO), "maxP99LatencyRatio", 1.0, None
+        ),
+        min_requests=_int(raw.get("minRequests", DEFAULT_MIN_REQUESTS), "spec.rollout.analysis.minRequests", minimum=1),
+    )
+
+
+def parse_duration(value: Any, where: str) -> int:
+    """'1h30m', '2m', '45s' -> seconds."""
+    match = _DURATION.match(value) if isinstance(value, str) and value else None
+    if match is None or not any(match.groups()):
+        raise SpecError("InvalidSpec", f"{where} must be a duration such as 30s, 2m or 1h30m (got {value!r})")
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def _ratio(value: Any, key: str, minimum: float, maximum: float | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError("InvalidSpec", f"spec.rollout.analysis.{key} must be a number")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
+        raise SpecError("InvalidSpec", f"spec.rollout.analysis.{key} must be {bound}")
+    return float(value)
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError("InvalidSpec", f"{where} must be true or false")
+    return value
+
+
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise SpecError("InvalidSpec", f"{where} must be an object")
@@ -583,12 +702,6 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 def _sequence(value: Any, where: str) -> Sequence[Any]:
     if not isinstance(value, Sequence) or isinstance(value, str):
         raise SpecError("InvalidSpec", f"{where} must be a list")
-    return value
-
-
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise SpecError("InvalidSpec", f"{where} must be true or false")
     return value
 
 

@@ -1,0 +1,453 @@
+"""The automated rollout of spec.rollout as a pure state machine: from the rollout spec, the state kept in status,
+the counters read this pass and the clock, decide the candidate's share, the next state and the Events to post.
+
+Rules (each has a row in operator/tests/test_rollout.py):
+- A rollout starts (step 1, its counters as the baseline) when none is recorded for this candidate and revision
+  (its image and modelUri); a changed candidate or revision starts it again.
+- abort: the candidate goes to 0% at once (RolledBack, reason Aborted), at any step and after promotion too;
+  clearing abort starts the rollout again.
+- paused: the share and the step stay; nothing is judged until paused is cleared.
+- A step's numbers are the growth of the counters since the step started. A counter that went down (a pod
+  restarted or left) makes the step start its window again; unreadable metrics wait.
+- With enough candidate requests in the step (minRequests), an error ratio above maxErrorRatio rolls the candidate
+  back at once, pause or not.
+- A pause that has passed with fewer than minRequests candidate requests neither passes nor fails: the rollout
+  waits at the step's share until they arrive.
+- Once the step's pause has passed with enough requests: a candidate p99 above maxP99LatencyRatio x the stable
+  p99 (when the stable versions also served minRequests) rolls it back; otherwise the step passes, and after the
+  last step the candidate is promoted to 100%.
+- Promoted and RolledBack are final for the candidate's revision (except abort, above).
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from skiff_operator.prometheus import Counts, MetricsScrape, quantile, subtract
+from skiff_operator.spec import InferenceModel, RolloutSpec, TrafficShare, Version
+from skiff_operator.status import Condition, StatusEvent, render_conditions
+from skiff_operator.traffic import TOTAL, largest_remainder
+
+P99 = 0.99
+ROLLED_BACK = "RolledBack"  # the condition type: True with the numbers that failed
+
+
+class Verdict(enum.StrEnum):
+    PROGRESSING = "Progressing"
+    WAITING = "Waiting"  # too few requests (or no readable metrics) to judge the step
+    PAUSED = "Paused"
+    PROMOTED = "Promoted"
+    ROLLED_BACK = "RolledBack"
+
+
+class RolloutReason(enum.StrEnum):
+    """Reasons of status.rollout, its Events and the RolledBack condition; docs/canary.md explains each."""
+
+    STARTED = "RolloutStarted"
+    IN_STEP = "InStep"
+    STEP_PASSED = "StepPassed"
+    LOW_TRAFFIC = "LowTraffic"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    COUNTERS_RESET = "CountersReset"
+    PAUSED = "Paused"
+    PROMOTED = "Promoted"
+    ERROR_RATIO_EXCEEDED = "ErrorRatioExceeded"
+    LATENCY_RATIO_EXCEEDED = "LatencyRatioExceeded"
+    ABORTED = "Aborted"
+
+
+class Role(enum.StrEnum):
+    CANDIDATE = "Candidate"
+    STABLE = "Stable"
+
+
+# Which transitions are worth an Event, and of which type (the others show in status only).
+EVENT_TYPES: Mapping[RolloutReason, str] = {
+    RolloutReason.STARTED: "Normal",
+    RolloutReason.STEP_PASSED: "Normal",
+    RolloutReason.LOW_TRAFFIC: "Normal",
+    RolloutReason.PAUSED: "Normal",
+    RolloutReason.PROMOTED: "Normal",
+    RolloutReason.METRICS_UNAVAILABLE: "Warning",
+    RolloutReason.ERROR_RATIO_EXCEEDED: "Warning",
+    RolloutReason.LATENCY_RATIO_EXCEEDED: "Warning",
+    RolloutReason.ABORTED: "Warning",
+}
+ROLLED_BACK_REASONS = frozenset(
+    {RolloutReason.ERROR_RATIO_EXCEEDED, RolloutReason.LATENCY_RATIO_EXCEEDED, RolloutReason.ABORTED}
+)
+_FINAL = frozenset({Verdict.PROMOTED, Verdict.ROLLED_BACK})
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the comparison over the current step: the candidate, or the stable versions together."""
+
+    role: Role
+    versions: tuple[str, ...]
+    requests: int = 0
+    errors: int = 0
+    p99_s: float | None = None
+
+    @property
+    def error_ratio(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    """Everything the rollout remembers between reconciles (kept in status.rollout)."""
+
+    candidate: str
+    revision: str
+    step: int  # index into spec.rollout.steps; len(steps) once promoted
+    step_started_at: datetime.datetime
+    weight: int  # the candidate's share, percent
+    verdict: Verdict
+    reason: RolloutReason
+    message: str
+    baseline: Mapping[Role, Counts] = field(default_factory=dict)
+    analysis: tuple[Side, ...] = ()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The cumulative counters read this pass, per side; None when a side's metrics could not be read (why)."""
+
+    candidate: Counts | None
+    stable: Counts | None
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class RolloutDecision:
+    state: RolloutState
+    events: tuple[StatusEvent, ...] = ()
+
+
+def revision_of(version: Version) -> str:
+    """What identifies the candidate's build: a new image or model starts the rollout again."""
+    return f"{version.image} {version.model_uri.claim}/{version.model_uri.path}"
+
+
+def stable_versions(rollout: RolloutSpec, traffic: Sequence[TrafficShare]) -> tuple[str, ...]:
+    return tuple(s.version for s in traffic if s.version != rollout.candidate and s.percent > 0)
+
+
+def rollout_traffic(rollout: RolloutSpec, traffic: Sequence[TrafficShare], weight: int) -> tuple[TrafficShare, ...]:
+    """The desired split while rolling out: the candidate gets `weight`, the stable versions share the rest in the
+    proportions spec.traffic gives them; versions spec.traffic gives nothing keep nothing."""
+    stable = {s.version: float(s.percent) for s in traffic if s.version != rollout.candidate}
+    shares = largest_remainder(stable, TOTAL - weight)
+    order = [s.version for s in traffic]
+    if rollout.candidate not in order:
+        order.append(rollout.candidate)
+    return tuple(TrafficShare(name, weight if name == rollout.candidate else shares.get(name, 0)) for name in order)
+
+
+def decide_rollout(
+    rollout: RolloutSpec,
+    previous: RolloutState | None,
+    observed: Observation,
+    *,
+    revision: str,
+    stable: Sequence[str],
+    now: datetime.datetime,
+) -> RolloutDecision:
+    """One evaluation of the rollout; the same inputs give the same answer, so a second pass in one reconcile
+    changes nothing."""
+    fresh = (
+        previous is None
+        or (previous.candidate, previous.revision) != (rollout.candidate, revision)
+        or (previous.reason is RolloutReason.ABORTED and not rollout.abort)
+    )
+    if fresh or previous is None:
+        state = _start(rollout, observed, revision, now)
+        if rollout.abort or rollout.paused:  # nothing to judge yet, but a hold or an abort applies at once
+            state = _next_state(rollout, state, observed, tuple(stable), now)
+        return RolloutDecision(state, _events(None, state))
+    state = _next_state(rollout, previous, observed, tuple(stable), now)
+    return RolloutDecision(state, _events(previous, state))
+
+
+def _next_state(
+    rollout: RolloutSpec, state: RolloutState, observed: Observation, stable: tuple[str, ...], now: datetime.datetime
+) -> RolloutState:
+    steps = len(rollout.steps)
+    if rollout.abort:
+        if state.reason is RolloutReason.ABORTED:
+            return state
+        where = "after promotion" if state.verdict is Verdict.PROMOTED else f"at step {_step_label(state, steps)}"
+        return _rolled_back(
+            state, RolloutReason.ABORTED, f"spec.rollout.abort is set: {rollout.candidate} rolled back to 0% {where}"
+        )
+    if state.verdict in _FINAL:
+        return state
+    # Steps edited mid-rollout: stay within them, at the share the current step now asks for.
+    index = min(state.step, steps - 1)
+    state = replace(state, step=index, weight=rollout.steps[index].weight)
+    if rollout.paused:
+        where = f"{state.weight}% (step {_step_label(state, steps)})"
+        message = f"spec.rollout.paused is set: {rollout.candidate} stays at {where}"
+        return replace(state, verdict=Verdict.PAUSED, reason=RolloutReason.PAUSED, message=message)
+    if observed.candidate is None or observed.stable is None:
+        message = f"cannot read the metrics to judge step {_step_label(state, steps)}: {observed.problem or 'no data'}"
+        return replace(state, verdict=Verdict.WAITING, reason=RolloutReason.METRICS_UNAVAILABLE, message=message)
+    candidate = subtract(observed.candidate, state.baseline.get(Role.CANDIDATE, Counts()))
+    stable_delta = subtract(observed.stable, state.baseline.get(Role.STABLE, Counts()))
+    if candidate is None or stable_delta is None:
+        message = (
+            f"a metrics counter went down (a pod restarted or left); step {_step_label(state, steps)} "
+            "counts again from now"
+        )
+        baseline = {Role.CANDIDATE: observed.candidate, Role.STABLE: observed.stable}
+        return replace(
+            state, baseline=baseline, verdict=Verdict.WAITING, reason=RolloutReason.COUNTERS_RESET, message=message
+        )
+    analysis = rollout.analysis
+    sides = (
+        _side(Role.CANDIDATE, (rollout.candidate,), candidate, analysis.error_codes),
+        _side(Role.STABLE, stable, stable_delta, analysis.error_codes),
+    )
+    state = replace(state, analysis=sides)
+    mine, theirs = sides
+    numbers = _numbers(sides)
+    if mine.requests >= analysis.min_requests and mine.error_ratio > analysis.max_error_ratio:
+        message = (
+            f"error ratio {mine.error_ratio:.4f} > maxErrorRatio {analysis.max_error_ratio:g} at step "
+            f"{_step_label(state, steps)} ({state.weight}%); {rollout.candidate} rolled back to 0%: {numbers}"
+        )
+        return _rolled_back(state, RolloutReason.ERROR_RATIO_EXCEEDED, message)
+    pause_s = rollout.steps[state.step].pause_s
+    left = pause_s - (now - state.step_started_at).total_seconds()
+    if left > 0:
+        message = f"step {_step_label(state, steps)} at {state.weight}%, {left:.0f}s of its pause left: {numbers}"
+        return replace(state, verdict=Verdict.PROGRESSING, reason=RolloutReason.IN_STEP, message=message)
+    if mine.requests < analysis.min_requests:
+        message = (
+            f"{rollout.candidate} served {mine.requests} of the {analysis.min_requests} requests step "
+            f"{_step_label(state, steps)} needs; waiting at {state.weight}%"
+        )
+        return replace(state, verdict=Verdict.WAITING, reason=RolloutReason.LOW_TRAFFIC, message=message)
+    if theirs.requests >= analysis.min_requests and mine.p99_s is not None and theirs.p99_s:
+        ratio = mine.p99_s / theirs.p99_s
+        if ratio > analysis.max_p99_latency_ratio:
+            message = (
+                f"p99 latency ratio {ratio:.2f} > maxP99LatencyRatio {analysis.max_p99_latency_ratio:g} at step "
+                f"{_step_label(state, steps)} ({state.weight}%); {rollout.candidate} rolled back to 0%: {numbers}"
+            )
+            return _rolled_back(state, RolloutReason.LATENCY_RATIO_EXCEEDED, message)
+    return _passed(rollout, state, observed, now, numbers)
+
+
+def _start(rollout: RolloutSpec, observed: Observation, revision: str, now: datetime.datetime) -> RolloutState:
+    weight = rollout.steps[0].weight
+    return RolloutState(
+        candidate=rollout.candidate,
+        revision=revision,
+        step=0,
+        step_started_at=now,
+        weight=weight,
+        verdict=Verdict.PROGRESSING,
+        reason=RolloutReason.STARTED,
+        message=f"rolling out {rollout.candidate}: step 1/{len(rollout.steps)} at {weight}%",
+        baseline=_baseline(observed),
+    )
+
+
+def _passed(
+    rollout: RolloutSpec, state: RolloutState, observed: Observation, now: datetime.datetime, numbers: str
+) -> RolloutState:
+    steps = len(rollout.steps)
+    done = f"step {_step_label(state, steps)} at {state.weight}% passed ({numbers})"
+    following = state.step + 1
+    if following >= steps:
+        verdict, reason, weight = Verdict.PROMOTED, RolloutReason.PROMOTED, TOTAL
+        message = f"{done}; {rollout.candidate} promoted to 100%"
+    else:
+        verdict, reason, weight = Verdict.PROGRESSING, RolloutReason.STEP_PASSED, rollout.steps[following].weight
+        message = f"{done}; {rollout.candidate} now at {weight}% (step {following + 1}/{steps})"
+    return replace(
+        state,
+        step=following,
+        step_started_at=now,
+        weight=weight,
+        verdict=verdict,
+        reason=reason,
+        message=message,
+        baseline=_baseline(observed),
+    )
+
+
+def _rolled_back(state: RolloutState, reason: RolloutReason, message: str) -> RolloutState:
+    return replace(state, weight=0, verdict=Verdict.ROLLED_BACK, reason=reason, message=message)
+
+
+def _baseline(observed: Observation) -> dict[Role, Counts]:
+    return {Role.CANDIDATE: observed.candidate or Counts(), Role.STABLE: observed.stable or Counts()}
+
+
+def _side(role: Role, versions: tuple[str, ...], delta: Counts, error_codes: frozenset[str]) -> Side:
+    return Side(role, versions, delta.requests, delta.errors(error_codes), quantile(P99, delta.buckets))
+
+
+def _numbers(sides: Sequence[Side]) -> str:
+    return "; ".join(
+        f"{','.join(s.versions) or 'none'}: {s.requests} requests, error ratio {s.error_ratio:.4f}, p99 {_ms(s.p99_s)}"
+        for s in sides
+    )
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.1f}ms"
+
+
+def _step_label(state: RolloutState, steps: int) -> str:
+    return f"{min(state.step + 1, steps)}/{steps}"
+
+
+def _events(previous: RolloutState | None, state: RolloutState) -> tuple[StatusEvent, ...]:
+    """An Event when the reason or the step changes, for the reasons in EVENT_TYPES."""
+    if previous is not None and (previous.reason, previous.step) == (state.reason, state.step):
+        return ()
+    kind = EVENT_TYPES.get(state.reason)
+    if kind is None:
+        return ()
+    reason = f"Rollout{state.reason}" if not state.reason.startswith("Rollout") else str(state.reason)
+    return (StatusEvent(kind, reason, state.message),)
+
+
+# -- the model-level entry points reconcile calls ------------------------------------------------------------------
+
+
+def decide_model_rollout(
+    model: InferenceModel, status: Any, scrape: MetricsScrape, now: datetime.datetime
+) -> RolloutDecision | None:
+    """The rollout of `model` (None without spec.rollout), from the state in its status and this pass's scrape."""
+    rollout = model.spec.rollout
+    if rollout is None:
+        return None
+    stable = stable_versions(rollout, model.spec.traffic)
+    candidate, candidate_problem = scrape.side([rollout.candidate])
+    stable_counts, stable_problem = scrape.side(stable)
+    problem = "; ".join(p for p in (candidate_problem, stable_problem) if p)
+    previous = parse_rollout_status(status.get("rollout") if isinstance(status, Mapping) else None)
+    observed = Observation(candidate, stable_counts, problem)
+    revision = revision_of(model.spec.version(rollout.candidate))
+    return decide_rollout(rollout, previous, observed, revision=revision, stable=stable, now=now)
+
+
+def with_rollout_traffic(model: InferenceModel, decision: RolloutDecision) -> InferenceModel:
+    """The model with the rollout's split as its desired traffic (the CR's spec.traffic is not changed)."""
+    rollout = model.spec.rollout
+    if rollout is None:
+        return model
+    traffic = rollout_traffic(rollout, model.spec.traffic, decision.state.weight)
+    return replace(model, spec=replace(model.spec, traffic=traffic))
+
+
+def admit_scraper(model: InferenceModel, operator_namespace: str | None) -> InferenceModel:
+    """With spec.rollout the operator reads the pods' metrics port itself, so its namespace joins the namespaces
+    the NetworkPolicy admits to that port (out of cluster it is unknown, and nothing changes)."""
+    policy = model.spec.network_policy
+    if model.spec.rollout is None or not operator_namespace or operator_namespace in policy.metrics_namespaces:
+        return model
+    namespaces = (*policy.metrics_namespaces, operator_namespace)
+    return replace(model, spec=replace(model.spec, network_policy=replace(policy, metrics_namespaces=namespaces)))
+
+
+def add_rollout_status(
+    status: Mapping[str, Any],
+    model: InferenceModel,
+    decision: RolloutDecision | None,
+    previous_status: Any,
+    *,
+    previous_conditions: Sequence[Mapping[str, Any]],
+    now: datetime.datetime,
+) -> dict[str, Any]:
+    """`status` with status.rollout and the RolledBack condition; a rollout removed from the spec is removed from
+    status too (None, as status is merge-patched), so adding it again starts afresh."""
+    result = dict(status)
+    if decision is None or model.spec.rollout is None:
+        if isinstance(previous_status, Mapping) and previous_status.get("rollout") is not None:
+            result["rollout"] = None
+        return result
+    state = decision.state
+    result["rollout"] = render_rollout_status(state, len(model.spec.rollout.steps))
+    rolled_back = state.verdict is Verdict.ROLLED_BACK
+    condition = Condition(ROLLED_BACK, "True" if rolled_back else "False", state.reason, state.message)
+    rendered = render_conditions([condition], previous_conditions, model.ref.generation, now)
+    result["conditions"] = [*(c for c in result.get("conditions", []) if c.get("type") != ROLLED_BACK), *rendered]
+    return result
+
+
+# -- status.rollout: the state written to and read back from the CR ------------------------------------------------
+
+
+def render_rollout_status(state: RolloutState, steps: int) -> dict[str, Any]:
+    return {
+        "candidate": state.candidate,
+        "revision": state.revision,
+        "step": state.step,
+        "steps": steps,
+        "stepStartedAt": _stamp(state.step_started_at),
+        "weight": state.weight,
+        "verdict": str(state.verdict),
+        "reason": str(state.reason),
+        "message": state.message,
+        "summary": f"{_step_label(state, steps)} {state.verdict}",
+        "analysis": [
+            {
+                "role": str(side.role),
+                "versions": ",".join(side.versions),
+                "requests": side.requests,
+                "errors": side.errors,
+                "errorRatio": round(side.error_ratio, 6),
+                **({"p99Seconds": round(side.p99_s, 6)} if side.p99_s is not None else {}),
+            }
+            for side in state.analysis
+        ],
+        "baseline": [
+            {"role": str(role), "codes": dict(counts.codes), "buckets": dict(counts.buckets)}
+            for role, counts in sorted(state.baseline.items())
+        ],
+    }
+
+
+def parse_rollout_status(raw: Any) -> RolloutState | None:
+    """status.rollout as written by render_rollout_status; None when absent or unreadable (the rollout then
+    starts again, which is safe: it begins at the first, smallest step)."""
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        started = datetime.datetime.strptime(str(raw["stepStartedAt"]), "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.UTC
+        )
+        baseline = {
+            Role(item["role"]): Counts(
+                {str(k): int(v) for k, v in (item.get("codes") or {}).items()},
+                {str(k): int(v) for k, v in (item.get("buckets") or {}).items()},
+            )
+            for item in raw.get("baseline") or []
+        }
+        return RolloutState(
+            candidate=str(raw["candidate"]),
+            revision=str(raw["revision"]),
+            step=int(raw["step"]),
+            step_started_at=started,
+            weight=int(raw["weight"]),
+            verdict=Verdict(raw["verdict"]),
+            reason=RolloutReason(raw["reason"]),
+            message=str(raw.get("message", "")),
+            baseline=baseline,
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _stamp(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

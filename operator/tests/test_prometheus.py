@@ -1,0 +1,108 @@
+"""prometheus: the runtime's own /metrics page parsed into inference counters, summed, subtracted, and p99 from
+histogram buckets the way Prometheus' histogram_quantile computes it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client import generate_latest
+
+from skiff_operator.prometheus import Counts, ExpositionError, add, parse_exposition, quantile, subtract
+from skiff_runtime.metrics import SECONDS_BUCKETS, RuntimeMetrics
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def exposition(rpcs: list[tuple[str, str, float]]) -> str:
+    """The text the real runtime serves on its metrics port after these RPCs."""
+    metrics = RuntimeMetrics("demo", "v1")
+    for method, code, seconds in rpcs:
+        metrics.observe_rpc(method, code, seconds)
+    return generate_latest(metrics.registry).decode()
+
+
+def test_the_runtime_exposition_is_read_for_inference_methods_only() -> None:
+    text = exposition(
+        [
+            (INFER, "OK", 0.004),
+            (INFER, "OK", 0.004),
+            (INFER, "UNAVAILABLE", 0.3),
+            ("/tensorflow.serving.PredictionService/Predict", "INVALID_ARGUMENT", 0.0001),
+            ("/inference.GRPCInferenceService/ServerReady", "OK", 0.0001),
+            ("/grpc.health.v1.Health/Check", "OK", 0.0001),
+        ]
+    )
+    counts = parse_exposition(text)
+    assert counts.codes == {"OK": 2, "UNAVAILABLE": 1, "INVALID_ARGUMENT": 1}
+    assert counts.requests == 4
+    assert counts.errors({"UNAVAILABLE", "INTERNAL"}) == 1
+    assert counts.buckets["+Inf"] == 4
+    assert counts.buckets["0.005"] == 3  # ModelInfer 2 x 4ms + Predict 0.1ms
+    assert set(counts.buckets) == {*(str(b) for b in SECONDS_BUCKETS), "+Inf"}
+
+
+def test_a_runtime_that_served_nothing_reads_as_empty() -> None:
+    counts = parse_exposition(exposition([]))
+    assert counts == Counts({}, {})
+    assert quantile(0.99, counts.buckets) is None
+
+
+def test_labels_with_escapes_and_timestamps_parse() -> None:
+    text = (
+        '# HELP x y\ngrpc_server_handled_total{grpc_service="a\\"b",grpc_method="ModelInfer",grpc_code="OK"} 3.0 '
+        "1700000000000\nother_metric 1\n"
+    )
+    assert parse_exposition(text).codes == {"OK": 3}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("<html>not metrics</html>", "not a Prometheus sample"),
+        ('grpc_server_handled_total{grpc_method="ModelInfer",grpc_code="OK"} lots', "not a number"),
+        ('grpc_server_handled_total{grpc_method="ModelInfer",grpc_code="OK"} -1', "cannot be"),
+    ],
+)
+def test_a_page_that_is_not_metrics_is_an_error(text: str, message: str) -> None:
+    with pytest.raises(ExpositionError, match=message):
+        parse_exposition(text)
+
+
+def test_pods_add_up_and_reads_subtract() -> None:
+    one = Counts({"OK": 5}, {"0.01": 4, "+Inf": 5})
+    two = Counts({"OK": 1, "INTERNAL": 2}, {"0.01": 3, "+Inf": 3})
+    total = add([one, two])
+    assert total == Counts({"OK": 6, "INTERNAL": 2}, {"0.01": 7, "+Inf": 8})
+    assert subtract(total, one) == Counts({"OK": 1, "INTERNAL": 2}, {"0.01": 3, "+Inf": 3})
+
+
+def test_a_counter_that_went_down_is_a_reset_not_a_negative_delta() -> None:
+    assert subtract(Counts({"OK": 2}), Counts({"OK": 5})) is None
+
+
+@pytest.mark.parametrize(
+    ("buckets", "p99"),
+    [
+        ({"0.01": 100, "+Inf": 100}, 0.0099),  # all in the first bucket: 0..10ms, rank 99 of 100
+        ({"0.01": 50, "0.02": 100, "+Inf": 100}, 0.0198),  # 10..20ms holds ranks 50..100
+        ({"0.01": 0, "0.02": 0, "0.05": 100, "+Inf": 100}, 0.0497),
+        ({"0.01": 90, "10.0": 90, "+Inf": 100}, 10.0),  # rank in +Inf: the highest finite bound
+        ({"+Inf": 0}, None),
+        ({}, None),
+    ],
+)
+def test_p99_from_buckets(buckets: dict[str, int], p99: float | None) -> None:
+    result = quantile(0.99, buckets)
+    if p99 is None:
+        assert result is None
+    else:
+        assert result is not None
+        assert math.isclose(result, p99, rel_tol=1e-9)
+
+
+def test_p99_of_the_runtime_histogram_lands_in_the_right_bucket() -> None:
+    text = exposition([(INFER, "OK", 0.003)] * 990 + [(INFER, "OK", 0.4)] * 10)
+    p99 = quantile(0.99, parse_exposition(text).buckets)
+    assert p99 is not None
+    assert 0.002 < p99 <= 0.005
