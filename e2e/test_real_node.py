@@ -373,11 +373,9 @@ def test_service_mode_split_measured_through_the_service_matches_the_status(serv
     assert 60 <= measured["v1"] <= 140, measured  # binomial(200, 0.5): 4.2 standard deviations either side
 
 
-# Measured: 123 of 6,707 requests failed, all within one second of v1's pod getting SIGTERM. The runtime refuses new
-# RPCs ("is stopping") at once, while kube-proxy still sends new connections to the pod until the EndpointSlice
-# update reaches it. The fix belongs to the pod spec or the runtime (a preStop delay, or keep serving for a moment
-# after SIGTERM while reporting NOT_SERVING); until then this documents the gap without blocking CI.
-@pytest.mark.xfail(reason="the runtime refuses RPCs right after SIGTERM, before kube-proxy drops the pod", strict=False)
+# Without the pod's preStop delay, 123 of 6,707 requests failed here, all within one second of v1's pod getting
+# SIGTERM: the runtime refused new RPCs at once while kube-proxy still sent new connections to the pod until the
+# EndpointSlice update reached it. The operator now renders a preStop sleep (render/contract.PRE_STOP_DELAY_S).
 def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, kube: Kubectl) -> None:
     wait_model_ready(kube, served.namespace, SPLIT, timeout_s=240)
     cluster_ip = kube.get("service", SPLIT, "-n", served.namespace)["spec"]["clusterIP"]

@@ -232,9 +232,10 @@ def test_scheduling_fields_reach_the_pod(make_body: Body) -> None:
     assert pod["affinity"] == {"podAntiAffinity": {}}
 
 
-def test_termination_grace_covers_the_runtime_drain(make_body: Body) -> None:
+def test_termination_grace_covers_the_pre_stop_delay_and_the_runtime_drain(make_body: Body) -> None:
     pod = pod_spec(make_body(runtime={"gracePeriodSeconds": 45}))
-    assert pod["terminationGracePeriodSeconds"] == 55
+    assert pod["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert pod["terminationGracePeriodSeconds"] == 5 + 45 + 10
     assert env(make_body(runtime={"gracePeriodSeconds": 45}))["SKIFF_GRACE_PERIOD_S"] == "45"
 
 

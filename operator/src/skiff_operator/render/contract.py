@@ -14,7 +14,11 @@ RUNTIME_UID = 1000
 MODEL_ROOT = "/models"
 TMP_DIR = "/tmp"  # noqa: S108 - an emptyDir mounted in the pod, not the operator's /tmp
 TRT_CACHE_DIR = "/tmp/trt-cache"  # noqa: S108
-TERMINATION_SLACK_S = 10  # pod grace period = runtime drain time + this
+TERMINATION_SLACK_S = 10  # pod grace period = pre-stop delay + runtime drain time + this
+# Before SIGTERM the kubelet runs the preStop sleep: the pod is already out of the Service's and the gateway's
+# endpoints (it is terminating) but keeps answering, so requests routed to it while kube-proxy and gateways catch up
+# still succeed (measured on the real node without it: 123 of 6,707 requests failed within 1 s of SIGTERM).
+PRE_STOP_DELAY_S = 5
 
 # spec field -> runtime env var, written once.
 ENV_MODEL_DIR = "SKIFF_MODEL_DIR"

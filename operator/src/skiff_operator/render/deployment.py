@@ -77,7 +77,9 @@ def _render_pod_spec(model: InferenceModel, version: Version) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": spec.runtime.grace_period_s + contract.TERMINATION_SLACK_S,
+        "terminationGracePeriodSeconds": (
+            contract.PRE_STOP_DELAY_S + spec.runtime.grace_period_s + contract.TERMINATION_SLACK_S
+        ),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": contract.RUNTIME_UID,
@@ -162,6 +164,8 @@ def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]
             *render_auth_mounts(model),
         ],
         **render_probes(model.ref.name, model.spec),
+        # Keep serving while endpoints drop the terminating pod; SIGTERM (drain, then exit) comes after.
+        "lifecycle": {"preStop": {"sleep": {"seconds": contract.PRE_STOP_DELAY_S}}},
         "securityContext": {
             "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,
