@@ -406,8 +406,9 @@ def test_service_mode_split_measured_through_the_service_matches_the_status(serv
 
 # Measured: 3 to 123 of about 6,000-6,700 requests failed, all within a second or two of v1's pod getting SIGTERM.
 # The runtime refuses new RPCs ("is stopping") at once, while kube-proxy still sends new connections to the pod
-# until the EndpointSlice update reaches it. The fix belongs to the pod spec or the runtime (a preStop delay, or keep serving for a moment
-# after SIGTERM while reporting NOT_SERVING); until then this documents the gap without blocking CI.
+# until the EndpointSlice update reaches it. The fix belongs to the pod spec or the runtime (a preStop delay, or
+# keep serving for a moment after SIGTERM while reporting NOT_SERVING); until then this documents the gap without
+# blocking CI.
 @pytest.mark.xfail(reason="the runtime refuses RPCs right after SIGTERM, before kube-proxy drops the pod", strict=False)
 def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, kube: Kubectl) -> None:
     wait_model_ready(kube, served.namespace, SPLIT, timeout_s=240)
