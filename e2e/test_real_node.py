@@ -275,16 +275,47 @@ def test_deleting_the_model_drains_the_runtime_and_removes_its_pod(
     name = pod["metadata"]["name"]
     (status,) = pod["status"]["containerStatuses"]
     container_id = status["containerID"].removeprefix("containerd://")
-    with real_node.open_container_log(served.namespace, name, "runtime") as runtime_log:  # the kubelet deletes it
-        kube.run("delete", "inferencemodel", SERVED, "-n", served.namespace, "--wait=true", "--timeout=60s")
-        kube.run("wait", "--for=delete", f"pod/{name}", "-n", served.namespace, "--timeout=60s")
-        log = runtime_log.read()
+    # The pod's statuses as the kubelet reports them until it is gone, for the container's exit code.
+    watch = subprocess.Popen(
+        [kube.binary, "get", "pod", name, "-n", served.namespace, "--watch", "-o", "json"],
+        env=kube.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with real_node.open_container_log(served.namespace, name, "runtime") as runtime_log:  # the kubelet deletes it
+            kube.run("delete", "inferencemodel", SERVED, "-n", served.namespace, "--wait=true", "--timeout=60s")
+            kube.run("wait", "--for=delete", f"pod/{name}", "-n", served.namespace, "--timeout=60s")
+            log = runtime_log.read()
+    finally:
+        watch.kill()
+        statuses, _ = watch.communicate(timeout=30)
     for step in ("shutting down", "drained", "stopped"):
         assert step in log, f"the runtime did not log {step!r}:\n{log[-3000:]}"
-    kubelet_log = (real_node.paths.logs / "kubelet.log").read_text(errors="replace")
-    finished = [line for line in kubelet_log.splitlines() if container_id in line and "exitCode=" in line]
-    assert finished, f"the kubelet logged no exit code for container {container_id}"
-    assert "exitCode=0" in finished[-1], finished[-1]
+    exit_codes = terminated_exit_codes(statuses.decode(errors="replace"))
+
+    def kubelet_exit_codes() -> list[str]:  # its PLEG logs the exit at its next relist, maybe after the pod is gone
+        kubelet_log = (real_node.paths.logs / "kubelet.log").read_text(errors="replace")
+        lines = [line for line in kubelet_log.splitlines() if container_id in line and "exitCode=" in line]
+        return [line.split("exitCode=")[1].split()[0] for line in lines]
+
+    if not exit_codes:
+        exit_codes = [int(code) for code in eventually(kubelet_exit_codes, timeout=30, what="the exit code")]
+    assert exit_codes[-1] == 0, exit_codes
+
+
+def terminated_exit_codes(watched: str) -> list[int]:
+    """The exit codes in the `terminated` states of a `kubectl get --watch -o json` stream (JSON objects in a row)."""
+    decoder, position, codes = json.JSONDecoder(), 0, []
+    while (start := watched.find("{", position)) >= 0:
+        try:
+            pod, position = decoder.raw_decode(watched, start)
+        except json.JSONDecodeError:  # the last object, cut off when the watch was stopped
+            break
+        for status in pod.get("status", {}).get("containerStatuses", []):
+            if "terminated" in status.get("state", {}):
+                codes.append(int(status["state"]["terminated"]["exitCode"]))
+    return codes
 
 
 def answered_by(cluster_ip: str) -> str:
@@ -373,9 +404,10 @@ def test_service_mode_split_measured_through_the_service_matches_the_status(serv
     assert 60 <= measured["v1"] <= 140, measured  # binomial(200, 0.5): 4.2 standard deviations either side
 
 
-# Without the pod's preStop delay, 123 of 6,707 requests failed here, all within one second of v1's pod getting
-# SIGTERM: the runtime refused new RPCs at once while kube-proxy still sent new connections to the pod until the
-# EndpointSlice update reached it. The operator now renders a preStop sleep (render/contract.PRE_STOP_DELAY_S).
+# Without the pod's preStop delay, 3 to 123 of about 6,000-6,700 requests failed here, all within a second or two of
+# v1's pod getting SIGTERM: the runtime refused new RPCs at once while kube-proxy still sent new connections to the
+# pod until the EndpointSlice update reached it. The operator now renders a preStop sleep
+# (render/contract.PRE_STOP_DELAY_S).
 def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, kube: Kubectl) -> None:
     wait_model_ready(kube, served.namespace, SPLIT, timeout_s=240)
     cluster_ip = kube.get("service", SPLIT, "-n", served.namespace)["spec"]["clusterIP"]
