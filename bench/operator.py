@@ -20,7 +20,8 @@ from typing import Any
 from bench.stats import percentile
 
 # The children one single-version model gets: its Deployment, its version Service, the model Service, the
-# NetworkPolicy (kube.py's server-side applies; a 201 answer means the apply created the object).
+# NetworkPolicy. A child exists from the operator's first successful apply of it: usually 201 Created, but an
+# apply the server timed out (504) may still have created it, and the next apply answers 200.
 CHILD_RESOURCES = frozenset({"deployments", "services", "networkpolicies"})
 CHILDREN_PER_MODEL = 4
 NODE_PODS = 500  # per simulated node the benchmark adds, so scheduling never limits it
@@ -43,28 +44,26 @@ def model_of(name: str, models: Mapping[str, str]) -> str | None:
 
 def child_timings(requests: Iterable[Any], namespace: str, models: Sequence[str]) -> Timings:
     """Apply -> children per model from audit entries (e2e.faults.Request): the CR's create, then the operator's
-    creating applies of its children."""
+    first successful apply of each of its children."""
     by_name = {m: m for m in models}
     created: dict[str, datetime.datetime] = {}
-    children: dict[str, list[datetime.datetime]] = collections.defaultdict(list)
+    children: dict[str, dict[tuple[str, str], datetime.datetime]] = collections.defaultdict(dict)
     for request in requests:
         if request.namespace != namespace:
             continue
         if request.resource == "inferencemodels" and request.verb == "create" and request.code == 201:
             created[request.name] = request.received
-        elif request.resource in CHILD_RESOURCES and request.code == 201 and request.from_operator:
+        elif request.resource in CHILD_RESOURCES and request.verb == "patch" and request.code in (200, 201):
             model = model_of(request.name, by_name)
-            if model is not None:
-                children[model].append(request.received)
-    to_children = {
-        m: (max(children[m]) - created[m]).total_seconds()
-        for m in models
-        if m in created and len(children[m]) >= CHILDREN_PER_MODEL
-    }
+            if model is not None and request.from_operator:
+                first = children[model].setdefault((request.resource, request.name), request.received)
+                children[model][(request.resource, request.name)] = min(first, request.received)
+    done = {m: max(children[m].values()) for m in models if m in created and len(children[m]) >= CHILDREN_PER_MODEL}
+    to_children = {m: (at - created[m]).total_seconds() for m, at in done.items()}
     missing = tuple(m for m in models if m not in to_children)
     all_children = None
     if created and not missing:
-        all_children = (max(max(children[m]) for m in models) - min(created.values())).total_seconds()
+        all_children = (max(done.values()) - min(created.values())).total_seconds()
     return Timings(to_children, all_children, missing)
 
 

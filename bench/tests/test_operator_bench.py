@@ -23,15 +23,16 @@ def test_children_are_found_by_model_name_or_version_suffix() -> None:
     assert model_of("other-v1", models) is None
 
 
-def test_apply_to_children_is_create_to_the_last_creating_apply() -> None:
+def test_apply_to_children_is_create_to_the_first_successful_apply_of_the_last_child() -> None:
     log = [
         at(0.0, "create", "inferencemodels", "m1", 201, agent="kubectl/v1.36"),
         at(0.5, "create", "inferencemodels", "m2", 201, agent="kubectl/v1.36"),
         at(0.2, "patch", "deployments", "m1-v1", 201),
         at(0.3, "patch", "services", "m1-v1", 201),
         at(0.4, "patch", "services", "m1", 201),
-        at(0.6, "patch", "networkpolicies", "m1", 201),
-        at(0.9, "patch", "deployments", "m1-v1", 200),  # an update: not a creation
+        at(0.55, "patch", "networkpolicies", "m1", 504),  # timed out at the server (it may still have created it)
+        at(0.6, "patch", "networkpolicies", "m1", 200),  # exists from here
+        at(0.9, "patch", "deployments", "m1-v1", 200),  # a later apply of an existing child
         at(0.7, "patch", "deployments", "m2-v1", 201),
         at(0.8, "patch", "deployments", "m3-v1", 201, agent="kubectl/v1.36"),  # not the operator
     ]
