@@ -415,6 +415,18 @@ class LocalControlPlane:
         self.log("control plane stopped and its files removed")
 
 
+def terminate(process: subprocess.Popen[Any], timeout: float = 15) -> None:
+    """SIGTERM, up to `timeout` seconds to exit, then SIGKILL; nothing to do for a process already gone."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 def process_exited(pid: int) -> bool:
     """The process is gone or a zombie: its sockets are closed (an empty cmdline comes earlier, before that)."""
     try:

@@ -8,13 +8,12 @@ never calls out: version checks and usage reports are off.
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import Kubectl, eventually
+from e2e.cluster import Kubectl, eventually, terminate
 from e2e.vendor import gateway_api_crd
 
 GATEWAY_API_CRDS = (
@@ -117,14 +116,8 @@ class Traefik:
         return True
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            terminate(self.process)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -18,7 +18,7 @@ import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from e2e.cluster import REPO, Kubectl, eventually
+from e2e.cluster import REPO, Kubectl, eventually, terminate
 
 CRD_PATH = REPO / "crds" / "skiff.dev_inferencemodels.yaml"
 EXAMPLES_DIR = REPO / "manifests" / "examples"
@@ -144,14 +144,8 @@ class OperatorProcess:
         self.process.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            terminate(self.process)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -47,6 +47,7 @@ from e2e.cluster import (
     eventually,
     local_control_plane,
     process_exited,
+    terminate,
 )
 
 NODE_NAME = "real-node"
@@ -775,14 +776,8 @@ class RealNode:
 
     def _stop(self, name: str, timeout: float = 15) -> None:
         process = self._processes.pop(name, None)
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        if process is not None:
+            terminate(process, timeout)
 
     def _stop_kube_proxy(self) -> None:
         self._stop("kube-proxy")

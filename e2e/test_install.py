@@ -10,7 +10,6 @@ chart installed, its liveness URL moved to a free local port.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.cluster import Kubectl, eventually, user_kubeconfig
+from e2e.cluster import Kubectl, eventually, terminate, user_kubeconfig
 from e2e.harness import CRD_PATH, OPERATOR, free_port, install_crd, load_example
 from e2e.helm import CHART, Helm, HelmError
 
@@ -76,12 +75,7 @@ class ChartOperator:
 
     def __exit__(self, *_: object) -> None:
         assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        terminate(self.process)
         print(f"---- operator log ({' '.join(self.args)}) ----\n{self.log()[-15000:]}")
 
     def log(self) -> str:
