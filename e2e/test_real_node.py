@@ -30,11 +30,11 @@ import pytest
 import tritonclient.grpc as triton
 
 from e2e.cluster import Kubectl, eventually
-from e2e.conftest import RESTRICTED
 from e2e.gateway import Traefik, gateway_manifests, install_gateway_api
-from e2e.harness import OperatorProcess, condition, free_port, grpc_health_check, load_example, wait_model_ready
+from e2e.harness import OperatorProcess, condition, free_port, grpc_health_check, wait_model_ready
 from e2e.images import Images
-from e2e.node import NETWORK, NODE_NAME, RealNode, pod_placement
+from e2e.node import NETWORK, NODE_NAME, RealNode
+from e2e.real_models import create_real_namespace, delete_real_namespace, real_model, threads_running
 from skiff_operator.render import contract
 
 # Cold CI builds the runtime image first (scripts/images.sh: minutes); cached, the module takes about a minute.
@@ -75,19 +75,6 @@ class Served:
         return expected
 
 
-def real_model(namespace: str, name: str, model_uri: str, image: str) -> dict[str, Any]:
-    """The CPU example on the real node: the image imported there (never pulled), one replica of one worker, a
-    short drain."""
-    body = load_example("cpu", namespace)
-    body["metadata"]["name"] = name
-    spec = body["spec"]
-    spec["versions"] = [{"name": "v1", "modelUri": model_uri, "replicas": 1}]
-    spec["runtime"].update(image=image, imagePullPolicy="Never", cpuThreads=1, gracePeriodSeconds=5)
-    spec["resources"] = {"cpu": "500m", "memory": "2Gi"}
-    spec["scheduling"] = pod_placement()
-    return body
-
-
 def model_pod(kube: Kubectl, namespace: str, model: str) -> dict[str, Any]:
     (pod,) = kube.items("pods", namespace, f"skiff.dev/model={model}")
     return pod
@@ -108,52 +95,13 @@ def served(
     real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
     namespace = f"e2e-real-node-{uuid.uuid4().hex[:6]}"
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": namespace, "labels": {RESTRICTED: "restricted", "skiff.dev/e2e": "true"}},
-        }
-    )
-    eventually(lambda: kube.get_or_none("serviceaccount", "default", namespace), timeout=60, what="serviceaccount")
-    models = real_node.shared_dir(namespace)
+    models = create_real_namespace(kube, real_node, namespace)
     sample = models / "sample-cnn" / "v1"
     subprocess.run([sys.executable, "-m", "skiff_runtime.samples", "conv", str(sample)], check=True, timeout=300)
     broken = models / "broken" / "v1"
     broken.mkdir(parents=True)
     (broken / "inference.json").write_text('{"not": "a paddle program"}')
     (broken / "inference.pdiparams").write_bytes(b"\0" * 64)
-    volume = f"{namespace}-models"
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume, "labels": {"skiff.dev/e2e-namespace": namespace}},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(models), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": "models"},
-            },
-        }
-    )
-    kube.run("wait", "--for=jsonpath={.status.phase}=Available", f"pv/{volume}", "--timeout=60s")
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "models", "namespace": namespace},
-            "spec": {
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "volumeName": volume,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        }
-    )
-    kube.run("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", namespace, "--timeout=60s")
 
     scratch = tmp_path_factory.mktemp("real-node")
     install_gateway_api(kube)  # before the operator starts: routing mode Auto picks Gateway when a model names one
@@ -179,8 +127,7 @@ def served(
             print(
                 f"---- {model} runtime log ----\n{real_node.container_log(namespace, f'{model}-*', 'runtime')[-5000:]}"
             )
-        kube.run("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
-        kube.run("delete", "persistentvolume", volume, "--wait=false", "--ignore-not-found")
+        delete_real_namespace(kube, namespace)
 
 
 def test_pod_turns_ready_only_after_the_runtime_reports_serving(
@@ -356,15 +303,8 @@ class Load:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[Load]:
-        threads = [threading.Thread(target=self.run, daemon=True) for _ in range(self.clients)]
-        for thread in threads:
-            thread.start()
-        try:
+        with threads_running(self.run, self.clients, self.stop):
             yield self
-        finally:
-            self.stop.set()
-            for thread in threads:
-                thread.join(timeout=30)
 
 
 def test_service_mode_split_measured_through_the_service_matches_the_status(served: Served, kube: Kubectl) -> None:
