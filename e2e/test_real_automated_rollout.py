@@ -302,6 +302,8 @@ def test_good_candidate_is_promoted_through_every_step_under_load_with_no_failed
     print("\n".join(f"event {e['type']} {e['reason']}: {e['message']}" for e in events))
     reasons = [e["reason"] for e in events]
     assert reasons.count("RolloutStepPassed") == 1, reasons
+    # Pods still starting are not read: no metrics Warning while the versions' pods come up.
+    assert "RolloutMetricsUnavailable" not in reasons, reasons
     assert "RolloutPromoted" in reasons, reasons
     for weight, reason in ((20, "RolloutStepPassed"), (50, "RolloutPromoted")):
         message = next(e["message"] for e in events if e["reason"] == reason)
