@@ -37,7 +37,8 @@ from e2e.images import Images
 from e2e.node import NODE_NAME, RealNode
 from e2e.real_models import create_real_namespace, delete_real_namespace, real_model, threads_running
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# The first test's setup may build the runtime image (cold: minutes) and wait for another session's real node.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 GOOD = "rollout-good"
 BAD = "rollout-bad"
