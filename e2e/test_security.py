@@ -274,11 +274,18 @@ def test_runtime_from_an_auth_deployment_requires_the_token_and_follows_a_rotate
         assert metadata_code(None) is grpc.StatusCode.UNAUTHENTICATED
         assert metadata_code("first-token") is grpc.StatusCode.OK
 
-        # Rotation: the Secret changes in the API server, the kubelet rewrites the mounted file (done here by
-        # hand: kwok runs no kubelet), and the same process takes the new token.
-        kube.run("patch", "secret", "callers", "-n", namespace, "-p", '{"stringData":{"token":"second-token"}}')
-        token_file.chmod(0o600)
-        token_file.write_bytes(secret_data(kube, "callers", namespace)["token"])
+        # Rotation with an overlap: the Secret changes in the API server, the kubelet rewrites the mounted file
+        # (done here by hand: kwok runs no kubelet), and the same process takes the tokens it lists.
+        def rotate(tokens: str) -> None:
+            patch = json.dumps({"stringData": {"token": tokens}})
+            kube.run("patch", "secret", "callers", "-n", namespace, "-p", patch)
+            token_file.chmod(0o600)
+            token_file.write_bytes(secret_data(kube, "callers", namespace)["token"])
+
+        rotate("first-token\nsecond-token\n")  # add the new token; clients move to it
+        assert metadata_code("first-token") is grpc.StatusCode.OK
+        assert metadata_code("second-token") is grpc.StatusCode.OK
+        rotate("second-token\n")  # then remove the old one
         assert metadata_code("second-token") is grpc.StatusCode.OK
         assert metadata_code("first-token") is grpc.StatusCode.UNAUTHENTICATED
         assert process.poll() is None

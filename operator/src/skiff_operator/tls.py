@@ -176,7 +176,7 @@ def _ca_events(step: certs.CAStep, chain: certs.CAChain, ca_name: str, secret_na
                 "Normal",
                 CA_ROTATED,
                 f"the new CA in Secret {ca_name} (valid until {until}) signs from now on; the old one stays in ca.crt "
-                f"of Secret {secret_name} until it expires",
+                f"of Secret {secret_name} until no certificate it signed can be valid",
             )
         ]
     return []
