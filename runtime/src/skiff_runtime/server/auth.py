@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import grpc
 
 from skiff_runtime.server.interceptors import Continuation, with_unary
+from skiff_runtime.server.watched import file_signature
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,7 @@ def parse_tokens(content: bytes) -> tuple[bytes, ...]:
 
 
 class TokenFile:
-    """The accepted tokens, cached until the file changes. A Secret volume's file is a symlink through `..data`,
-    which the kubelet swaps to a new directory on update: the file stat() reaches is then a new inode, noticed
-    even when its modification time and size equal the old one's."""
+    """The accepted tokens, cached until the file's signature changes (a Secret volume's `..data` swap included)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -45,8 +43,7 @@ class TokenFile:
 
     def current(self) -> tuple[bytes, ...]:
         """Every token the file lists now; OSError or ValueError (no token) when it cannot be used."""
-        stat = os.stat(self.path)  # follows the symlinks: the file behind ..data now
-        signature = (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        signature = file_signature(self.path)
         with self._lock:
             if signature != self._signature:
                 tokens = parse_tokens(self.path.read_bytes())
