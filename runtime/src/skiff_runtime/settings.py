@@ -299,7 +299,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls_cert_file", Path, "PEM certificate chain: serve TLS on the inference port (reloaded on change)"),
     Option("tls_key_file", Path, "PEM private key for --tls-cert-file"),
     Option("tls_client_ca_file", Path, "PEM CA bundle: require client certificates signed by it (mutual TLS)"),
-    Option("auth_token_file", Path, "file holding a bearer token that inference RPCs must present (health stays open)"),
+    Option(
+        "auth_token_file",
+        Path,
+        "file listing the bearer tokens, one per line, of which inference requests must "
+        "present one (health stays open); re-read when it changes",
+    ),
     Option("grace_period_s", _seconds, "seconds to finish in-flight requests after SIGTERM (default 20)"),
     Option("log_level", _log_level, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
 )
