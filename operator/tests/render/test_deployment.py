@@ -55,6 +55,24 @@ def test_gpu_limit_and_device_set_from_spec(
     assert env(body)["SKIFF_DEVICE"] == device
 
 
+@pytest.mark.parametrize(
+    ("resources", "runtime", "gpus", "workers"),
+    [
+        ({}, {}, None, "1"),  # CPU: no GPU count, workers from the CPU request
+        ({"gpu": 1}, {}, "1", "1"),
+        ({"gpu": 4}, {}, "4", "4"),  # one worker per GPU
+        ({"gpu": 2, "gpuResourceName": "nvidia.com/mig-1g.10gb"}, {}, "2", "2"),
+        ({"gpu": 2}, {"workers": 4}, "2", "4"),  # explicit workers take the GPUs in turn
+    ],
+)
+def test_a_pod_with_n_gpus_runs_one_worker_per_gpu(
+    make_body: Body, resources: dict[str, Any], runtime: dict[str, Any], gpus: str | None, workers: str
+) -> None:
+    rendered = env(make_body(resources=resources, runtime=runtime))
+    assert rendered.get("SKIFF_GPUS") == gpus
+    assert rendered["SKIFF_WORKERS"] == workers
+
+
 def test_gpu_count_is_an_integer_in_limits(make_body: Body) -> None:
     limits = container(make_body(resources={"gpu": 2}))["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == 2

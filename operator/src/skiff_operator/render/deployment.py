@@ -194,6 +194,9 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_HTTP_PORT, contract.HTTP_PORT if runtime.rest else None),
         # The device plugin exposes the pod's GPUs from index 0, whichever physical GPUs they are.
         (contract.ENV_DEVICE, "gpu:0" if gpu else "cpu"),
+        # One worker per GPU, each with CUDA_VISIBLE_DEVICES set to its own (the runtime reads the device plugin's
+        # NVIDIA_VISIBLE_DEVICES; this count checks it).
+        (contract.ENV_GPUS, version.resources.gpu if gpu else None),
         (contract.ENV_MAX_BATCH_SIZE, runtime.max_batch_size),
         (contract.ENV_CPU_THREADS, runtime.cpu_threads),
         (contract.ENV_WORKERS, runtime.workers or worker_count(version, runtime.cpu_threads)),
@@ -219,11 +222,11 @@ def cpu_cores(quantity: str) -> float:
 
 
 def worker_count(version: Version, cpu_threads: int | None) -> int:
-    """Runtime worker processes (one predictor each): one per GPU pod; on CPU, the requested cores divided by
-    the threads each predictor uses. Set explicitly: in a pod without a CPU limit the runtime would see every
+    """Runtime worker processes (one predictor each): one per GPU of the pod; on CPU, the requested cores divided
+    by the threads each predictor uses. Set explicitly: in a pod without a CPU limit the runtime would see every
     core of the node."""
     if version.resources.gpu > 0:
-        return 1
+        return version.resources.gpu
     return max(1, int(cpu_cores(version.resources.cpu) // (cpu_threads or 1)))
 
 
