@@ -22,7 +22,8 @@ if [[ ! -x "$bin/$tool" ]]; then
   started=$SECONDS
   GOCACHE="$cache/go/build" GOMODCACHE="$cache/go/mod" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false \
     GOBIN="$bin.partial" go install -trimpath "$package" >&2
-  mv "$bin.partial/$(basename "$module")" "$bin.partial/$tool" 2>/dev/null || true
+  built="$bin.partial/$(basename "$module")"  # go names the binary after the package's last path element
+  [[ "$built" == "$bin.partial/$tool" ]] || mv "$built" "$bin.partial/$tool"
   mkdir -p "$(dirname "$bin")" && rm -rf "$bin" && mv "$bin.partial" "$bin"
   echo "==> $tool built in $((SECONDS - started))s" >&2
 fi
