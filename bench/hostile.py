@@ -264,14 +264,25 @@ def measure(target: str, health_target: str | None, pid: int, message: bytes, ti
 
 
 async def _serve_bare(max_message_bytes: int) -> None:
-    """gRPC alone: a grpc.aio server whose ModelInfer handler reads the message (as Skiff's does) and drops it."""
+    """gRPC alone: a grpc.aio server whose ModelInfer handler reads the message (as Skiff's does) and drops it; its
+    answer's details say what Python objects gRPC allocated to hand the message over (tracemalloc: peak, held)."""
     import asyncio
+    import tracemalloc
 
     async def read_and_drop(requests: object, context: grpc.aio.ServicerContext) -> bytes:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
         message = await context.read()
+        held, peak = tracemalloc.get_traced_memory()
+        size = len(message)
         del message
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "read and dropped")
+        details = f"{size / 2**20:.1f} MiB read: Python objects peak +{(peak - before) / 2**20:.1f} MiB, " + (
+            f"held +{(held - before) / 2**20:.1f} MiB"
+        )
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details)
         return b""
+
+    tracemalloc.start()
 
     options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(options=options)
@@ -354,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
           f"'{names[0]}' twice: peak RSS growth " + ", then ".join(
               f"{o.rss_growth_mib:.0f} MiB ({o.rss_growth_mib / (len(first) / 2**20):.1f}x)" for o in floor),
           flush=True)  # fmt: skip
+    print(f"  inside it: {floor[0].details}", flush=True)
     with tempfile.TemporaryDirectory(prefix="skiff-hostile-") as tmp:
         model_dir = Path(tmp) / MODEL
         print(f"exporting the sample model {MODEL} -> {model_dir}", flush=True)
