@@ -28,7 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.stats import percentile
 from skiff_runtime.allocator import ENV
-from skiff_runtime.codec import encode_varint as varint
+from skiff_runtime.wire import encode_varint as varint
 
 MODEL = "two_io"
 METHOD = "/inference.GRPCInferenceService/ModelInfer"

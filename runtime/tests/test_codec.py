@@ -13,8 +13,6 @@ from bench.hostile import HOSTILE, good_request, head, length_delimited, tag
 
 from skiff_runtime.codec import (
     MAX_HEAD_BYTES,
-    InferRequest,
-    InferResponse,
     decode_request,
     decode_request_bytes,
     decode_response,
@@ -25,7 +23,15 @@ from skiff_runtime.codec import (
 )
 from skiff_runtime.errors import InvalidInput
 from skiff_runtime.proto import inference_pb2 as pb
-from skiff_runtime.tensors import NUMPY_DTYPES, Datatype, ModelSignature, Tensor, TensorSpec
+from skiff_runtime.tensors import (
+    NUMPY_DTYPES,
+    Datatype,
+    InferRequest,
+    InferResponse,
+    ModelSignature,
+    Tensor,
+    TensorSpec,
+)
 
 # Values that probe each datatype's extremes, shaped (2, 3).
 SAMPLES: dict[Datatype, list[object]] = {
