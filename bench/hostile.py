@@ -1,15 +1,19 @@
 """Hostile ModelInferRequests built byte by byte, and what each costs a live runtime: time, RSS, health latency.
 
-`python -m bench.hostile [--size-mb 8] [--max-message-mb 64]` exports the two-input sample model (FP32[-1,4] and
-INT64[-1,2]), serves it with `skiff-runtime serve --workers 1`, sends every message of `HOSTILE` while a thread
-asks grpc.health.v1 Check on the plaintext health port every 10 ms, and prints one markdown row per message:
-the status, the seconds to the answer, the server's RSS growth (sampled every 10 ms) and the health Check p50/p99/
-max during the request. The same `measure` runs in `runtime/tests/server/test_hostile.py` with generous bounds.
+`python -m bench.hostile [--size-mb 8] [--max-message-mb 64] [--fresh]` exports the two-input sample model
+(FP32[-1,4] and INT64[-1,2]), serves it with `skiff-runtime serve --workers 1`, sends every message of `HOSTILE`
+while another process asks grpc.health.v1 Check on the plaintext health port every 10 ms (as kubelet would), and
+prints one markdown row per message: the status, the seconds to the answer, the server's peak RSS growth (the
+kernel's high-water mark, reset before each message) and the health Check p50/p99/max during the request. First it
+measures gRPC's own cost: a fresh bare grpc.aio server whose handler only reads the message, sent the first message
+twice. `--fresh` starts a new runtime for every message (every row is then a first message). The same `measure`
+runs in `runtime/tests/server/test_hostile.py` with generous bounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,7 +27,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.stats import percentile
-from skiff_runtime.codec import encode_varint as varint
+from skiff_runtime.allocator import ENV
+from skiff_runtime.wire import encode_varint as varint
 
 MODEL = "two_io"
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
@@ -137,11 +142,21 @@ def good_request(batch: int = 1) -> bytes:
     )
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory (or another /proc/PID/status size, e.g. VmHWM, its peak) in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) of `pid` to its current RSS; False where that is not allowed."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -159,49 +174,146 @@ class Outcome:
         return percentile(self.health_ms, q)
 
 
-def measure(target: str, health_target: str, pid: int, message: bytes, timeout_s: float = 60) -> Outcome:
-    """Send `message` as a ModelInfer call while a thread probes health every 10 ms and samples the server's RSS."""
+def probe_health(health_target: str) -> None:
+    """Entry point of the health probe's process: asks Check every 10 ms from "ready" until a line arrives on stdin,
+    then prints the latencies (ms) and the number of failed Checks as one JSON line."""
+    import json
+
     stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
     health_ms: list[float] = []
-    failures = [0]
+    failures = 0
+    with grpc.insecure_channel(health_target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        request = health_pb2.HealthCheckRequest(service=MODEL)
+        stub.Check(request, timeout=5)  # connected before the message goes out
+        print("ready", flush=True)
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                stub.Check(request, timeout=1)
+                health_ms.append((time.perf_counter() - started) * 1000)
+            except grpc.RpcError:
+                failures += 1
+            stop.wait(HEALTH_PERIOD_S)
+    print(json.dumps({"health_ms": health_ms, "failures": failures}), flush=True)
+
+
+def _start_probe(health_target: str) -> subprocess.Popen[str]:
+    code = f"from bench.hostile import probe_health; probe_health({health_target!r})"
+    probe = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert probe.stdout is not None
+    if probe.stdout.readline().strip() != "ready":
+        probe.kill()
+        raise RuntimeError(f"the health probe could not reach {health_target}")
+    return probe
+
+
+def _stop_probe(probe: subprocess.Popen[str]) -> tuple[tuple[float, ...], int]:
+    import json
+
+    out, _ = probe.communicate("stop\n", timeout=30)
+    result = json.loads(out.strip().splitlines()[-1])
+    return tuple(result["health_ms"]), int(result["failures"])
+
+
+def idle_health(health_target: str, seconds: float = 2.0) -> tuple[tuple[float, ...], int]:
+    """Health Check latencies (ms) and failures over `seconds` with no request in flight: the machine's own noise."""
+    probe = _start_probe(health_target)
+    time.sleep(seconds)
+    return _stop_probe(probe)
+
+
+def measure(target: str, health_target: str | None, pid: int, message: bytes, timeout_s: float = 60) -> Outcome:
+    """Send `message` as a ModelInfer call while a separate process probes health every 10 ms, as kubelet would
+    (none without a health target: then no health figures). The RSS growth is the kernel's peak-RSS mark of the
+    server, reset just before the message, so a copy that lives for a millisecond counts; where the mark cannot be
+    reset, RSS sampled every 10 ms."""
+    stop = threading.Event()
     baseline = rss_mib(pid)
     peak = [baseline]
+    exact = reset_peak_rss(pid)
 
-    def probe() -> None:
-        with grpc.insecure_channel(health_target) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            request = health_pb2.HealthCheckRequest(service=MODEL)
-            stub.Check(request, timeout=5)  # connected before the message goes out
-            ready.set()
-            while not stop.is_set():
-                started = time.perf_counter()
-                try:
-                    stub.Check(request, timeout=1)
-                    health_ms.append((time.perf_counter() - started) * 1000)
-                except grpc.RpcError:
-                    failures[0] += 1
-                peak[0] = max(peak[0], rss_mib(pid))
-                stop.wait(HEALTH_PERIOD_S)
+    def sample() -> None:
+        while not stop.wait(HEALTH_PERIOD_S):
+            peak[0] = max(peak[0], rss_mib(pid))
 
-    ready = threading.Event()
-    prober = threading.Thread(target=probe, daemon=True)
-    prober.start()
-    ready.wait(10)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    probe = _start_probe(health_target) if health_target is not None else None
     options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-    with grpc.insecure_channel(target, options=options) as channel:
-        call = channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
-        grpc.channel_ready_future(channel).result(timeout=10)
-        started = time.perf_counter()
-        try:
-            call(message, timeout=timeout_s)
-            code, details = "OK", ""
-        except grpc.RpcError as exc:
-            code, details = exc.code().name, exc.details() or ""
-        seconds = time.perf_counter() - started
-    time.sleep(0.05)  # one more health sample after the answer
-    stop.set()
-    prober.join()
-    return Outcome(code, details, seconds, max(0.0, peak[0] - baseline), tuple(health_ms), failures[0])
+    try:
+        with grpc.insecure_channel(target, options=options) as channel:
+            call = channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+            grpc.channel_ready_future(channel).result(timeout=10)
+            started = time.perf_counter()
+            try:
+                call(message, timeout=timeout_s)
+                code, details = "OK", ""
+            except grpc.RpcError as exc:
+                code, details = exc.code().name, exc.details() or ""
+            seconds = time.perf_counter() - started
+        time.sleep(0.05)  # one more health sample after the answer
+    finally:
+        health_ms, failures = _stop_probe(probe) if probe is not None else ((), 0)
+        stop.set()
+        sampler.join()
+    if exact:
+        peak[0] = max(peak[0], rss_mib(pid, "VmHWM"))
+    return Outcome(code, details, seconds, max(0.0, peak[0] - baseline), health_ms, failures)
+
+
+async def _serve_bare(max_message_bytes: int) -> None:
+    """gRPC alone: a grpc.aio server whose ModelInfer handler reads the message (as Skiff's does) and drops it; its
+    answer's details say what Python objects gRPC allocated to hand the message over (tracemalloc: peak, held)."""
+    import asyncio
+    import tracemalloc
+
+    async def read_and_drop(requests: object, context: grpc.aio.ServicerContext) -> bytes:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        message = await context.read()
+        held, peak = tracemalloc.get_traced_memory()
+        size = len(message)
+        del message
+        details = f"{size / 2**20:.1f} MiB read: Python objects peak +{(peak - before) / 2**20:.1f} MiB, " + (
+            f"held +{(held - before) / 2**20:.1f} MiB"
+        )
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details)
+        return b""
+
+    tracemalloc.start()
+
+    options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.so_reuseport", 0)]
+    server = grpc.aio.server(options=options)
+    service, method = METHOD.strip("/").split("/")
+    handler = grpc.stream_unary_rpc_method_handler(read_and_drop)  # type: ignore[arg-type]
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {method: handler}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(port, flush=True)
+    await asyncio.Event().wait()
+
+
+def serve_bare(max_message_bytes: int) -> None:
+    """Entry point of the bare gRPC server's process (prints its port, then serves until killed)."""
+    import asyncio
+
+    asyncio.run(_serve_bare(max_message_bytes))
+
+
+def grpc_floor(message: bytes, max_message_mb: int, times: int = 2) -> list[Outcome]:
+    """What gRPC's Python server costs by itself: a fresh bare server (`serve_bare`) sent `message` `times` times."""
+    code = f"from bench.hostile import serve_bare; serve_bare({max_message_mb << 20})"
+    env = {**os.environ, **ENV}  # the runtime's glibc malloc settings, as its launcher sets them
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdout is not None
+        target = f"127.0.0.1:{int(proc.stdout.readline())}"
+        return [measure(target, None, proc.pid, message) for _ in range(times)]
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def _serve(model_dir: Path, log: Path, max_message_mb: int) -> tuple[subprocess.Popen[bytes], str, str]:
@@ -225,13 +337,35 @@ def _serve(model_dir: Path, log: Path, max_message_mb: int) -> tuple[subprocess.
     raise SystemExit(f"the runtime was not ready after 120 s:\n{log.read_text()}")
 
 
+def _row(name: str, message: bytes, outcome: Outcome) -> str:
+    size_mib = len(message) / 2**20
+    health = (f"{outcome.health_percentile(50):.1f} / {outcome.health_percentile(99):.1f} / "
+              f"{max(outcome.health_ms, default=float('nan')):.1f}")  # fmt: skip
+    return (f"| {name} ({size_mib:.1f} MiB) | {outcome.code} | {outcome.seconds:.3f} | {outcome.rss_growth_mib:.0f} "
+            f"({outcome.rss_growth_mib / size_mib:.1f}x) | {health} | {outcome.health_failures} |")  # fmt: skip
+
+
+def _load() -> str:
+    return "load average " + " / ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hostile", description=__doc__.split("\n")[0])
     parser.add_argument("--size-mb", type=float, default=8.0, help="size of each hostile message (default 8 MiB)")
     parser.add_argument("--max-message-mb", type=int, default=64, help="the server's --max-message-mb (default 64)")
     parser.add_argument("--only", default="", help="run only messages whose name contains this text")
+    parser.add_argument("--fresh", action="store_true", help="a new runtime for every message (all first messages)")
     args = parser.parse_args(argv)
     size = int(args.size_mb * 1024 * 1024)
+    names = [name for name in HOSTILE if args.only in name]
+    print(f"{_load()} (nproc {os.cpu_count()})", flush=True)
+    first = HOSTILE[names[0]](size)
+    floor = grpc_floor(first, args.max_message_mb)
+    print(f"gRPC alone (a bare grpc.aio server whose handler reads the message and drops it), fresh process, "
+          f"'{names[0]}' twice: peak RSS growth " + ", then ".join(
+              f"{o.rss_growth_mib:.0f} MiB ({o.rss_growth_mib / (len(first) / 2**20):.1f}x)" for o in floor),
+          flush=True)  # fmt: skip
+    print(f"  inside it: {floor[0].details}", flush=True)
     with tempfile.TemporaryDirectory(prefix="skiff-hostile-") as tmp:
         model_dir = Path(tmp) / MODEL
         print(f"exporting the sample model {MODEL} -> {model_dir}", flush=True)
@@ -243,24 +377,28 @@ def main(argv: list[str] | None = None) -> int:
             normal = measure(target, health_target, proc.pid, good_request())
             print(f"server pid {proc.pid}, RSS {rss_mib(proc.pid):.0f} MiB; a good request: {normal.code} "
                   f"in {normal.seconds * 1000:.1f} ms", flush=True)  # fmt: skip
-            print(f"\nmessages of {args.size_mb:g} MiB against --max-message-mb {args.max_message_mb}\n")
-            print("| message | answer | time s | RSS growth MiB | health p50 / p99 / max ms | health failed |")
-            print("|---|---|---|---|---|---|")
-            for name, build in HOSTILE.items():
-                if args.only not in name:
-                    continue
-                message = build(size)
+            idle_ms, idle_failed = idle_health(health_target)
+            print(f"health while idle (2 s): p50 / p99 / max {percentile(idle_ms, 50):.1f} / "
+                  f"{percentile(idle_ms, 99):.1f} / {max(idle_ms, default=float('nan')):.1f} ms, "
+                  f"{idle_failed} failed; {_load()}", flush=True)  # fmt: skip
+            fresh = " (a new runtime for each)" if args.fresh else ""
+            print(f"\nmessages of {args.size_mb:g} MiB against --max-message-mb {args.max_message_mb}{fresh}\n")
+            print("| message | answer | time s | peak RSS growth MiB (x message) | health p50 / p99 / max ms "
+                  "| health failed |\n|---|---|---|---|---|---|")  # fmt: skip
+            for index, name in enumerate(names):
+                if args.fresh and index:
+                    proc.terminate()
+                    proc.wait(30)
+                    proc, target, health_target = _serve(model_dir, log, args.max_message_mb)
+                message = HOSTILE[name](size)
                 outcome = measure(target, health_target, proc.pid, message)
-                print(f"| {name} ({len(message) / 2**20:.1f} MiB) | {outcome.code} | {outcome.seconds:.3f} | "
-                      f"{outcome.rss_growth_mib:.0f} | {outcome.health_percentile(50):.1f} / "
-                      f"{outcome.health_percentile(99):.1f} / {max(outcome.health_ms, default=float('inf')):.1f} | "
-                      f"{outcome.health_failures} |", flush=True)  # fmt: skip
+                print(_row(name, message, outcome), flush=True)
                 if proc.poll() is not None:
                     print(f"the server died (exit {proc.returncode})")
                     return 1
             after = measure(target, health_target, proc.pid, good_request())
             print(f"\na good request afterwards: {after.code} in {after.seconds * 1000:.1f} ms; "
-                  f"server RSS {rss_mib(proc.pid):.0f} MiB")  # fmt: skip
+                  f"server RSS {rss_mib(proc.pid):.0f} MiB; {_load()}")  # fmt: skip
         finally:
             proc.terminate()
             proc.wait(30)

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from skiff_runtime.client import SkiffClient
-from skiff_runtime.codec import InferResponse, decode_request, encode_response
+from skiff_runtime.codec import decode_request, encode_response
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
+from skiff_runtime.tensors import InferResponse
 
 pytestmark = pytest.mark.server
 

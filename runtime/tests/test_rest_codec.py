@@ -8,10 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from skiff_runtime.codec import InferResponse, encode_tensor_bytes
+from skiff_runtime.codec import encode_tensor_bytes
 from skiff_runtime.errors import InvalidInput
 from skiff_runtime.rest_codec import MAX_JSON_BYTES, decode_infer_body, encode_infer_body, parse_header_length
-from skiff_runtime.tensors import Datatype, ModelSignature, Tensor, TensorSpec
+from skiff_runtime.tensors import Datatype, InferResponse, ModelSignature, Tensor, TensorSpec
 
 SIGNATURE = ModelSignature(
     inputs=(TensorSpec("x", Datatype.FP32, (-1, 2)), TensorSpec("ids", Datatype.INT64, (-1, 1))),

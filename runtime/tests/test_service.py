@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Mapping
 import numpy as np
 import pytest
 
-from skiff_runtime.codec import InferRequest
 from skiff_runtime.errors import (
     DeadlineExceeded,
     InferenceFailed,
@@ -21,7 +20,7 @@ from skiff_runtime.errors import (
     QueueFull,
 )
 from skiff_runtime.service import ModelService, ModelState, ServiceLimits
-from skiff_runtime.tensors import Array, Datatype, ModelSignature, Tensor, TensorSpec
+from skiff_runtime.tensors import Array, Datatype, InferRequest, ModelSignature, Tensor, TensorSpec
 from skiff_runtime.workers.thread import ThreadWorker
 
 SIGNATURE = ModelSignature(

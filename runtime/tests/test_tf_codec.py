@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 from skiff_runtime import tf_codec
-from skiff_runtime.codec import InferResponse
 from skiff_runtime.errors import InvalidInput, ModelNotFound
 from skiff_runtime.proto import tensorflow_core_pb2 as tf
 from skiff_runtime.proto import tensorflow_serving_pb2 as tfs
-from skiff_runtime.tensors import Datatype, ModelSignature, Tensor, TensorSpec
+from skiff_runtime.tensors import Datatype, InferResponse, ModelSignature, Tensor, TensorSpec
 
 SIGNATURE = ModelSignature(
     inputs=(

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError
 
 from skiff_runtime.errors import InvalidInput, shown
 from skiff_runtime.proto import inference_pb2 as pb
@@ -27,13 +27,22 @@ from skiff_runtime.tensors import (
     NUMPY_DTYPES,
     Array,
     Datatype,
+    InferRequest,
+    InferResponse,
     ModelSignature,
+    ParameterValue,
     Tensor,
     element_count,
     parse_datatype,
 )
-
-ParameterValue = bool | int | str | float
+from skiff_runtime.wire import (
+    LENGTH_DELIMITED,
+    Field,
+    encode_varint,
+    joined_spans,
+    read_varint,
+    scan_fields,
+)
 
 MAX_RANK = 16
 # numpy refuses shapes whose non-zero dimensions x element size overflow intp, even with a zero dimension.
@@ -60,11 +69,13 @@ CONTENTS_FIELDS: Mapping[Datatype, str] = {
 # Per-message bounds that hold before any per-element work (see `RequestLimits`).
 MAX_PARAMETERS = 64
 MAX_TENSORS = 64
-# Repeats of a singular field (protobuf keeps the last) and unknown fields a request may carry.
-_SPARE_FIELDS = 16
 # Inputs and outputs past the signature's count that are still decoded, so that a request naming one tensor
 # twice or one the model lacks gets that error rather than a bare count.
 _SPARE_TENSORS = 4
+# The most bytes of a request that are not tensor data (names, datatypes, shapes, parameters, requested outputs):
+# only these are copied and parsed by protobuf, so this bounds the copy and the parse (~0.7 ms per MiB, holding the
+# GIL) whatever the message's size.
+MAX_HEAD_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -84,28 +95,6 @@ class RequestLimits:
             max_outputs=len(signature.outputs) + _SPARE_TENSORS,
             hint=f"the model takes {len(signature.inputs)} input(s) and has {len(signature.outputs)} output(s)",
         )
-
-
-@dataclass(frozen=True)
-class InferRequest:
-    """A decoded inference request."""
-
-    model_name: str
-    model_version: str
-    id: str
-    inputs: tuple[Tensor, ...]
-    requested_outputs: tuple[str, ...] = ()
-    parameters: Mapping[str, ParameterValue] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class InferResponse:
-    """The outputs of one request, in the order they are returned."""
-
-    model_name: str
-    model_version: str
-    id: str
-    outputs: tuple[Tensor, ...]
 
 
 def decode_parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, ParameterValue]:
@@ -263,9 +252,9 @@ def _packed_floats(datatype: Datatype, shape: tuple[int, ...], data: memoryview)
         return None
     number, dtype = packed
     tag = data[0]
-    if tag != (number << 3 | _LENGTH_DELIMITED):
+    if tag != (number << 3 | LENGTH_DELIMITED):
         return None
-    length, start = _varint(data, 1)
+    length, start = read_varint(data, 1)
     if start + length != len(data) or length != element_count(shape) * dtype.itemsize:
         return None
     array: Array = np.frombuffer(data, dtype=dtype, offset=start)
@@ -292,107 +281,6 @@ _OUTPUTS_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["outputs"].numbe
 _PARAMETERS_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["parameters"].number
 _SHAPE_FIELD = pb.ModelInferRequest.InferInputTensor.DESCRIPTOR.fields_by_name["shape"].number
 _CONTENTS_FIELD = pb.ModelInferRequest.InferInputTensor.DESCRIPTOR.fields_by_name["contents"].number
-_LENGTH_DELIMITED = 2
-_FIXED_WIDTH = {1: 8, 5: 4}  # wire type -> bytes (64-bit, 32-bit)
-_MAX_VARINT_BYTES = 10
-
-
-def _varint(data: memoryview, pos: int, end: int | None = None) -> tuple[int, int]:
-    end = len(data) if end is None else end
-    value = 0
-    for index in range(_MAX_VARINT_BYTES):
-        if pos + index >= end:
-            raise InvalidInput("malformed ModelInferRequest: the message ends inside a varint")
-        byte = data[pos + index]
-        value |= (byte & 0x7F) << (7 * index)
-        if not byte & 0x80:
-            return value, pos + index + 1
-    raise InvalidInput("malformed ModelInferRequest: a varint is longer than 10 bytes")
-
-
-class _Field(NamedTuple):
-    number: int
-    wire_type: int
-    start: int  # the tag's first byte
-    value: int  # the value's first byte (after the length, for length-delimited fields)
-    end: int
-
-
-def _label(where: str, number: int) -> str:
-    return f"{where} field {number}".lstrip()
-
-
-def _scan(
-    view: memoryview,
-    start: int,
-    end: int,
-    message: type[Message],
-    caps: Mapping[int, int],
-    where: str = "",
-    hint: str = "",
-) -> list[_Field]:
-    """The fields of view[start:end], at most sum(caps) + _SPARE_FIELDS of them and at most caps[n] of field n:
-    a message carrying more is refused after reading that many tags, whatever its length."""
-    total = sum(caps.values()) + _SPARE_FIELDS
-    counts = dict.fromkeys(caps, 0)
-    fields: list[_Field] = []
-    pos = start
-    while pos < end:
-        if len(fields) == total:
-            raise InvalidInput(
-                f"{where or 'the request'} has more than {total} fields; a {message.DESCRIPTOR.name} needs far fewer"
-                + (f" ({hint})" if hint else "")
-            )
-        field_start = pos
-        tag = view[pos]
-        if tag < 0x80:  # one-byte tags (fields 1-15) are the common case: no call
-            pos += 1
-        else:
-            tag, pos = _varint(view, pos, end)
-        number, wire_type = tag >> 3, tag & 7
-        if number == 0:
-            raise InvalidInput(f"malformed ModelInferRequest: {where + ' ' if where else ''}field number 0")
-        value = pos
-        if wire_type == _LENGTH_DELIMITED:
-            if pos < end and view[pos] < 0x80:
-                length, value = view[pos], pos + 1
-            else:
-                length, value = _varint(view, pos, end)
-            if length > end - value:
-                raise InvalidInput(
-                    f"malformed ModelInferRequest: {_label(where, number)} declares {length} bytes, "
-                    f"{end - value} remain"
-                )
-            pos = value + length
-        elif wire_type == 0:
-            _, pos = _varint(view, pos, end)
-        elif wire_type in _FIXED_WIDTH:
-            pos += _FIXED_WIDTH[wire_type]
-        else:
-            raise InvalidInput(f"malformed ModelInferRequest: wire type {wire_type} in {_label(where, number)}")
-        if pos > end:
-            raise InvalidInput(f"malformed ModelInferRequest: {_label(where, number)} runs past the end")
-        if number in counts:
-            counts[number] += 1
-            if counts[number] > caps[number]:
-                name = message.DESCRIPTOR.fields_by_number[number].name
-                raise InvalidInput(
-                    f"{where or 'the request'} carries more than {caps[number]} {name} entries"
-                    + (f"; {hint}" if hint else "")
-                )
-        fields.append(_Field(number, wire_type, field_start, value, pos))
-    return fields
-
-
-def _joined(view: memoryview, fields: Sequence[_Field]) -> bytes:
-    """The bytes of `fields`, adjacent ones copied as one span."""
-    spans: list[list[int]] = []
-    for item in fields:
-        if spans and spans[-1][1] == item.start:
-            spans[-1][1] = item.end
-        else:
-            spans.append([item.start, item.end])
-    return b"".join(view[a:b] for a, b in spans)
 
 
 def _input_caps(limits: RequestLimits) -> dict[int, int]:
@@ -400,22 +288,22 @@ def _input_caps(limits: RequestLimits) -> dict[int, int]:
 
 
 def _scan_input(
-    view: memoryview, item: _Field, index: int, limits: RequestLimits
-) -> tuple[list[_Field], memoryview | None]:
+    view: memoryview, item: Field, index: int, limits: RequestLimits
+) -> tuple[list[Field], memoryview | None]:
     """One `inputs` entry: its fields counted and a packed shape bounded by MAX_RANK; returns the fields of its
     head (name, datatype, shape, parameters) and its typed contents, kept as bytes until the head has passed
     every check (None when it has none)."""
     where = f"input {index}"
-    fields = _scan(view, item.value, item.end, pb.ModelInferRequest.InferInputTensor, _input_caps(limits), where)
-    head: list[_Field] = []
+    fields = scan_fields(view, item.value, item.end, pb.ModelInferRequest.InferInputTensor, _input_caps(limits), where)
+    head: list[Field] = []
     contents: memoryview | None = None
     for sub in fields:
-        if sub.number == _SHAPE_FIELD and sub.wire_type == _LENGTH_DELIMITED and sub.end - sub.value > 10 * MAX_RANK:
+        if sub.number == _SHAPE_FIELD and sub.wire_type == LENGTH_DELIMITED and sub.end - sub.value > 10 * MAX_RANK:
             raise InvalidInput(
                 f"{where}: its shape takes {sub.end - sub.value} bytes, more than a rank-{MAX_RANK} shape can; "
                 f"rank exceeds the limit of {MAX_RANK}"
             )
-        if sub.number == _CONTENTS_FIELD and sub.wire_type == _LENGTH_DELIMITED:
+        if sub.number == _CONTENTS_FIELD and sub.wire_type == LENGTH_DELIMITED:
             contents = view[sub.value : sub.end]
         else:
             head.append(sub)
@@ -443,37 +331,43 @@ def split_request(
 ) -> tuple[pb.ModelInferRequest, list[_InputHead], list[memoryview]]:
     """Split a serialized ModelInferRequest without expanding anything: every part is counted against `limits`
     first (a flood of tiny fields costs at most that many tag reads), then one protobuf parse reads the rest from
-    merged spans, each input without its typed contents (those stay bytes until the input's name, datatype and
-    shape have passed every check), and the raw_input_contents are views into `data`: the tensors' bytes are never
-    copied here, where parsing the whole message would copy each of them twice. A malformed or over-full message
-    raises InvalidInput."""
+    merged spans (at most MAX_HEAD_BYTES), each input without its typed contents (those stay bytes until the
+    input's name, datatype and shape have passed every check), and the raw_input_contents are views into `data`:
+    the tensors' bytes are never copied here, where parsing the whole message would copy each of them twice. A
+    malformed or over-full message raises InvalidInput."""
     limits = limits or RequestLimits()
     view = memoryview(data).cast("B")
-    fields = _scan(view, 0, len(view), pb.ModelInferRequest, _top_caps(limits), hint=limits.hint)
-    rest: list[_Field] = []
-    heads: list[list[_Field]] = []
+    fields = scan_fields(view, 0, len(view), pb.ModelInferRequest, _top_caps(limits), hint=limits.hint)
+    rest: list[Field] = []
+    heads: list[list[Field]] = []
     contents: list[memoryview | None] = []
     raw: list[memoryview] = []
     outputs = 0
     for item in fields:
-        if item.wire_type == _LENGTH_DELIMITED and item.number == RAW_INPUT_CONTENTS_FIELD:
+        if item.wire_type == LENGTH_DELIMITED and item.number == RAW_INPUT_CONTENTS_FIELD:
             raw.append(view[item.value : item.end])
             continue
-        if item.wire_type == _LENGTH_DELIMITED and item.number == _INPUTS_FIELD:
+        if item.wire_type == LENGTH_DELIMITED and item.number == _INPUTS_FIELD:
             head, typed = _scan_input(view, item, len(heads), limits)
             heads.append(head)
             contents.append(typed)
-        elif item.wire_type == _LENGTH_DELIMITED and item.number == _OUTPUTS_FIELD:
-            _scan(view, item.value, item.end, _OUTPUT_MESSAGE, _OUTPUT_CAPS, f"requested output {outputs}")
+        elif item.wire_type == LENGTH_DELIMITED and item.number == _OUTPUTS_FIELD:
+            scan_fields(view, item.value, item.end, _OUTPUT_MESSAGE, _OUTPUT_CAPS, f"requested output {outputs}")
             outputs += 1
         rest.append(item)
+    head_bytes = sum(f.end - f.start for f in rest) - sum(len(typed) for typed in contents if typed is not None)
+    if head_bytes > MAX_HEAD_BYTES:
+        raise InvalidInput(
+            f"the request's names, shapes and parameters take {head_bytes} bytes, more than the {MAX_HEAD_BYTES} a "
+            "request may carry besides its tensor data; send tensors in raw_input_contents or contents"
+        )
     if any(typed is not None for typed in contents):
         # Inputs with typed contents: the parse sees every input re-written without them, in order.
-        kept = [f for f in rest if not (f.wire_type == _LENGTH_DELIMITED and f.number == _INPUTS_FIELD)]
-        entries = [_joined(view, head) for head in heads]
-        serialized = _joined(view, kept) + b"".join(_INPUTS_TAG + encode_varint(len(e)) + e for e in entries)
+        kept = [f for f in rest if not (f.wire_type == LENGTH_DELIMITED and f.number == _INPUTS_FIELD)]
+        entries = [joined_spans(view, head) for head in heads]
+        serialized = joined_spans(view, kept) + b"".join(_INPUTS_TAG + encode_varint(len(e)) + e for e in entries)
     else:
-        serialized = _joined(view, rest)
+        serialized = joined_spans(view, rest)
     try:
         message = pb.ModelInferRequest.FromString(serialized)
     except DecodeError as exc:
@@ -659,18 +553,8 @@ def encode_response(response: InferResponse) -> pb.ModelInferResponse:
 RAW_OUTPUT_CONTENTS_FIELD = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number
 
 
-def encode_varint(value: int) -> bytes:
-    """A protobuf base-128 varint."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_RAW_OUTPUT_TAG = encode_varint(RAW_OUTPUT_CONTENTS_FIELD << 3 | _LENGTH_DELIMITED)
-_INPUTS_TAG = encode_varint(_INPUTS_FIELD << 3 | _LENGTH_DELIMITED)
+_RAW_OUTPUT_TAG = encode_varint(RAW_OUTPUT_CONTENTS_FIELD << 3 | LENGTH_DELIMITED)
+_INPUTS_TAG = encode_varint(_INPUTS_FIELD << 3 | LENGTH_DELIMITED)
 
 
 def encode_response_bytes(response: InferResponse) -> bytes:

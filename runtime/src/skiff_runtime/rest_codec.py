@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 
 from skiff_runtime.codec import (
-    InferRequest,
-    InferResponse,
     RequestLimits,
     decode_request,
     encode_bytes_elements,
@@ -26,7 +24,16 @@ from skiff_runtime.codec import (
 )
 from skiff_runtime.errors import InvalidInput, shown
 from skiff_runtime.proto import inference_pb2 as pb
-from skiff_runtime.tensors import NUMPY_DTYPES, Datatype, ModelSignature, Tensor, element_count, parse_datatype
+from skiff_runtime.tensors import (
+    NUMPY_DTYPES,
+    Datatype,
+    InferRequest,
+    InferResponse,
+    ModelSignature,
+    Tensor,
+    element_count,
+    parse_datatype,
+)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 JSON_TYPE = "application/json"

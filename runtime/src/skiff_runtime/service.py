@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
-from skiff_runtime.codec import InferRequest, InferResponse, decode_request_bytes, validate_request
+from skiff_runtime.codec import decode_request_bytes, validate_request
 from skiff_runtime.errors import (
     DeadlineExceeded,
     InferenceFailed,
@@ -29,7 +29,7 @@ from skiff_runtime.errors import (
     QueueFull,
     shown,
 )
-from skiff_runtime.tensors import Array, ModelSignature, Tensor, datatype_of
+from skiff_runtime.tensors import Array, InferRequest, InferResponse, ModelSignature, Tensor, datatype_of
 from skiff_runtime.workers.base import Workers, is_batchable
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -124,3 +124,28 @@ class Tensor:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.data.shape)
+
+
+ParameterValue = bool | int | str | float
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """A decoded inference request."""
+
+    model_name: str
+    model_version: str
+    id: str
+    inputs: tuple[Tensor, ...]
+    requested_outputs: tuple[str, ...] = ()
+    parameters: Mapping[str, ParameterValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InferResponse:
+    """The outputs of one request, in the order they are returned."""
+
+    model_name: str
+    model_version: str
+    id: str
+    outputs: tuple[Tensor, ...]

@@ -16,10 +16,7 @@ import numpy as np
 
 from skiff_runtime.codec import (
     MAX_RANK,
-    InferRequest,
-    InferResponse,
     RequestLimits,
-    _varint,
     decode_request,
     encode_bytes_elements,
     encode_tensor_bytes,
@@ -29,7 +26,17 @@ from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import tensorflow_core_pb2 as tf
 from skiff_runtime.proto import tensorflow_error_pb2 as tf_error
 from skiff_runtime.proto import tensorflow_serving_pb2 as tfs
-from skiff_runtime.tensors import NUMPY_DTYPES, Datatype, ModelSignature, Tensor, TensorSpec, element_count
+from skiff_runtime.tensors import (
+    NUMPY_DTYPES,
+    Datatype,
+    InferRequest,
+    InferResponse,
+    ModelSignature,
+    Tensor,
+    TensorSpec,
+    element_count,
+)
+from skiff_runtime.wire import LENGTH_DELIMITED, SPARE_FIELDS, read_varint, value_span
 
 # The one signature a Skiff model has, under the name TF Serving gives a SavedModel's default signature.
 DEFAULT_SIGNATURE = "serving_default"
@@ -147,9 +154,6 @@ def _typed_bytes(name: str, datatype: Datatype, shape: list[int], tensor: tf.Ten
 # ---- counts before the parse: protobuf expands tiny repeated entries (an empty TensorShapeProto.Dim is 2 bytes
 # on the wire and ~48 in memory), so a 32 MiB message of them would take ~770 MB and most of a second to parse ----
 
-_LENGTH_DELIMITED = 2
-_FIXED_WIDTH = {1: 8, 5: 4}
-_SPARE_FIELDS = 16
 # Fields of one TensorProto besides string_val's elements: dtype, shape, content, packed typed values, and spares.
 _TENSOR_FIELDS = 64
 
@@ -165,18 +169,12 @@ def _fields(
         seen += 1
         if seen > total:
             raise InvalidInput(f"{what} has more than {total} fields; refused before parsing")
-        tag, pos = _varint(view, pos, end)
+        tag, pos = read_varint(view, pos, end)
         number, wire_type = tag >> 3, tag & 7
-        value = pos
-        if wire_type == 0:
-            _, pos = _varint(view, pos, end)
-        elif wire_type in _FIXED_WIDTH:
-            pos += _FIXED_WIDTH[wire_type]
-        elif wire_type == _LENGTH_DELIMITED:
-            length, value = _varint(view, pos, end)
-            pos = value + length
-        else:
+        span = value_span(view, wire_type, pos, end)
+        if span is None:
             raise InvalidInput(f"malformed PredictRequest: wire type {wire_type} in {what}")
+        value, pos = span
         if pos > end:
             raise InvalidInput(f"malformed PredictRequest: field {number} of {what} runs past its end")
         if number in counts:
@@ -201,10 +199,8 @@ def check_predict_bytes(data: bytes | memoryview, signature: ModelSignature | No
     limits = RequestLimits.for_signature(signature) if signature is not None else RequestLimits()
     caps = {1: 4, 2: limits.max_inputs, 3: limits.max_outputs, 5: 4, 6: 4, 7: 4}
     specs = {s.name: s for s in signature.inputs} if signature is not None else {}
-    for number, wire, start, end in _fields(
-        view, 0, len(view), caps, sum(caps.values()) + _SPARE_FIELDS, "the request"
-    ):
-        if wire != _LENGTH_DELIMITED:
+    for number, wire, start, end in _fields(view, 0, len(view), caps, sum(caps.values()) + SPARE_FIELDS, "the request"):
+        if wire != LENGTH_DELIMITED:
             continue
         if number == 5:  # predict_streamed_options: its split_dimensions map
             list(_fields(view, start, end, {2: 16}, 32, "predict_streamed_options"))
@@ -212,16 +208,16 @@ def check_predict_bytes(data: bytes | memoryview, signature: ModelSignature | No
             continue
         name, tensor = "", None
         for part, part_wire, value, part_end in _fields(view, start, end, {1: 1, 2: 1}, 2, "an inputs entry"):
-            if part == 1 and part_wire == _LENGTH_DELIMITED:
+            if part == 1 and part_wire == LENGTH_DELIMITED:
                 name = bytes(view[value:part_end]).decode(errors="replace")
-            elif part == 2 and part_wire == _LENGTH_DELIMITED:
+            elif part == 2 and part_wire == LENGTH_DELIMITED:
                 tensor = (value, part_end)
         if tensor is None:
             continue
         total = _TENSOR_FIELDS + _string_cap(specs.get(name), max_batch_size)
         what = f"input {shown(name)}"
         for field, field_wire, value, field_end in _fields(view, *tensor, {2: 4}, total, what):
-            if field == 2 and field_wire == _LENGTH_DELIMITED:
+            if field == 2 and field_wire == LENGTH_DELIMITED:
                 list(
                     _fields(
                         view,

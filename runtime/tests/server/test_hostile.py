@@ -137,3 +137,44 @@ def test_a_request_over_the_message_limit_is_refused_by_grpc(two_io_server) -> N
         with pytest.raises(grpc.RpcError) as caught:
             call(big.SerializeToString(), timeout=30)
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_streams_past_the_per_connection_limit_wait_while_other_connections_and_health_answer(
+    runtime_factory, model_dirs
+) -> None:
+    """--max-streams-per-connection 2: two calls that never send their message hold both streams of their
+    connection; a third call on that connection waits (HTTP/2 MAX_CONCURRENT_STREAMS: the client queues it) until
+    its deadline, while a new connection and the health port answer at once; once a stream is freed, a waiting call
+    on the first connection runs."""
+    runtime = runtime_factory(
+        model_dirs["conv"], "conv", "--workers", "1", "--max-streams-per-connection", "2", "--receive-timeout-s", "30"
+    )
+    runtime.wait_serving()
+    own_connection = [("grpc.use_local_subchannel_pool", 1)]  # channels to one target otherwise share a connection
+    live = "/inference.GRPCInferenceService/ServerLive"
+    release = threading.Event()
+    with grpc.insecure_channel(runtime.target, options=own_connection) as crowded:
+        live_on_crowded = crowded.unary_unary(live, request_serializer=None, response_deserializer=None)
+        live_on_crowded(pb.ServerLiveRequest().SerializeToString(), timeout=10)  # connected; the limit is known
+        silent = crowded.stream_unary("/inference.GRPCInferenceService/ModelInfer")
+        holders = [silent.future(_silent(release), timeout=60) for _ in range(2)]
+        time.sleep(1)  # both streams open on the server
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as waited:
+            live_on_crowded(pb.ServerLiveRequest().SerializeToString(), timeout=2)
+        assert waited.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert time.monotonic() - started >= 1.9
+        with grpc.insecure_channel(runtime.target, options=own_connection) as other:  # the holders hold for 30 s
+            other.unary_unary(live)(pb.ServerLiveRequest().SerializeToString(), timeout=5)
+        with grpc.insecure_channel(runtime.health_target) as probe:
+            check = health_pb2_grpc.HealthStub(probe).Check
+            response = check(health_pb2.HealthCheckRequest(service="conv"), timeout=1)
+            assert response.status == health_pb2.HealthCheckResponse.SERVING
+        queued = live_on_crowded.future(pb.ServerLiveRequest().SerializeToString(), timeout=30)
+        time.sleep(0.5)
+        assert not queued.done()
+        release.set()  # the holders end their streams without a message: INVALID_ARGUMENT, their streams freed
+        assert pb.ServerLiveResponse.FromString(queued.result(timeout=30)).live
+        for holder in holders:
+            assert holder.exception(timeout=30).code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert runtime.terminate() == 0

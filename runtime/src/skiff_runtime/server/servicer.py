@@ -108,12 +108,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Registered client-streaming (see `register`): this runs when the headers arrive, so a full queue is
         refused before the request's megabytes are read; then the one request message is read, as bytes, and
         decoded with its tensors viewed in place (codec.decode_request_bytes). The response leaves serialized, each
-        output copied once (codec.encode_response_bytes)."""
+        output copied once (codec.encode_response_bytes). The message is the only copy of the request Skiff holds
+        (its tensors are views into it, until the batch is copied to a worker) and is let go before the response is
+        encoded."""
         with self.service.admit() as admission:
             request = await read_message(context, self.receive_timeout_s, "ModelInferRequest")
             with self.service.budget.hold(len(request)):
                 decoded = self.service.decode(request)
+                del request  # lives on only through the decoded tensors' views
                 response = await self.service.infer(decoded, _deadline(context), admission)
+                del decoded
         return encode_response_bytes(response)
 
 
