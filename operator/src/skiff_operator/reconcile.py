@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 from collections.abc import Collection, Mapping, Sequence
@@ -173,14 +174,12 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     if conflicts:
         conflict = Problem(Reason.NAME_CONFLICT, name_conflict_message(conflicts))
         return _with_tls(_blocked(generation, conflict, previous, now), tls)
-    applied: list[str] = []
-    stored: list[Mapping[str, Any]] = []  # what the applies returned: the Deployments' status is read from them
+    applied = [f"{m['kind']}/{m['metadata']['name']}" for m in manifests]
     try:
         for service in services_to_recreate(plan.owned, manifests):  # clusterIP is immutable: delete, then apply
             await cluster.delete_child(model.ref.namespace, service)
-        for manifest in manifests:
-            stored.append(await cluster.apply(manifest))
-            applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
+        # The applies are independent: at once. What they return (the objects as stored) saves a re-read.
+        stored = await asyncio.gather(*(cluster.apply(manifest) for manifest in manifests))
         # Only after the new split is applied: a removed version goes once drained, a route once unused.
         deleted = prune(plan.owned, rendered, {v.name for v in model.spec.versions}, plan.keep_versions)
         for child in deleted:
