@@ -29,7 +29,7 @@ _log = logging.getLogger("skiff_operator")
 class OperatorOptions:
     """Timing knobs, set from the command line."""
 
-    resync_interval_s: float = 300.0  # also restores children deleted while no watch event arrived
+    resync_interval_s: float = 60.0  # also restores children deleted while no watch event arrived
     child_debounce_s: float = 1.0  # coalesces bursts of child events into one reconcile
     workers: int = 8  # reconciles running at once
     watch_server_timeout_s: int = 300
@@ -129,7 +129,8 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         configure_settings(settings, options)
         stack = contextlib.AsyncExitStack()
-        kube = await stack.enter_async_context(Kube.connect())
+        instance = options.lease.identity if options.lease is not None else ""
+        kube = await stack.enter_async_context(Kube.connect(instance))
         shared = start_operator(kube, stack, options)
         memo["skiff"] = shared
 

@@ -29,6 +29,7 @@ from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState, StatusEvent
 
 FIELD_MANAGER = "skiff-operator"
+USER_AGENT = "skiff-operator"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 _RETRYABLE_STATUS = frozenset({409, 429, 500, 502, 503, 504})
@@ -81,7 +82,9 @@ class Kube:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def connect(cls) -> AsyncIterator[Kube]:
+    async def connect(cls, instance: str = "") -> AsyncIterator[Kube]:
+        """`instance` goes into the User-Agent (`skiff-operator/<instance>`), so that the API server's audit log
+        tells replicas apart."""
         namespace = None
         try:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
@@ -89,6 +92,7 @@ class Kube:
         except config.ConfigException:
             await config.load_kube_config()
         async with DeadlineApiClient() as api:
+            api.user_agent = f"{USER_AGENT}/{instance or 'operator'}"
             yield cls(api, namespace)
 
     async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]
 @dataclass(frozen=True)
 class SchedulerOptions:
     debounce_s: float = 1.0  # a child event waits this long, so the events that follow it join one reconcile
-    resync_interval_s: float = 300.0  # every known model is reconciled once per this period
+    resync_interval_s: float = 60.0  # every known model is reconciled once per this period
     workers: int = 8  # reconciles running at once, over all models
 
 
