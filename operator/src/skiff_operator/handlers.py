@@ -31,7 +31,7 @@ class OperatorOptions:
 
     resync_interval_s: float = 60.0  # also restores children deleted while no watch event arrived
     child_debounce_s: float = 1.0  # coalesces bursts of child events into one reconcile
-    workers: int = 8  # reconciles running at once
+    workers: int = 32  # reconciles running at once
     watch_server_timeout_s: int = 300
     posting_level: int = logging.WARNING  # kopf posts its own log lines at or above this level as Events
     namespaces: tuple[str, ...] = ()  # where the Pod watches run; empty: every namespace

@@ -7,8 +7,8 @@ Rules (tested on a fake clock in operator/tests/test_scheduler.py):
 - A model is reconciled by one worker at a time. A trigger while it runs (the reconcile may have read the
   children before that change) queues exactly one more reconcile after it, after the debounce.
 - A reconcile that asks for a retry (`retry_after_s`) is queued again after that many seconds.
-- At most `workers` reconciles run at once, earliest due first: a burst of 1,000 new models shares the API
-  server with a few reconciles at a time instead of all of them, and each finishes sooner.
+- At most `workers` reconciles run at once, earliest due first: a burst of 1,000 new models never puts 1,000
+  reconciles (and their requests) on the API server at once, and models are served in the order they came.
 - The resync queues every known model once per period, spread evenly over the period (not all at once).
 - While paused (a standby replica, see leader.py) triggers are recorded and nothing runs; `resume` runs them.
 """
@@ -33,7 +33,7 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]
 class SchedulerOptions:
     debounce_s: float = 1.0  # a child event waits this long, so the events that follow it join one reconcile
     resync_interval_s: float = 60.0  # every known model is reconciled once per this period
-    workers: int = 8  # reconciles running at once, over all models
+    workers: int = 32  # reconciles running at once, over all models
 
 
 class Scheduler:
