@@ -250,7 +250,12 @@ def test_replicas_elect_a_leader_on_one_lease_they_alone_may_update(helm: Helm) 
     assert role["metadata"]["namespace"] == "skiff-system"
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease], "verbs": ["get", "update"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease],
+            "verbs": ["get", "update"],
+        },
     ]
     (binding,) = [b for b in of_kind(docs, "RoleBinding") if b["metadata"]["name"] == lease]
     assert binding["roleRef"]["name"] == lease
