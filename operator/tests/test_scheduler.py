@@ -145,7 +145,20 @@ async def test_resync_visits_every_model_once_per_period_spread_over_it(started:
     await asyncio.sleep(250)  # two rounds: 100-200 and 200-300 (the second one half seen)
     first_round = sorted(round(at - start) for at, _ in recorder.calls if at < start + 200)
     assert first_round == [100, 125, 150, 175]
-    assert sorted(round(at - start) for at, _ in recorder.calls if at >= start + 200) == [200, 225]
+    # At 200, m3 (reconciled at 175, within the last half period) is skipped: m0, m1, m2 over 200-300.
+    assert sorted(round(at - start) for at, _ in recorder.calls if at >= start + 200) == [200, 233]
+
+
+async def test_resync_skips_a_model_reconciled_in_the_last_half_period(started: list[Scheduler]) -> None:
+    recorder = Recorder()
+    scheduler = make(started, recorder, resync_interval_s=100)
+    start = asyncio.get_running_loop().time()
+    scheduler.known.add(GPT)
+    await asyncio.sleep(89)
+    scheduler.trigger(BERT, 0)  # at 89, e.g. its pod changed
+    await asyncio.sleep(111 + 50)  # rounds at 100 (BERT skipped: 11 s ago) and 200 (BERT due again)
+    assert [round(t - start) for t in recorder.times(BERT)] == [89, 200]
+    assert [round(t - start) for t in recorder.times(GPT)] == [100, 200]
 
 
 async def test_a_forgotten_model_is_not_reconciled_or_resynced(started: list[Scheduler]) -> None:

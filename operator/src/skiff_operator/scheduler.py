@@ -9,7 +9,10 @@ Rules (tested on a fake clock in operator/tests/test_scheduler.py):
 - A reconcile that asks for a retry (`retry_after_s`) is queued again after that many seconds.
 - At most `workers` reconciles run at once, earliest due first: a burst of 1,000 new models never puts 1,000
   reconciles (and their requests) on the API server at once, and models are served in the order they came.
-- The resync queues every known model once per period, spread evenly over the period (not all at once).
+- The resync queues every known model once per period, spread evenly over the period (not all at once),
+  except models reconciled within the last half period for another reason: those are known to be current, and
+  skipping them keeps a busy operator's resync from competing with the work that triggered them. Every model is
+  thus reconciled at least once every 1.5 periods.
 - While paused (a standby replica, see leader.py) triggers are recorded and nothing runs; `resume` runs them.
 """
 
@@ -50,6 +53,7 @@ class Scheduler:
         self._heap: list[tuple[float, Key]] = []  # (due, key), stale entries skipped when popped
         self._running: set[Key] = set()
         self._again: set[Key] = set()  # triggered while running: one more reconcile after this one
+        self._finished: dict[Key, float] = {}  # when each model's last reconcile ended
         self._wake = asyncio.Event()
         self._active = asyncio.Event()
         self._active.set()
@@ -68,6 +72,7 @@ class Scheduler:
         self.known.discard(key)
         self._due.pop(key, None)
         self._again.discard(key)
+        self._finished.pop(key, None)
 
     def _queue(self, key: Key, delay_s: float) -> None:
         if key in self._running:
@@ -144,6 +149,7 @@ class Scheduler:
                 self._logger.exception("reconcile of %s/%s failed", *key)
             finally:
                 self._running.discard(key)
+                self._finished[key] = _now()
                 self.reconciles += 1
             if key in self._again:
                 self._again.discard(key)
@@ -152,11 +158,12 @@ class Scheduler:
                 self._queue(key, retry_after_s)
 
     async def _resync(self) -> None:
-        """Every period, queues every known model once, spread evenly over the period."""
+        """Every period, queues every known model not reconciled in the last half period, spread over the period."""
         period = self.options.resync_interval_s
         while True:
             await asyncio.sleep(period)
-            models = sorted(self.known)
+            recent = _now() - period / 2
+            models = sorted(key for key in self.known if self._finished.get(key, recent) <= recent)
             for index, key in enumerate(models):
                 self._queue(key, period * index / len(models))
 
