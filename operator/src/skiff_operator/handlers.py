@@ -106,10 +106,10 @@ async def reconcile_key(shared: _Shared, key: Key) -> float | None:
     shared.generations[key] = int(body.get("metadata", {}).get("generation") or 0)
     try:
         outcome = await reconcile(body, shared.kube, _now())
+        writes = [shared.kube.post_event(body, event) for event in outcome.events]
         if patch_changes(body.get("status"), outcome.status):  # unchanged: no write, no watch event
-            await shared.kube.patch_status(namespace, name, outcome.status)
-        for event in outcome.events:
-            await shared.kube.post_event(body, event)
+            writes.insert(0, shared.kube.patch_status(namespace, name, outcome.status))
+        await asyncio.gather(*writes)  # independent: at once
     except ClusterUnavailable as error:
         _log.warning("%s/%s: %s (retrying in %gs)", namespace, name, error, error.retry_after_s)
         return error.retry_after_s
