@@ -135,9 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         eventually(lambda: kube.get_or_none("serviceaccount", "default", namespace), timeout=60, what="serviceaccount")
         create_model_claims(kube, namespace, ["models"])
         operator = OperatorProcess(kube, namespace, Path(scratch) / "operator.log", ["--resync-seconds", "60"])
-        operator.start()
+        operator.start()  # returns once kopf has logged in (its import takes 15-20 s on a loaded box)
         try:
-            time.sleep(5)  # kopf's initial list and watches
+            time.sleep(2)  # kopf's initial lists and watches
             assert operator.process is not None
             start_cpu, _ = process_usage(operator.process.pid)
             since = audit.mark()

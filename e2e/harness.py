@@ -24,6 +24,7 @@ CRD_PATH = REPO / "crds" / "skiff.dev_inferencemodels.yaml"
 EXAMPLES_DIR = REPO / "manifests" / "examples"
 OPERATOR = str(Path(sys.executable).parent / "skiff-operator")
 CHILD_KINDS = ("deployments", "replicasets", "services", "pods")
+OPERATOR_STARTED = "Initial authentication has finished"  # kopf's log line once it can reach the API server
 
 T = TypeVar("T")
 
@@ -148,6 +149,20 @@ class OperatorProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        self.wait_started()
+
+    def wait_started(self, timeout_s: float = 180) -> None:
+        """Until kopf has logged in. Importing kopf and the client takes 15-20 s on a loaded 2-core machine; a test
+        that applied a model before then measured the import (found by the benchmark and test_status_on_failure)."""
+        marker = f"---- start {self.starts} ----"
+
+        def started() -> bool | None:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"the operator exited with {self.process.returncode}:\n{self.log()[-3000:]}")
+            return OPERATOR_STARTED in self.log().rsplit(marker, 1)[-1] or None
+
+        eventually(started, timeout=timeout_s, interval=0.2, what="the operator to start")
 
     def kill(self) -> None:
         """SIGKILL: no cleanup handlers, no chance to finish what it was doing."""

@@ -242,6 +242,8 @@ def test_operator_image_runs_as_the_chart_deploys_it_and_brings_a_model_to_ready
     kubeconfig.write_text(kube.run("config", "view", "--raw", "--flatten", "--minify"))
     kubeconfig.chmod(0o644)
     credentials = ["--volume", f"{kubeconfig}:/etc/skiff/kubeconfig:ro", "--env", "KUBECONFIG=/etc/skiff/kubeconfig"]
+    # The chart sets the Lease's namespace from the pod's (the downward API); here, the test's namespace.
+    credentials += ["--env", f"SKIFF_OPERATOR_POD_NAMESPACE={namespace}"]
     with container(images, *flags, *credentials, images.operator, *args) as name:
         body = load_example("cpu", namespace)
         kube.apply(body)

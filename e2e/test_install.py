@@ -61,12 +61,18 @@ class ChartOperator:
         self.liveness_port = free_port()
         self.args = [a.replace("http://0.0.0.0:", "http://127.0.0.1:") for a in container["args"]]
         self.args = [_with_port(a, self.liveness_port) if a.startswith("--liveness=") else a for a in self.args]
+        self.env = container_env(container, deployment["metadata"]["namespace"])
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ChartOperator:
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.log_path.parent), "KUBECONFIG": str(self.kubeconfig)}
+        env = {
+            **self.env,
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.log_path.parent),
+            "KUBECONFIG": str(self.kubeconfig),
+        }
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [OPERATOR, *self.args], env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT
@@ -87,6 +93,20 @@ class ChartOperator:
                 return bool(response.status == 200)
         except OSError:
             return False
+
+
+def container_env(container: dict[str, Any], namespace: str) -> dict[str, str]:
+    """The container's env as the kubelet would set it: values, and the pod's namespace from the downward API."""
+    env = {}
+    for variable in container.get("env") or []:
+        field = (variable.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+        if field == "metadata.namespace":
+            env[variable["name"]] = namespace
+        elif "value" in variable:
+            env[variable["name"]] = str(variable["value"])
+        else:
+            raise AssertionError(f"the test cannot set {variable} as the kubelet would")
+    return env
 
 
 def _with_port(argument: str, port: int) -> str:

@@ -52,6 +52,11 @@ def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(containers[0])
 
 
+def served(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The Roles (or RoleBindings) of the served namespaces, without the leader election's."""
+    return [d for d in of_kind(docs, kind) if not d["metadata"]["name"].endswith("-leader")]
+
+
 def rule_resources(rules: list[dict[str, Any]]) -> set[str]:
     return {resource for rule in rules for resource in rule["resources"]}
 
@@ -110,8 +115,8 @@ def test_default_scope_is_the_release_namespace_with_a_role_there(helm: Helm) ->
     """Least privilege by default: one Role in the release namespace; the ClusterRole only reads CRDs and
     namespaces (no cluster-wide Secrets, Pods or children)."""
     docs = render(helm)
-    (role,) = of_kind(docs, "Role")
-    (binding,) = of_kind(docs, "RoleBinding")
+    (role,) = served(docs, "Role")
+    (binding,) = served(docs, "RoleBinding")
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "skiff-system"
     assert rule_resources(role["rules"]) == ALL_RULE_RESOURCES
     assert one(docs, "ClusterRole")["rules"] == [CRD_READ, NAMESPACES_READ]
@@ -122,13 +127,14 @@ def test_default_scope_is_the_release_namespace_with_a_role_there(helm: Helm) ->
 
 def test_cluster_wide_is_an_opt_in_with_the_same_verbs_in_one_cluster_role(helm: Helm) -> None:
     docs = render(helm, "clusterWide=true")
-    assert of_kind(docs, "Role") == []
-    assert of_kind(docs, "RoleBinding") == []
+    assert served(docs, "Role") == []
+    assert served(docs, "RoleBinding") == []
     role = one(docs, "ClusterRole")
     assert CRD_READ in role["rules"]
     assert NAMESPACES_READ in role["rules"]
     assert rule_resources(role["rules"]) == ALL_RULE_RESOURCES | {"customresourcedefinitions", "namespaces"}
-    namespaced = one(render(helm), "Role")["rules"]
+    (namespaced_role,) = served(render(helm), "Role")
+    namespaced = namespaced_role["rules"]
     assert [r for r in role["rules"] if r not in (CRD_READ, NAMESPACES_READ)] == namespaced
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
@@ -147,8 +153,8 @@ def test_cluster_wide_is_an_opt_in_with_the_same_verbs_in_one_cluster_role(helm:
 
 def test_listed_namespaces_get_a_role_each_and_the_cluster_role_only_reads_crds(helm: Helm) -> None:
     docs = render(helm, 'watchNamespaces=["ml","nlp"]', namespace="ops")
-    roles = {r["metadata"]["namespace"]: r for r in of_kind(docs, "Role")}
-    bindings = {b["metadata"]["namespace"]: b for b in of_kind(docs, "RoleBinding")}
+    roles = {r["metadata"]["namespace"]: r for r in served(docs, "Role")}
+    bindings = {b["metadata"]["namespace"]: b for b in served(docs, "RoleBinding")}
     assert set(roles) == set(bindings) == {"ml", "nlp"}
     for namespace, role in roles.items():
         assert rule_resources(role["rules"]) == ALL_RULE_RESOURCES
@@ -177,9 +183,10 @@ def test_rules_cover_every_resource_docs_operator_md_names(helm: Helm) -> None:
         if line.startswith("- "):
             named |= {token.split(".")[0] for token in re.findall(r"`([^`]+)`", line.split(":", 1)[0])}
     named -= {"kopfpeerings"}
-    assert {"inferencemodels", "deployments", "services", "pods", "events", "grpcroutes", "secrets"} <= named
+    assert {"inferencemodels", "deployments", "services", "pods", "events", "grpcroutes", "secrets", "leases"} <= named
     docs = render(helm)
-    assert named <= rule_resources(one(docs, "Role")["rules"]) | rule_resources(one(docs, "ClusterRole")["rules"])
+    granted = {resource for role in of_kind(docs, "Role") for resource in rule_resources(role["rules"])}
+    assert named <= granted | rule_resources(one(docs, "ClusterRole")["rules"])
     assert "--standalone" in container(render(helm))["args"]
 
 
@@ -202,10 +209,11 @@ def test_resources_default_and_override(helm: Helm) -> None:
     assert container(render(helm, f"operator.resources={json.dumps(custom)}"))["resources"] == custom
 
 
-def test_deployment_is_one_recreate_replica_with_a_restricted_pod(helm: Helm) -> None:
+def test_deployment_is_two_replicas_with_a_restricted_pod(helm: Helm) -> None:
     deployment = one(render(helm), "Deployment")
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 2
+    # One pod at a time is replaced; with the leader handing its Lease back on SIGTERM, the standby takes over.
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"] == {
         "runAsNonRoot": True,
@@ -227,6 +235,34 @@ def test_liveness_probe_checks_the_endpoint_the_operator_serves(helm: Helm, port
     assert f"--liveness=http://0.0.0.0:{port}/healthz" in c["args"]
     assert c["ports"] == [{"name": "liveness", "containerPort": port, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+
+
+def test_replicas_elect_a_leader_on_one_lease_they_alone_may_update(helm: Helm) -> None:
+    docs = render(helm, "operator.replicas=3")
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    args = container(docs)["args"]
+    assert "--leader-elect" in args
+    lease = next(a.split("=", 1)[1] for a in args if a.startswith("--lease-name="))
+    env = {e["name"]: e for e in container(docs)["env"]}
+    assert env["SKIFF_OPERATOR_POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    (role,) = [r for r in of_kind(docs, "Role") if r["metadata"]["name"] == lease]
+    assert role["metadata"]["namespace"] == "skiff-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease],
+            "verbs": ["get", "update"],
+        },
+    ]
+    (binding,) = [b for b in of_kind(docs, "RoleBinding") if b["metadata"]["name"] == lease]
+    assert binding["roleRef"]["name"] == lease
+    assert binding["subjects"][0]["name"] == deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    # The leader Role stays in the release namespace whatever the scope.
+    wide = render(helm, "clusterWide=true")
+    assert [r["metadata"]["namespace"] for r in of_kind(wide, "Role")] == ["skiff-system"]
 
 
 def test_operator_settings_reach_the_command_line(helm: Helm) -> None:

@@ -67,3 +67,37 @@ def test_namespace_patterns_are_refused_with_the_reason(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         parse_run_config(["run", "-n", "ml-*"])
     assert "patterns are not supported" in capsys.readouterr().err
+
+
+def test_kopf_per_event_lines_are_quiet_unless_debug() -> None:
+    logger = logging.getLogger("kopf.objects")
+    root_level = logging.getLogger().level
+    try:
+        configure_logging("INFO")
+        assert logger.getEffectiveLevel() == logging.WARNING
+        logger.setLevel(logging.NOTSET)
+        configure_logging("DEBUG")
+        assert logger.level == logging.NOTSET  # not quieted: DEBUG shows every line
+    finally:
+        logging.getLogger().setLevel(root_level)
+        logger.setLevel(logging.NOTSET)
+
+
+def test_leader_election_needs_the_lease_namespace(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("SKIFF_OPERATOR_POD_NAMESPACE", raising=False)
+    with pytest.raises(SystemExit):
+        parse_run_config(["run", "-n", "ml", "--leader-elect"])
+    assert "--lease-namespace" in capsys.readouterr().err
+    config = parse_run_config(["run", "-n", "ml", "--leader-elect", "--lease-namespace", "ops", "--workers", "4"])
+    assert config.options.lease is not None
+    assert (config.options.lease.name, config.options.lease.namespace) == ("skiff-operator", "ops")
+    assert config.options.workers == 4
+    assert parse_run_config(["run", "-n", "ml"]).options.lease is None
+
+
+def test_workers_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_run_config(["run", "-n", "ml", "--workers", "0"])
+    assert "--workers 0" in capsys.readouterr().err

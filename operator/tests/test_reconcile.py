@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -43,15 +43,16 @@ class FakeCluster:
             raise ClusterUnavailable("apiserver: HTTP 503")
         return frozenset(claims) - self.claims
 
-    async def apply(self, manifest: Mapping[str, Any]) -> None:
+    async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         if self.reject == manifest["kind"]:
             raise ApplyRejected(manifest["kind"], manifest["metadata"]["name"], "HTTP 422: spec.template: Invalid")
         if self.failing is not None:
             raise self.failing
         self.apply_count += 1
         self.objects[(manifest["kind"], manifest["metadata"]["name"])] = copy.deepcopy(dict(manifest))
+        return copy.deepcopy(dict(manifest))
 
-    async def read_children(self, model: InferenceModel) -> ChildStates:
+    async def read_children(self, model: InferenceModel, applied: Sequence[Mapping[str, Any]] = ()) -> ChildStates:
         return ChildStates(deployments=dict(self.deployment_states))
 
     async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape:

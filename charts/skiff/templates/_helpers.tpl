@@ -25,6 +25,11 @@ operator per team namespace) do not collide. */}}
 {{- printf "%s-%s" (include "skiff.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The Lease the replicas elect a leader on, and its Role and RoleBinding. */}}
+{{- define "skiff.leaderName" -}}
+{{- printf "%s-leader" (include "skiff.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "skiff.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -75,11 +80,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* What the operator does in a namespace it watches (docs/operator.md, "The operator's RBAC needs"). The verbs
 are exactly what it calls; e2e/test_install.py runs the operator with only these and checks for no 403. */}}
 {{- define "skiff.namespacedRules" -}}
-# The InferenceModels: watched by kopf, patched for kopf's progress annotations, read by name for background
-# reconciles; status written by the operator.
+# The InferenceModels: watched by kopf (event handlers only: kopf writes no annotations or finalizers on them),
+# read by name for each reconcile; only their status is written.
 - apiGroups: [skiff.dev]
   resources: [inferencemodels]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch]
 - apiGroups: [skiff.dev]
   resources: [inferencemodels/status]
   verbs: [patch]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import kopf
 
 from skiff_operator.handlers import OperatorOptions, build_registry
+from skiff_operator.leader import LeaseOptions, default_identity
 
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -50,7 +51,26 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("SKIFF_OPERATOR_LIVENESS"),
         help="serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz",
     )
-    run.add_argument("--standalone", action="store_true", help="skip peering (only one replica runs)")
+    run.add_argument("--standalone", action="store_true", help="skip kopf's peering (leader election is separate)")
+    run.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run as one of several replicas: only the holder of a coordination.k8s.io Lease reconciles",
+    )
+    run.add_argument(
+        "--lease-name", default="skiff-operator", help="the Lease replicas elect a leader on (default %(default)s)"
+    )
+    run.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("SKIFF_OPERATOR_POD_NAMESPACE"),
+        help="the Lease's namespace (default $SKIFF_OPERATOR_POD_NAMESPACE, the chart sets it to the pod's)",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=OperatorOptions.workers,
+        help="reconciles running at once, over all models (default %(default)s)",
+    )
     run.add_argument("--peering", metavar="NAME", help="the KopfPeering object shared by replicas")
     run.add_argument(
         "--resync-seconds",
@@ -84,6 +104,13 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
     )
     if not namespaces and not args.all_namespaces:
         parser.error("choose the scope: --namespace NS (repeatable) or --all-namespaces")
+    if args.workers < 1:
+        parser.error(f"--workers {args.workers}: give at least 1")
+    lease = None
+    if args.leader_elect:
+        if not args.lease_namespace or not _NAMESPACE.match(args.lease_namespace):
+            parser.error("--leader-elect needs --lease-namespace NS (or $SKIFF_OPERATOR_POD_NAMESPACE)")
+        lease = LeaseOptions(args.lease_name, args.lease_namespace, default_identity())
     for namespace in namespaces:
         if not _NAMESPACE.match(namespace.strip()):
             parser.error(
@@ -100,6 +127,8 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
         options=OperatorOptions(
             resync_interval_s=args.resync_seconds,
             watch_server_timeout_s=args.watch_timeout_seconds,
+            workers=args.workers,
+            lease=lease,
             namespaces=() if args.all_namespaces else tuple(ns.strip() for ns in namespaces),
         ),
     )
@@ -108,12 +137,18 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
 # The API client logs every response body at DEBUG, Secrets' data included (found by the e2e fault tests with
 # --log-level DEBUG: the TLS private keys were in the log). Its DEBUG output never reaches the operator's log.
 SILENCED_BELOW_INFO = ("kubernetes_asyncio.client.rest",)
+# kopf logs every handled watch event at INFO ("Handler 'model' succeeded"): with 1,000 models, thousands of
+# lines a minute that say nothing. Its warnings and errors still show; at DEBUG, everything does.
+QUIET_BELOW_WARNING = ("kopf.objects",)
 
 
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in SILENCED_BELOW_INFO:
         logging.getLogger(name).setLevel(max(logging.INFO, logging.getLevelName(level)))
+    if level != "DEBUG":
+        for name in QUIET_BELOW_WARNING:
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,10 +1,9 @@
-"""kopf adapter: thin handlers that run one reconcile and write back the status and Events it produced."""
+"""kopf adapter: watch events of models and their children become triggers of the scheduler, which runs reconciles."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import datetime
 import logging
 from collections.abc import Mapping
@@ -16,12 +15,14 @@ import kopf
 from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kube import Kube
-from skiff_operator.reconcile import Outcome, reconcile
+from skiff_operator.leader import LeaderElector, LeaseOptions
+from skiff_operator.reconcile import reconcile
+from skiff_operator.scheduler import Key, Scheduler, SchedulerOptions
 from skiff_operator.spec import GROUP, PLURAL, VERSION
 from skiff_operator.status import patch_changes
 
-ANNOTATION_PREFIX = "skiff.dev"
 _CHILD_FILTER = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
+_log = logging.getLogger("skiff_operator")
 
 
 @dataclass(frozen=True)
@@ -30,43 +31,34 @@ class OperatorOptions:
 
     resync_interval_s: float = 60.0  # also restores children deleted while no watch event arrived
     child_debounce_s: float = 1.0  # coalesces bursts of child events into one reconcile
+    workers: int = 32  # reconciles running at once
     watch_server_timeout_s: int = 300
-    handler_backoff_s: float = 15.0
     posting_level: int = logging.WARNING  # kopf posts its own log lines at or above this level as Events
     namespaces: tuple[str, ...] = ()  # where the Pod watches run; empty: every namespace
     watch_retry_s: float = 5.0  # pause before a failed Pod watch starts again
+    lease: LeaseOptions | None = None  # leader election between replicas; None: this replica always works
+
+    def scheduler(self) -> SchedulerOptions:
+        return SchedulerOptions(self.child_debounce_s, self.resync_interval_s, self.workers)
 
 
 @dataclass
 class _Shared:
-    """Per-process state kept in kopf's memo: the API client, per-model locks, pending background reconciles
-    and the models the resync loop visits."""
+    """Per-process state kept in kopf's memo: the API client, the scheduler, the leader elector, the watches."""
 
     kube: Kube
     exit_stack: contextlib.AsyncExitStack
-    locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
-    pending: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
-    # Models whose pending reconcile had already started reading when another event came: it may have read the
-    # children before that change, so one more reconcile follows it (else the change waits for the resync).
-    rerun: set[tuple[str, str]] = field(default_factory=set)
-    models: set[tuple[str, str]] = field(default_factory=set)
-    resync: asyncio.Task[None] | None = None
-    pod_watches: list[asyncio.Task[None]] = field(default_factory=list)
-    # A copy of a handler's context, for the resync's reconciles: kopf.event() needs the event queue that kopf
-    # sets per watched object, and the resync loop, started by the startup handler, has none (its Events failed
-    # with LookupError and were lost; found by the e2e fault tests).
-    posting_context: contextvars.Context | None = None
-
-    def lock(self, key: tuple[str, str]) -> asyncio.Lock:
-        return self.locks.setdefault(key, asyncio.Lock())
+    scheduler: Scheduler
+    # The generation each model's last reconcile read: a model event with the same generation is a status or
+    # metadata change (the operator's own status patch, most often) and needs no reconcile.
+    generations: dict[Key, int] = field(default_factory=dict)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    elector: LeaderElector | None = None
 
 
 def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
-    # Keep kopf's bookkeeping in annotations: the status schema is structural and would prune status.kopf.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
+    # Only event handlers are registered: kopf keeps no per-object state (no progress or diff-base annotations,
+    # no finalizers), so it makes no writes of its own; retries and coalescing are the scheduler's.
     settings.posting.level = options.posting_level
     settings.posting.reporting_component = names.MANAGED_BY
     # Watches end server-side before any proxy or load balancer cuts them, then reconnect promptly.
@@ -75,11 +67,9 @@ def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions
     settings.watching.connect_timeout = 30
     settings.networking.request_timeout = 60
     settings.networking.error_backoffs = (1, 2, 5, 10, 20, 30)
-    settings.queueing.error_delays = (1, 2, 5, 10, 20, 30, 60)
-    settings.execution.default_backoff = options.handler_backoff_s
 
 
-def child_owner(body: Mapping[str, Any]) -> tuple[str, str] | None:
+def child_owner(body: Mapping[str, Any]) -> Key | None:
     """(namespace, InferenceModel name) of a child Deployment, Service or Pod, from its model label."""
     metadata = body.get("metadata") or {}
     model = (metadata.get("labels") or {}).get(names.MODEL_LABEL)
@@ -87,60 +77,83 @@ def child_owner(body: Mapping[str, Any]) -> tuple[str, str] | None:
     return (str(namespace), str(model)) if model and namespace else None
 
 
+def model_needs_reconcile(shared: _Shared, key: Key, event_type: str | None, body: Mapping[str, Any]) -> bool:
+    """A model event asks for a reconcile unless it is a deletion or leaves the generation the last reconcile
+    read (a status write, a label): the first sighting (create, or the listing at start), a spec change."""
+    if event_type == "DELETED":
+        shared.scheduler.forget(key)
+        shared.generations.pop(key, None)
+        return False
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    return key not in shared.scheduler.known or shared.generations.get(key) != generation
+
+
+async def reconcile_key(shared: _Shared, key: Key) -> float | None:
+    """One reconcile of a model as the scheduler runs it: read it, reconcile, write the status when it changed,
+    post the Events. Returns the seconds after which to try again (a failed apply, an unreachable API server)."""
+    namespace, name = key
+    try:
+        body = await shared.kube.read_inference_model(namespace, name)
+    except ClusterUnavailable as error:
+        _log.warning(
+            "%s/%s: reading the model failed, retrying in %gs: %s", namespace, name, error.retry_after_s, error
+        )
+        return error.retry_after_s
+    if body is None:
+        shared.scheduler.forget(key)
+        shared.generations.pop(key, None)
+        return None  # the model is gone; the garbage collector removes its children
+    shared.generations[key] = int(body.get("metadata", {}).get("generation") or 0)
+    try:
+        outcome = await reconcile(body, shared.kube, _now())
+        writes = [shared.kube.post_event(body, event) for event in outcome.events]
+        if patch_changes(body.get("status"), outcome.status):  # unchanged: no write, no watch event
+            writes.insert(0, shared.kube.patch_status(namespace, name, outcome.status))
+        await asyncio.gather(*writes)  # independent: at once
+    except ClusterUnavailable as error:
+        _log.warning("%s/%s: %s (retrying in %gs)", namespace, name, error, error.retry_after_s)
+        return error.retry_after_s
+    except ApplyRejected as error:  # the status patch or an Event refused (RBAC): the resync tries again
+        _log.error("%s/%s: %s", namespace, name, error)
+        return None
+    _log.debug("%s/%s: applied %s", namespace, name, ", ".join(outcome.applied) or "nothing")
+    if outcome.retry_after_s is not None:
+        _log.warning("%s/%s: %s", namespace, name, _ready_message(outcome.status))
+    return outcome.retry_after_s
+
+
 def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
     """Registers every handler on a fresh registry (nothing is registered at import time)."""
     registry = kopf.OperatorRegistry()
 
-    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         configure_settings(settings, options)
         stack = contextlib.AsyncExitStack()
-        kube = await stack.enter_async_context(Kube.connect())
-        shared = _Shared(kube=kube, exit_stack=stack)
-        shared.resync = asyncio.create_task(resync_forever(shared, options, logger))
-        for namespace in options.namespaces or (None,):
-            shared.pod_watches.append(asyncio.create_task(watch_pods_forever(shared, namespace, options, logger)))
+        instance = options.lease.identity if options.lease is not None else ""
+        kube = await stack.enter_async_context(Kube.connect(instance))
+        shared = start_operator(kube, stack, options)
         memo["skiff"] = shared
 
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-        shared = _shared(memo)
-        for task in [shared.resync, *shared.pod_watches, *shared.pending.values()]:
-            if task is not None:
-                task.cancel()
-        await shared.exit_stack.aclose()
+        await stop_operator(_shared(memo))
 
-    async def reconcile_model(
-        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-    ) -> None:
+    async def model_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
         shared = _shared(memo)
         key = (str(body.metadata.namespace), str(body.metadata.name))
-        shared.models.add(key)
-        if shared.posting_context is None:
-            shared.posting_context = contextvars.copy_context()
-        async with shared.lock(key):
-            outcome = await _reconcile_or_retry(dict(body), shared.kube)
-        if patch_changes(body.get("status"), outcome.status):
-            patch.status.update(outcome.status)
-        _post_events(body, outcome)
-        logger.debug("applied %s", ", ".join(outcome.applied) or "nothing")
-        if outcome.retry_after_s is not None:
-            # kopf writes the patch (the Ready=False status) before it schedules the retry.
-            raise kopf.TemporaryError(_ready_message(outcome.status), delay=outcome.retry_after_s)
+        if model_needs_reconcile(shared, key, type, body):
+            shared.scheduler.trigger(key, 0)  # a new model or a spec change: at once
 
-    async def child_changed(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    async def child_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         key = child_owner(body)
-        shared = _shared(memo)
         if key is not None:
-            _schedule(shared, key, options, logger)
+            _shared(memo).scheduler.trigger(key)
 
     # A plain OperatorRegistry has no login handler (only kopf's global registry adds them), and kopf would stop
     # with "Ran out of valid credentials". Log kopf in the way Kube.connect does: in-cluster, else kubeconfig.
     kopf.on.login(registry=registry, id="login")(kopf.login_via_async_client)
     kopf.on.startup(registry=registry)(startup)
     kopf.on.cleanup(registry=registry)(cleanup)
-    for on in (kopf.on.create, kopf.on.update, kopf.on.resume):
-        on(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", backoff=options.handler_backoff_s)(
-            reconcile_model
-        )
+    kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="model")(model_changed)
     # Pods: watch_pods_forever, label-selected by the API server. Secrets are not watched (no list/watch on
     # Secrets at all): the resync re-reads the ones a model uses by name.
     children = (("apps", "v1", "deployments"), ("", "v1", "services"))
@@ -151,25 +164,39 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
     return registry
 
 
-async def resync_forever(
-    shared: _Shared, options: OperatorOptions, logger: logging.Logger | logging.LoggerAdapter[Any]
-) -> None:
-    """Reconciles every known model once per resync interval (restoring children deleted while no watch event
-    arrived). Not a kopf timer: kopf puts its finalizer on every object a timer serves, and then a model could
-    not be deleted while the operator is stopped or uninstalled. Models are known from create/update/resume."""
-    while True:
-        await asyncio.sleep(options.resync_interval_s)
-        for key in sorted(shared.models):
-            context = shared.posting_context.copy() if shared.posting_context is not None else None
-            _schedule(shared, key, options, logger, context=context)
+def start_operator(kube: Kube, stack: contextlib.AsyncExitStack, options: OperatorOptions) -> _Shared:
+    """The scheduler, the Pod watches and (with a lease) the leader elector, started on the running loop."""
+    holder: list[_Shared] = []
+    scheduler = Scheduler(lambda key: reconcile_key(holder[0], key), options.scheduler(), _log)
+    shared = _Shared(kube=kube, exit_stack=stack, scheduler=scheduler)
+    holder.append(shared)
+    if options.lease is not None:
+        scheduler.pause()  # a standby: watches warm, models known, nothing written until it leads
+        shared.elector = LeaderElector(
+            kube,
+            options.lease,
+            on_lead=lambda: scheduler.resume(everything=True),
+            on_lose=scheduler.pause,
+            logger=_log,
+        )
+        shared.tasks.append(asyncio.create_task(shared.elector.run(), name="skiff-leader"))
+    scheduler.start()
+    for namespace in options.namespaces or (None,):
+        shared.tasks.append(asyncio.create_task(watch_pods_forever(shared, namespace, options)))
+    return shared
 
 
-async def watch_pods_forever(
-    shared: _Shared,
-    namespace: str | None,
-    options: OperatorOptions,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
-) -> None:
+async def stop_operator(shared: _Shared) -> None:
+    """Stops the loops; a leader hands its lease back so that the standby takes over at once."""
+    for task in shared.tasks:
+        task.cancel()
+    await shared.scheduler.stop()
+    if shared.elector is not None:
+        await shared.elector.release()
+    await shared.exit_stack.aclose()
+
+
+async def watch_pods_forever(shared: _Shared, namespace: str | None, options: OperatorOptions) -> None:
     """Reconciles a model soon after one of its pods changes. The API server filters the watch by the
     managed-by label, so the operator never receives other Pods. A failed watch starts again after a pause."""
     selector = ",".join(f"{key}={value}" for key, value in _CHILD_FILTER.items())
@@ -178,80 +205,12 @@ async def watch_pods_forever(
             async for pod in shared.kube.watch_pods(namespace, selector, options.watch_server_timeout_s):
                 key = child_owner(pod)
                 if key is not None:
-                    context = shared.posting_context.copy() if shared.posting_context is not None else None
-                    _schedule(shared, key, options, logger, context=context)
+                    shared.scheduler.trigger(key)
         except ClusterUnavailable as error:
-            logger.warning("pod watch in %s failed, retrying: %s", namespace or "every namespace", error)
+            _log.warning("pod watch in %s failed, retrying: %s", namespace or "every namespace", error)
         except ApplyRejected as error:  # e.g. 403: the RBAC lacks list/watch on pods
-            logger.error("pod watch in %s refused, retrying: %s", namespace or "every namespace", error)
+            _log.error("pod watch in %s refused, retrying: %s", namespace or "every namespace", error)
         await asyncio.sleep(options.watch_retry_s)
-
-
-def _schedule(
-    shared: _Shared,
-    key: tuple[str, str],
-    options: OperatorOptions,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
-    context: contextvars.Context | None = None,
-    delay_s: float | None = None,
-) -> None:
-    """Reconciles the model in the background after `delay_s` (default the child debounce), in `context` (default
-    a copy of the current one). Events for a model coalesce: while its reconcile waits out the debounce, they
-    add nothing; once it has started, they add exactly one reconcile after it."""
-    if key in shared.pending and not shared.pending[key].done():
-        shared.rerun.add(key)
-        return
-    delay = options.child_debounce_s if delay_s is None else delay_s
-    shared.pending[key] = asyncio.create_task(_reconcile_later(shared, key, options, logger, delay), context=context)
-
-
-async def _reconcile_later(
-    shared: _Shared,
-    key: tuple[str, str],
-    options: OperatorOptions,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
-    delay_s: float,
-) -> None:
-    """Reconciles a model after a child changed or on resync: restores an edited or deleted child and
-    refreshes status. A failed apply is reported in status at once and tried again after its delay."""
-    namespace, name = key
-    await asyncio.sleep(delay_s)
-    shared.rerun.discard(key)  # what happened until now, this reconcile reads
-    retry_after_s: float | None = None
-    try:
-        async with shared.lock(key):
-            body = await shared.kube.read_inference_model(namespace, name)
-            if body is None:
-                shared.models.discard(key)
-                return  # the model is gone; the garbage collector removes its children
-            outcome = await reconcile(body, shared.kube, _now())
-            if patch_changes(body.get("status"), outcome.status):  # unchanged: no write, no watch event
-                await shared.kube.patch_status(namespace, name, outcome.status)
-        _post_events(body, outcome)
-        retry_after_s = outcome.retry_after_s
-        if retry_after_s is not None:
-            logger.warning("%s/%s: %s", namespace, name, _ready_message(outcome.status))
-    except Exception:  # a background task: log it; the next resync will try again
-        logger.exception("background reconcile of %s/%s failed", namespace, name)
-    finally:
-        shared.pending.pop(key, None)
-    if key in shared.rerun:
-        shared.rerun.discard(key)
-        _schedule(shared, key, options, logger)
-    elif retry_after_s is not None:
-        _schedule(shared, key, options, logger, delay_s=retry_after_s)
-
-
-async def _reconcile_or_retry(body: Mapping[str, Any], kube: Kube) -> Outcome:
-    try:
-        return await reconcile(body, kube, _now())
-    except ClusterUnavailable as error:
-        raise kopf.TemporaryError(str(error), delay=error.retry_after_s) from error
-
-
-def _post_events(body: Mapping[str, Any], outcome: Outcome) -> None:
-    for event in outcome.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])  # type: ignore[arg-type]
 
 
 def _ready_message(status: Mapping[str, Any]) -> str:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime
 import json
 import pathlib
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from time import monotonic
 from typing import Any
 
@@ -25,9 +26,10 @@ from skiff_operator.render.route import GATEWAY_GROUP, GRPC_ROUTE_API_VERSION
 from skiff_operator.render.service import HEADLESS
 from skiff_operator.routing import GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
-from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState
+from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState, StatusEvent
 
 FIELD_MANAGER = "skiff-operator"
+USER_AGENT = "skiff-operator"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 _RETRYABLE_STATUS = frozenset({409, 429, 500, 502, 503, 504})
@@ -44,6 +46,7 @@ SERVICE_ACCOUNT_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/service
 # A metrics page is small and local; a pod that does not answer in this time counts as unreadable for this pass.
 SCRAPE_TIMEOUT_S = 5.0
 _GONE = 410
+EVENT_MESSAGE_LIMIT = 1024  # the API server refuses longer Event messages
 # Custom resources the operator applies: (apiVersion, kind) -> plural.
 _CUSTOM_PLURALS = {
     ("cert-manager.io/v1", "Certificate"): "certificates",
@@ -74,11 +77,14 @@ class Kube:
         self._custom = client.CustomObjectsApi(api)
         self._extensions = client.ApiextensionsV1Api(api)
         self._networking = client.NetworkingV1Api(api)
+        self._coordination = client.CoordinationV1Api(api)
         self._crds: dict[tuple[str, str], tuple[float, bool]] = {}  # (name, version) -> (read at, served)
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def connect(cls) -> AsyncIterator[Kube]:
+    async def connect(cls, instance: str = "") -> AsyncIterator[Kube]:
+        """`instance` goes into the User-Agent (`skiff-operator/<instance>`), so that the API server's audit log
+        tells replicas apart."""
         namespace = None
         try:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
@@ -86,10 +92,12 @@ class Kube:
         except config.ConfigException:
             await config.load_kube_config()
         async with DeadlineApiClient() as api:
+            api.user_agent = f"{USER_AGENT}/{instance or 'operator'}"
             yield cls(api, namespace)
 
-    async def apply(self, manifest: Mapping[str, Any]) -> None:
-        """Server-side apply of the full desired object; unchanged objects are no-ops on the server."""
+    async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of the full desired object; unchanged objects are no-ops on the server. Returns the
+        object as stored (its status included), which saves reading it again."""
         kind = manifest["kind"]
         name = manifest["metadata"]["name"]
         namespace = manifest["metadata"]["namespace"]
@@ -100,26 +108,27 @@ class Kube:
             (NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND): self._networking.patch_namespaced_network_policy,
         }
         if (manifest["apiVersion"], kind) in _CUSTOM_PLURALS:
-            await self._apply_custom(manifest)
-            return
+            return await self._apply_custom(manifest)
         patch = patchers.get((manifest["apiVersion"], kind))
         if patch is None:
             raise ApplyRejected(kind, name, f"the operator does not apply {manifest['apiVersion']} {kind}")
         # The generated stubs omit `_content_type`, which selects server-side apply instead of a JSON patch.
         options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY_CONTENT_TYPE}
         async with _translated_errors(kind, name):
-            await patch(name, namespace, dict(manifest), **options)
+            stored = await patch(name, namespace, dict(manifest), **options)
+        return {**self._api.sanitize_for_serialization(stored), "kind": kind}
 
-    async def _apply_custom(self, manifest: Mapping[str, Any]) -> None:
+    async def _apply_custom(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply of a custom resource (a cert-manager Certificate)."""
         group, version = manifest["apiVersion"].split("/")
         plural = _CUSTOM_PLURALS[(manifest["apiVersion"], manifest["kind"])]
         name = manifest["metadata"]["name"]
         options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY_CONTENT_TYPE}
         async with _translated_errors(manifest["kind"], name):
-            await self._custom.patch_namespaced_custom_object(
+            stored: dict[str, Any] = await self._custom.patch_namespaced_custom_object(
                 group, version, manifest["metadata"]["namespace"], plural, name, dict(manifest), **options
             )
+        return stored
 
     async def read_secret(self, namespace: str, name: str) -> StoredSecret | None:
         """A Secret's data (decoded), type and controller; None when it does not exist. Callers never log or
@@ -174,18 +183,23 @@ class Kube:
             "Service": self._core.list_namespaced_service,
             NETWORK_POLICY_KIND: self._networking.list_namespaced_network_policy,
         }
-        raw: list[dict[str, Any]] = []
-        for kind, list_kind in typed.items():
+
+        async def typed_list(kind: str) -> list[dict[str, Any]]:
             async with _translated_errors(kind, selector):
-                listed = await list_kind(namespace, label_selector=selector)
+                listed = await typed[kind](namespace, label_selector=selector)
             # Items of a typed list carry no kind; set it from the list they came from.
-            raw += [{**serialize(item), "kind": kind} for item in listed.items]
-        if routes:
+            return [{**serialize(item), "kind": kind} for item in listed.items]
+
+        async def route_list() -> list[dict[str, Any]]:
             async with _translated_errors(GRPC_ROUTE_KIND, selector):
                 found = await self._custom.list_namespaced_custom_object(
                     GATEWAY_GROUP, "v1", namespace, "grpcroutes", label_selector=selector
                 )
-            raw += [{**item, "kind": GRPC_ROUTE_KIND} for item in found.get("items", [])]
+            return [{**item, "kind": GRPC_ROUTE_KIND} for item in found.get("items", [])]
+
+        # At once: the lists are independent, and a reconcile's latency is the sum of its sequential requests.
+        lists = await asyncio.gather(*(typed_list(kind) for kind in typed), *((route_list(),) if routes else ()))
+        raw = [item for listed in lists for item in listed]
         return tuple(owned_child(item) for item in raw if owned_by(item, model.ref.uid))
 
     async def find_occupants(
@@ -199,8 +213,8 @@ class Kube:
             "Service": self._core.read_namespaced_service,
             NETWORK_POLICY_KIND: self._networking.read_namespaced_network_policy,
         }
-        taken: list[Occupant] = []
-        for kind, name in sorted(wanted):
+
+        async def look_up(kind: str, name: str) -> Occupant | None:
             try:
                 if kind == GRPC_ROUTE_KIND:
                     found = await self._custom.get_namespaced_custom_object(
@@ -212,14 +226,14 @@ class Kube:
                     raise ApplyRejected(kind, name, f"the operator does not read {kind}")
             except ApiException as error:
                 if error.status == _NOT_FOUND:
-                    continue
+                    return None
                 raise translate_error(error, kind, name) from error
             except (aiohttp.ClientError, TimeoutError) as error:
                 raise translate_error(error, kind, name) from error
-            held = occupant(kind, found, uid)
-            if held is not None:
-                taken.append(held)
-        return tuple(taken)
+            return occupant(kind, found, uid)
+
+        found = await asyncio.gather(*(look_up(kind, name) for kind, name in sorted(wanted)))  # at once
+        return tuple(held for held in found if held is not None)
 
     async def read_controller(self, api_version: str, kind: str, namespace: str, name: str) -> Holder | None:
         """The controller of a custom object (a cert-manager Certificate); None when it does not exist."""
@@ -270,32 +284,36 @@ class Kube:
                 raise translate_error(error, "PersistentVolumeClaim", claim) from error
         return frozenset(missing)
 
-    async def read_children(self, model: InferenceModel) -> ChildStates:
+    async def read_children(self, model: InferenceModel, applied: Sequence[Mapping[str, Any]] = ()) -> ChildStates:
+        """The model's Deployments, Pods and the scheduler's complaints about its Pending pods. Deployments come
+        from `applied` (what this pass's applies returned) when every version's is there, else from a list;
+        FailedScheduling Events are listed only while a pod is Pending."""
         namespace = model.ref.namespace
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
         versions_by_label = {names.fit_name(v.name): v.name for v in model.spec.versions}
-        async with _translated_errors("Deployment", selector):
-            deployments = await self._apps.list_namespaced_deployment(namespace, label_selector=selector)
-            pods = await self._core.list_namespaced_pod(namespace, label_selector=selector)
-            events = await self._core.list_namespaced_event(
-                namespace, field_selector="involvedObject.kind=Pod,reason=FailedScheduling"
-            )
         serialize = self._api.sanitize_for_serialization
-        states: dict[str, DeploymentState] = {}
-        for item in deployments.items:
-            raw = serialize(item)
-            version = versions_by_label.get(raw["metadata"].get("labels", {}).get(names.VERSION_LABEL, ""))
-            if version is not None and owned_by(raw, model.ref.uid):
-                states[version] = deployment_state(raw)
+        deployments = [item for item in applied if item.get("kind") == "Deployment"]
+        async with _translated_errors("Deployment", selector):
+            if not deployments_cover(deployments, versions_by_label):
+                listed = await self._apps.list_namespaced_deployment(namespace, label_selector=selector)
+                deployments = [serialize(item) for item in listed.items]
+            pods = await self._core.list_namespaced_pod(namespace, label_selector=selector)
+        states = deployment_states(deployments, versions_by_label, model.ref.uid)
         pod_states = tuple(
             state
             for state in (pod_state(serialize(item), versions_by_label) for item in pods.items)
             if state is not None
         )
-        pod_names = {p.name for p in pod_states}
-        pod_events = tuple(
-            event for event in (pod_event(serialize(item)) for item in events.items) if event.pod in pod_names
-        )
+        pod_events: tuple[PodEvent, ...] = ()
+        if any(p.phase == "Pending" for p in pod_states):
+            async with _translated_errors("Event", "FailedScheduling"):
+                events = await self._core.list_namespaced_event(
+                    namespace, field_selector="involvedObject.kind=Pod,reason=FailedScheduling"
+                )
+            pod_names = {p.name for p in pod_states}
+            pod_events = tuple(
+                event for event in (pod_event(serialize(item)) for item in events.items) if event.pod in pod_names
+            )
         return ChildStates(deployments=states, pods=pod_states, events=pod_events)
 
     async def watch_pods(self, namespace: str | None, selector: str, timeout_s: int) -> AsyncIterator[dict[str, Any]]:
@@ -356,6 +374,43 @@ class Kube:
         except (aiohttp.ClientError, TimeoutError) as error:
             raise translate_error(error, "InferenceModel", name) from error
         return body
+
+    async def post_event(self, model: Mapping[str, Any], event: StatusEvent) -> None:
+        """A core/v1 Event on the InferenceModel (what `kubectl describe im` shows)."""
+        await self.create_event(model_event(model, event, _now_stamp()))
+
+    async def create_event(self, manifest: Mapping[str, Any]) -> None:
+        namespace = manifest["metadata"]["namespace"]
+        async with _translated_errors("Event", manifest["metadata"].get("generateName", "")):
+            body: Any = dict(manifest)  # the client serializes a dict as it is
+            await self._core.create_namespaced_event(namespace, body)
+
+    # -- leader election (leader.LeaseStore) -----------------------------------------------------------------
+
+    async def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            lease = await self._coordination.read_namespaced_lease(name, namespace)
+        except ApiException as error:
+            if error.status == _NOT_FOUND:
+                return None
+            raise translate_error(error, "Lease", name) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise translate_error(error, "Lease", name) from error
+        found: dict[str, Any] = self._api.sanitize_for_serialization(lease)
+        return found
+
+    async def write_lease(self, manifest: Mapping[str, Any], *, create: bool) -> dict[str, Any]:
+        """Creates the Lease, or replaces it at the resourceVersion in `manifest` (409 if it changed since)."""
+        name = manifest["metadata"]["name"]
+        namespace = manifest["metadata"]["namespace"]
+        body: Any = dict(manifest)  # the client serializes a dict as it is
+        async with _translated_errors("Lease", name):
+            if create:
+                written = await self._coordination.create_namespaced_lease(namespace, body)
+            else:
+                written = await self._coordination.replace_namespaced_lease(name, namespace, body)
+        result: dict[str, Any] = self._api.sanitize_for_serialization(written)
+        return result
 
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         async with _translated_errors("InferenceModel", name):
@@ -459,6 +514,54 @@ async def _scrape(session: aiohttp.ClientSession, ip: str, port: int) -> Counts 
 
 def _host(ip: str) -> str:
     return f"[{ip}]" if ":" in ip else ip
+
+
+def model_event(model: Mapping[str, Any], event: StatusEvent, now: str) -> dict[str, Any]:
+    """A core/v1 Event about the InferenceModel `model` (its body as read), as kubectl and kopf post them."""
+    metadata = model.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{metadata.get('name', '')}.", "namespace": metadata.get("namespace")},
+        "involvedObject": {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "InferenceModel",
+            "name": metadata.get("name"),
+            "namespace": metadata.get("namespace"),
+            "uid": metadata.get("uid"),
+            "resourceVersion": metadata.get("resourceVersion"),
+        },
+        "type": event.type,
+        "reason": event.reason,
+        "message": event.message[:EVENT_MESSAGE_LIMIT],
+        "source": {"component": names.MANAGED_BY},
+        "reportingComponent": names.MANAGED_BY,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+def _now_stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def deployments_cover(deployments: Collection[Mapping[str, Any]], versions_by_label: Mapping[str, str]) -> bool:
+    """Every version (by its label) has a Deployment among `deployments`."""
+    labels = {(d.get("metadata") or {}).get("labels", {}).get(names.VERSION_LABEL) for d in deployments}
+    return set(versions_by_label) <= labels
+
+
+def deployment_states(
+    deployments: Collection[Mapping[str, Any]], versions_by_label: Mapping[str, str], uid: str
+) -> dict[str, DeploymentState]:
+    """Version -> state of each Deployment (camelCase, as the API returns it) that the model `uid` controls."""
+    states: dict[str, DeploymentState] = {}
+    for raw in deployments:
+        version = versions_by_label.get((raw.get("metadata") or {}).get("labels", {}).get(names.VERSION_LABEL, ""))
+        if version is not None and owned_by(raw, uid):
+            states[version] = deployment_state(raw)
+    return states
 
 
 def owned_by(manifest: Mapping[str, Any], uid: str) -> bool:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,9 +56,10 @@ class Cluster(TLSCluster, RoutingCluster, Protocol):
 
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]: ...
 
-    async def apply(self, manifest: Mapping[str, Any]) -> None: ...
+    async def apply(self, manifest: Mapping[str, Any]) -> Mapping[str, Any]: ...  # the object as stored
 
-    async def read_children(self, model: InferenceModel) -> ChildStates: ...
+    # `applied`: the objects this pass's applies returned; a Deployment among them is not listed again.
+    async def read_children(self, model: InferenceModel, applied: Sequence[Mapping[str, Any]] = ()) -> ChildStates: ...
 
     async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape: ...
 
@@ -172,12 +174,12 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     if conflicts:
         conflict = Problem(Reason.NAME_CONFLICT, name_conflict_message(conflicts))
         return _with_tls(_blocked(generation, conflict, previous, now), tls)
-    applied: list[str] = []
+    applied = [f"{m['kind']}/{m['metadata']['name']}" for m in manifests]
     try:
         for service in services_to_recreate(plan.owned, manifests):  # clusterIP is immutable: delete, then apply
             await cluster.delete_child(model.ref.namespace, service)
-        for manifest in manifests:
-            applied.append(await _apply(cluster, manifest))
+        # The applies are independent: at once. What they return (the objects as stored) saves a re-read.
+        stored = await asyncio.gather(*(cluster.apply(manifest) for manifest in manifests))
         # Only after the new split is applied: a removed version goes once drained, a route once unused.
         deleted = prune(plan.owned, rendered, {v.name for v in model.spec.versions}, plan.keep_versions)
         for child in deleted:
@@ -187,7 +189,7 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     except ClusterUnavailable as error:
         return _apply_failed(generation, str(error), error.retry_after_s, previous, now, tls)
 
-    children = dataclasses.replace(await cluster.read_children(model), missing_claims=missing)
+    children = dataclasses.replace(await cluster.read_children(model, stored), missing_claims=missing)
     status = summarize_status(running, children, previous_conditions=previous, now=now)
     status = add_traffic_status(status, model, plan, previous_conditions=previous, now=now)
     status = add_rollout_status(status, model, rollout, body.get("status"), previous_conditions=previous, now=now)
@@ -229,11 +231,6 @@ def _with_tls(outcome: Outcome, tls: TLSState) -> Outcome:
         events=(*tls.events, *outcome.events),
         applied=(*tls.applied, *outcome.applied),
     )
-
-
-async def _apply(cluster: Cluster, manifest: Mapping[str, Any]) -> str:
-    await cluster.apply(manifest)
-    return f"{manifest['kind']}/{manifest['metadata']['name']}"
 
 
 def _apply_failed(

@@ -46,7 +46,7 @@ CERT_MANAGER_INSTALL = "https://cert-manager.io/docs/installation/"
 class TLSCluster(Protocol):
     """What the TLS step needs from the API server (kube.Kube in production, a fake in tests)."""
 
-    async def apply(self, manifest: Mapping[str, Any]) -> None: ...
+    async def apply(self, manifest: Mapping[str, Any]) -> object: ...  # what it returns, TLS does not use
 
     async def read_secret(self, namespace: str, name: str) -> StoredSecret | None: ...
 

@@ -1,0 +1,89 @@
+"""The API requests one model costs, counted from the real API server's audit log: from its create until Ready
+and settled, per reconcile, and none while idle (no resync due). Bounds the operator's load per model."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.cluster import Kubectl, LocalControlPlane, local_control_plane
+from e2e.faults import AuditLog, Request, count_by_verb_and_resource
+from e2e.harness import OperatorProcess, load_example, wait_model_ready
+
+# A reconcile in steady state: GET the model, GET its claim, LIST its Deployments, Services and NetworkPolicies,
+# 4 server-side applies (their answers carry the Deployment's status: no second list), LIST its Pods.
+REQUESTS_PER_RECONCILE = 9
+# Besides reconciles: the ownership lookups of a new model's 4 names (once), a status patch per change, an Event
+# per transition, and the FailedScheduling list while a pod is Pending.
+ONCE_PER_MODEL = 4
+RECONCILES_UNTIL_READY = 4  # measured 2: the create, then the pod's readiness (its events coalesced)
+IDLE_S = 20
+
+
+@pytest.fixture
+def plane(kube: Kubectl) -> LocalControlPlane:
+    found = local_control_plane(kube)
+    if found is None:
+        pytest.fail("request counts need the local control plane's audit log (unset SKIFF_E2E_KUBECONFIG)")
+    return found
+
+
+@pytest.fixture
+def quiet_operator(kube: Kubectl, namespace: str, simulated_nodes: None, tmp_path: Path) -> Iterator[OperatorProcess]:
+    """The operator with no resync due during the test, so every request it makes is caused by the model."""
+    process = OperatorProcess(kube, namespace, tmp_path / "operator.log", ("--resync-seconds", "3600"))
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        print(f"---- operator log (last lines) ----\n{process.log()[-5000:]}")
+
+
+def _operator_requests(audit: AuditLog, since: int, namespace: str) -> list[Request]:
+    return [r for r in audit.requests(since) if r.from_operator and r.namespace == namespace and r.verb != "watch"]
+
+
+def test_one_model_costs_a_bounded_number_of_requests_and_an_idle_operator_none(
+    kube: Kubectl, plane: LocalControlPlane, namespace: str, claims: list[str], quiet_operator: OperatorProcess
+) -> None:
+    audit = AuditLog(plane.audit_log)
+    time.sleep(3)  # kopf's initial lists and watches
+    since = audit.mark()
+    kube.apply(load_example("cpu", namespace))
+    wait_model_ready(kube, namespace, "sample-cnn-cpu")
+    time.sleep(5)  # the last pod and Deployment events: their reconcile runs 1 s later
+    everything = _operator_requests(audit, since, namespace)
+    # kopf's own client (its initial lists, watches) writes nothing: no annotations, no finalizers, no status.
+    kopf_writes = [r for r in everything if r.user_agent.startswith("kopf/") and r.verb not in ("get", "list")]
+    assert not kopf_writes, count_by_verb_and_resource(kopf_writes)
+    requests = [r for r in everything if r.user_agent.startswith("skiff-operator/")]  # the reconciles' client
+    by = count_by_verb_and_resource(requests)
+    print(f"{len(requests)} requests until Ready and settled: {by}")
+    reconciles = by.get(("get", "inferencemodels"), 0)
+    assert 1 <= reconciles <= RECONCILES_UNTIL_READY, by
+    # One read of the children per reconcile: the Deployments are listed once (the applies return them).
+    assert by.get(("list", "deployments"), 0) == reconciles, by
+    assert ("patch", "inferencemodels") not in by, by  # only status writes
+    writes = {key for key in by if key[0] not in ("get", "list")}
+    assert writes <= {
+        ("patch", "deployments"),
+        ("patch", "services"),
+        ("patch", "networkpolicies"),
+        ("patch", "inferencemodels/status"),
+        ("create", "events"),
+    }, writes
+    status_writes = by.get(("patch", "inferencemodels/status"), 0)
+    events = by.get(("create", "events"), 0)
+    assert status_writes <= reconciles
+    bound = REQUESTS_PER_RECONCILE * reconciles + ONCE_PER_MODEL + status_writes + events + reconciles
+    assert len(requests) <= bound, by
+
+    # Idle: no resync due, nothing changed. Not one request besides the watches.
+    since = audit.mark()
+    time.sleep(IDLE_S)
+    idle = _operator_requests(audit, since, namespace)
+    assert idle == [], count_by_verb_and_resource(idle)
