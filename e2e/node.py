@@ -115,13 +115,19 @@ def pod_placement() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class NodePaths:
-    """Where each component of the node keeps its files, all under `root`."""
+    """Where each component of the node keeps its files, all under `root`; containerd's root (content store,
+    snapshots, image metadata) under `image_store` instead when one is given (kept across sessions)."""
 
     root: Path
+    image_store: Path | None = None
 
     @property
     def containerd(self) -> Path:
         return self.root / "containerd"
+
+    @property
+    def containerd_root(self) -> Path:
+        return self.image_store or self.containerd / "root"
 
     @property
     def socket(self) -> Path:
@@ -170,7 +176,7 @@ def containerd_config(paths: NodePaths) -> str:
     our directory, and oom_score_adj clamped to its own (lowering it needs CAP_SYS_RESOURCE, which CI may lack)."""
     c = paths.containerd
     return f"""version = 2
-root = "{c / "root"}"
+root = "{paths.containerd_root}"
 state = "{c / "state"}"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
                     "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
@@ -312,6 +318,44 @@ def overlapping_routes(network: NodeNetwork, routes: Sequence[str]) -> list[str]
             if any(ipaddress.ip_network(destination, strict=False).overlaps(g) for g in guarded):
                 clashes.append(route.strip())
     return clashes
+
+
+# -- containerd's images kept across sessions (pure) -------------------------------------------------------------
+
+# Per repository (localhost/skiff-runtime, ...), the images of this many recent sessions stay in the image store.
+KEPT_IMAGES = 3
+# In a kept image store while no node uses it, written only after a clean stop.
+CLEAN_MARKER = "skiff-clean"
+
+
+def archive_digest(archive: Path) -> str:
+    """The digest of the manifest an OCI archive's index names: what `ctr images ls` shows once it is imported."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None, f"{archive} has no index.json: not an OCI archive"
+        manifests = json.load(member)["manifests"]
+    if len(manifests) != 1:
+        raise ValueError(f"{archive} indexes {len(manifests)} manifests; one image per archive is imported")
+    digest: str = manifests[0]["digest"]
+    return digest
+
+
+def listed_images(ctr_images_ls: str) -> dict[str, str]:
+    """name -> digest from `ctr images ls` (columns REF TYPE DIGEST ...)."""
+    rows = [line.split() for line in ctr_images_ls.splitlines()[1:]]
+    return {row[0]: row[2] for row in rows if len(row) >= 3}
+
+
+def stale_images(used: Mapping[str, float], present: Sequence[str], keep: int = KEPT_IMAGES) -> list[str]:
+    """The images of `present` to remove: those never recorded in `used` (name -> last session's time), and per
+    repository all but the `keep` most recently used."""
+    stale = [name for name in present if name not in used]
+    by_repository: dict[str, list[str]] = {}
+    for name in sorted((n for n in present if n in used), key=lambda n: -used[n]):
+        by_repository.setdefault(name.rsplit(":", 1)[0], []).append(name)
+    for names in by_repository.values():
+        stale += names[keep:]
+    return sorted(stale)
 
 
 # -- a FROM-scratch image as an OCI archive (pure) --------------------------------------------------------------
@@ -471,27 +515,37 @@ class RealNode:
         images: Sequence[ImageArchive],
         log: Log,
         network: NodeNetwork = NETWORK,
+        image_store: Path | None = None,
     ) -> None:
+        """`image_store`: a directory for containerd's root, kept after stop() so the next node finds its images
+        imported already (None: a fresh root under the scratch directory, removed with it)."""
         self.plane = plane
         self.kube = client
         self.images = tuple(images)
         self.log = log
         self.network = network
         self.bin_dir = plane.bin_dir
-        self.paths = NodePaths(Path(tempfile.mkdtemp(prefix="skiff-real-node-")))
+        self.paths = NodePaths(Path(tempfile.mkdtemp(prefix="skiff-real-node-")), image_store)
         self.paths.root.chmod(0o755)  # hostPath volumes under shared/ are read by the pods' users
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self._lock: contextlib.ExitStack | None = None
         self._existed = {path: path.exists() for path in HARD_CODED_PATHS}
         self._cgroups_existed = bool(_cgroup_dirs())
         self._nft_before: set[str] = set()
+        self._store_clean = False
         self.timings: dict[str, float] = {}
 
     # -- start
 
+    @property
+    def running(self) -> bool:
+        """Between start() and stop() (a stopped node may be started again)."""
+        return self._lock is not None
+
     def start(self) -> None:
         self._lock = contextlib.ExitStack()
         self._lock.enter_context(_host_lock(self.log))
+        self.paths.root.mkdir(mode=0o755, exist_ok=True)  # stop() removed it
         self._clear_stale()
         self._existed = {path: path.exists() for path in HARD_CODED_PATHS}
         self._cgroups_existed = bool(_cgroup_dirs())
@@ -600,6 +654,7 @@ class RealNode:
         ):
             directory.mkdir(parents=True, exist_ok=True)
         paths.shared.mkdir(mode=0o755, exist_ok=True)
+        self._open_image_store()
         (paths.containerd / "config.toml").write_text(containerd_config(paths))
         (paths.cni_conf / "10-skiff-real-node.conflist").write_text(json.dumps(cni_config(paths, self.network)))
         # containerd and the kubelet share one private mount namespace: containerd sees the kubelet's volume mounts,
@@ -629,25 +684,70 @@ class RealNode:
         )
         self._step("containerd", started)
 
+    def _open_image_store(self) -> None:
+        """The kept image store is used only when the last node that used it stopped cleanly (its marker is there):
+        otherwise it may hold a dead session's containers, and it is emptied. The marker goes while a node runs."""
+        store = self.paths.image_store
+        if store is None:
+            return
+        marker = store / CLEAN_MARKER
+        if store.exists() and not marker.exists() and any(store.iterdir()):
+            self.log(f"  emptying the image store {store}: the node that used it last did not stop cleanly")
+            shutil.rmtree(store)
+        store.mkdir(parents=True, exist_ok=True)
+        marker.unlink(missing_ok=True)
+        self._store_clean = False
+
+    def _close_image_store(self) -> None:
+        """After containerd stopped with no container left: CRI's per-sandbox directories removed, the marker
+        written, so the next node reuses the images."""
+        store = self.paths.image_store
+        if store is None or not self._store_clean or "containerd" in self._processes or self._shim_pids():
+            return
+        shutil.rmtree(store / "io.containerd.grpc.v1.cri", ignore_errors=True)
+        (store / CLEAN_MARKER).write_text("the last real node using this image store stopped cleanly\n")
+
     def _ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return _run(
             "ctr", "--address", str(self.paths.socket), "--namespace", "k8s.io", *args, check=check, timeout=timeout
         )
 
     def _import_images(self) -> None:
+        """Each archive imported unless the image store holds its image already (same name, same digest); then the
+        images no recent session used removed from the store."""
         started = time.monotonic()
         pause = self.paths.images / "pause.oci.tar"
         write_scratch_image(
             pause, PAUSE_IMAGE, {"/pause": (self.bin_dir / "pause").read_bytes()}, ["/pause"], "65535:65535"
         )
+        present = listed_images(self._ctr("images", "ls").stdout)
         for image in (ImageArchive(pause, PAUSE_IMAGE), *self.images):
             image_started = time.monotonic()
+            digest = archive_digest(image.path)
+            if present.get(image.name) == digest:
+                self.log(f"  {image.name} already in {self.paths.containerd_root} ({digest[:19]})")
+                continue
             repository = image.name.rsplit(":", 1)[0]
             self._ctr("images", "import", "--base-name", repository, str(image.path))
-            if image.name not in self._ctr("images", "ls", "-q").stdout.split():
+            if listed_images(self._ctr("images", "ls").stdout).get(image.name) != digest:
                 raise RuntimeError(f"{image.path} did not import as {image.name}; its index names another image")
             self.log(f"  imported {image.name} in {time.monotonic() - image_started:.1f}s")
+        if self.paths.image_store is not None:
+            self._prune_image_store()
         self._step("images imported", started)
+
+    def _prune_image_store(self) -> None:
+        record = self.paths.containerd_root / "skiff-used.json"
+        used: dict[str, float] = json.loads(record.read_text()) if record.exists() else {}
+        used.update({image.name: time.time() for image in self.images} | {PAUSE_IMAGE: time.time()})
+        present = list(listed_images(self._ctr("images", "ls").stdout))
+        stale = stale_images(used, present)
+        for name in stale:
+            self._ctr("images", "rm", name)  # containerd's garbage collector then drops its content and snapshots
+            used.pop(name, None)
+        if stale:
+            self.log(f"  removed from the image store (not used by the last {KEPT_IMAGES} sessions): {stale}")
+        record.write_text(json.dumps({name: used[name] for name in present if name in used}, indent=1))
 
     def _start_kubelet(self) -> None:
         started = time.monotonic()
@@ -744,6 +844,7 @@ class RealNode:
             self._stop_containers,
             lambda: self._stop("containerd"),
             self._kill_shims,
+            self._close_image_store,
             lambda: self._stop("mount-namespace"),
             self._remove_iptables,
             self._remove_links,
@@ -796,6 +897,8 @@ class RealNode:
             self._ctr("tasks", "delete", "--force", task, check=False)
         for container in self._ctr("containers", "ls", "-q", check=False).stdout.split():
             self._ctr("containers", "delete", container, check=False)
+        left = self._ctr("containers", "ls", "-q", check=False)
+        self._store_clean = left.returncode == 0 and not left.stdout.split()
 
     def _shim_pids(self) -> list[int]:
         """containerd-shim processes serving our containerd (their command line names our socket)."""
@@ -869,7 +972,8 @@ class RealNode:
         if not self._cgroups_existed:
             found += [f"cgroup {d}" for d in _cgroup_dirs()]
         mounts = Path("/proc/self/mountinfo").read_text()
-        found += [f"mount {line.split()[4]}" for line in mounts.splitlines() if str(self.paths.root) in line]
+        roots = [str(self.paths.root), str(self.paths.containerd_root)]
+        found += [f"mount {line.split()[4]}" for line in mounts.splitlines() if any(r in line for r in roots)]
         found += [f"path {p}" for p, existed in self._existed.items() if not existed and p.exists()]
         if self.paths.root.exists():
             found.append(f"path {self.paths.root}")
@@ -901,12 +1005,22 @@ def real_node_problem(client: Kubectl) -> str | None:
 
 
 def start_real_node(client: Kubectl, log: Log) -> RealNode:
-    """The runtime image built (or found current) by scripts/images.sh, then a real node with it imported, Ready."""
+    """The runtime and operator images of this checkout's inputs built (or found current) by scripts/images.sh,
+    then a real node with them imported (or found in the kept image store), Ready."""
     plane = local_control_plane(client)
     assert plane is not None, real_node_problem(client)
     images.build_images()
     built = images.Images.from_script()
-    runtime = ImageArchive(built.archives / "runtime.oci.tar", built.runtime)
-    node = RealNode(plane, client, images=[runtime], log=log)
+    archives = [
+        ImageArchive(built.runtime_archive, built.runtime),
+        ImageArchive(built.operator_archive, built.operator),
+    ]
+    node = RealNode(plane, client, images=archives, log=log, image_store=image_store(built))
     node.start()
     return node
+
+
+def image_store(built: images.Images) -> Path:
+    """containerd's root kept in the skiff cache beside the archives: the next session skips the import (the
+    images are named by their inputs, so it never runs a stale one)."""
+    return built.archives.parent / "real-node" / "containerd"

@@ -198,7 +198,7 @@ def test_build_ca_bundle_is_not_in_any_layer(images: Images, image: str) -> None
     search = files_containing(BUILD_CA_MARKER)
     assert search.returncode == 1, f"found in {search.stdout!r}"
     # Nor is it in any layer of the archive (a file a later layer deletes would still be there).
-    archive = images.archives / f"{image}.oci.tar"
+    archive = images.archive(image)
     assert layers_containing(archive, b"Debian") != []  # the search reads the layers' contents
     assert layers_containing(archive, BUILD_CA_MARKER.encode()) == []
     under_run = images.podman("run", "--rm", "--network", "none", "--entrypoint", "find", reference, "/run").stdout
