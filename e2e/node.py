@@ -26,10 +26,13 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +43,8 @@ import yaml
 
 from e2e import images
 from e2e.cluster import (
+    REAL_NODE_IP,
+    REPO,
     SERVICE_CLUSTER_IP_RANGE,
     Kubectl,
     LocalControlPlane,
@@ -83,6 +88,7 @@ KUBELET_CHAINS = tuple(
 CNI_PLUGIN_DIR = Path("/usr/lib/cni")
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 COMMANDS = ("containerd", "ctr", "runc", "iptables", "ip6tables", "nft", "ip", "unshare", "nsenter")
+FORWARDER = REPO / "e2e" / "forward.py"
 INSTALL_HINT = "apt-get install -y containerd runc containernetworking-plugins iptables nftables  (Debian, as root)"
 
 
@@ -92,7 +98,7 @@ class NodeNetwork:
 
     pod_cidr: str = "10.244.0.0/24"
     bridge: str = "skiffcni0"
-    node_ip: str = "10.250.0.1"
+    node_ip: str = REAL_NODE_IP  # kube-apiserver advertises it (cluster.py); the node forwards it to the API server
     node_bridge: str = "skiffnode0"
     # Never routed off this machine: the pod range, the cluster's Service range (cluster.SERVICE_CLUSTER_IP_RANGE),
     # and kwok's simulated pod IPs (its default pod CIDR 10.0.0.1/24).
@@ -346,15 +352,19 @@ def listed_images(ctr_images_ls: str) -> dict[str, str]:
     return {row[0]: row[2] for row in rows if len(row) >= 3}
 
 
-def stale_images(used: Mapping[str, float], present: Sequence[str], keep: int = KEPT_IMAGES) -> list[str]:
-    """The images of `present` to remove: those never recorded in `used` (name -> last session's time), and per
-    repository all but the `keep` most recently used."""
-    stale = [name for name in present if name not in used]
+def stale_images(used: Mapping[str, float], present: Mapping[str, str], keep: int = KEPT_IMAGES) -> list[str]:
+    """The images of `present` (name -> digest) to remove: named ones never recorded in `used` (name -> last
+    session's time) and, per repository, all but the `keep` most recently used; then the ID references CRI adds
+    (`sha256:...`) of every digest no kept name has."""
+    named = [name for name in present if not name.startswith("sha256:")]
+    stale = [name for name in named if name not in used]
     by_repository: dict[str, list[str]] = {}
-    for name in sorted((n for n in present if n in used), key=lambda n: -used[n]):
+    for name in sorted((n for n in named if n in used), key=lambda n: -used[n]):
         by_repository.setdefault(name.rsplit(":", 1)[0], []).append(name)
     for names in by_repository.values():
         stale += names[keep:]
+    kept_digests = {present[name] for name in named if name not in stale}
+    stale += [name for name in present if name.startswith("sha256:") and present[name] not in kept_digests]
     return sorted(stale)
 
 
@@ -557,6 +567,7 @@ class RealNode:
             self._import_images()
             self._start_kubelet()
             self._start_kube_proxy()
+            self._start_api_forward()
         except BaseException:
             self.log(f"the real node did not start; its logs are in {self.paths.logs}:\n{self.log_tail()}")
             self.stop()
@@ -569,11 +580,12 @@ class RealNode:
         processes (their command lines name a skiff-real-node- directory), shims, rules, links and directories."""
         prefix = str(self.paths.root.parent / "skiff-real-node-")
         stale = [pid for pid, cmdline in _processes() if prefix in cmdline and str(self.paths.root) not in cmdline]
-        # The mount namespace's holder runs `sleep infinity`: known by the pid file its session wrote.
-        for pid_file in self.paths.root.parent.glob("skiff-real-node-*/logs/mount-namespace.pid"):
-            pid = int(pid_file.read_text())
-            if pid_file.parents[1] != self.paths.root and "sleep infinity" in dict(_processes()).get(pid, ""):
-                stale.append(pid)
+        # The mount namespace's holder (`sleep infinity`) and the API server forwarder: known by their pid files.
+        for name, command in (("mount-namespace", "sleep infinity"), ("apiserver-forward", str(FORWARDER))):
+            for pid_file in self.paths.root.parent.glob(f"skiff-real-node-*/logs/{name}.pid"):
+                pid = int(pid_file.read_text())
+                if pid_file.parents[1] != self.paths.root and command in dict(_processes()).get(pid, ""):
+                    stale.append(pid)
         found = [f"pid {pid}" for pid in stale]
         found += [link for link in (self.network.bridge, self.network.node_bridge) if link in _links()]
         found += [
@@ -740,7 +752,7 @@ class RealNode:
         record = self.paths.containerd_root / "skiff-used.json"
         used: dict[str, float] = json.loads(record.read_text()) if record.exists() else {}
         used.update({image.name: time.time() for image in self.images} | {PAUSE_IMAGE: time.time()})
-        present = list(listed_images(self._ctr("images", "ls").stdout))
+        present = listed_images(self._ctr("images", "ls").stdout)
         stale = stale_images(used, present)
         for name in stale:
             self._ctr("images", "rm", name)  # containerd's garbage collector then drops its content and snapshots
@@ -798,6 +810,26 @@ class RealNode:
         except (OSError, ValueError):
             return False
 
+    def _start_api_forward(self) -> None:
+        """The API server on the node's address too (it listens on 127.0.0.1 only and advertises the node's
+        address: cluster.REAL_NODE_IP), so pods reach it through the `kubernetes` Service."""
+        started = time.monotonic()
+        server = self.kube.run("config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
+        port = urllib.parse.urlsplit(server.strip()).port
+        assert port is not None, f"the kubeconfig's server {server!r} names no port"
+        listen = f"{self.network.node_ip}:{port}"
+        self._spawn("apiserver-forward", [sys.executable, str(FORWARDER), listen, f"127.0.0.1:{port}"])
+
+        def forwarding() -> bool:
+            if self._processes["apiserver-forward"].poll() is not None:
+                raise RuntimeError(f"the API server forwarder exited:\n{self.log_tail('apiserver-forward')}")
+            with contextlib.suppress(OSError), socket.create_connection((self.network.node_ip, port), timeout=1):
+                return True
+            return False
+
+        eventually(forwarding, timeout=10, interval=0.1, what=f"the API server on {listen}")
+        self._step(f"API server forwarded on {listen}", started)
+
     # -- use
 
     def shared_dir(self, name: str) -> Path:
@@ -805,6 +837,11 @@ class RealNode:
         directory = self.paths.shared / name
         directory.mkdir(mode=0o755, parents=True)
         return directory
+
+    def tag_image(self, source: str, target: str) -> None:
+        """A second name for an imported image (as a new image pushed to a registry would be, without one); it
+        stays in a kept image store only until the next node prunes it."""
+        self._ctr("images", "tag", "--force", source, target)
 
     def container_log(self, namespace: str, pod: str, container: str) -> str:
         """What the kubelet wrote for the container (every restart), read from podLogsDir."""
@@ -839,6 +876,7 @@ class RealNode:
         started = time.monotonic()
         steps = (
             self._drain_node,
+            lambda: self._stop("apiserver-forward"),
             self._stop_kube_proxy,
             lambda: self._stop("kubelet"),
             self._stop_containers,

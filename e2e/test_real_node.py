@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from ipaddress import ip_address, ip_network
 from pathlib import Path
@@ -29,12 +29,22 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 
+from e2e import traffic
 from e2e.cluster import Kubectl, eventually
-from e2e.conftest import RESTRICTED
 from e2e.gateway import Traefik, gateway_manifests, install_gateway_api
-from e2e.harness import OperatorProcess, condition, free_port, grpc_health_check, load_example, wait_model_ready
+from e2e.harness import OperatorProcess, condition, free_port, grpc_health_check, wait_model_ready
 from e2e.images import Images
-from e2e.node import NETWORK, NODE_NAME, RealNode, pod_placement
+from e2e.node import NETWORK, NODE_NAME, RealNode
+from e2e.traffic import (
+    INPUT,
+    NEW_CONNECTION,
+    Load,
+    create_models_claim,
+    create_real_namespace,
+    delete_real_namespace,
+    real_model,
+    write_sample_model,
+)
 from skiff_operator.render import contract
 
 # Cold CI builds the runtime image first (scripts/images.sh: minutes); cached, the module takes about a minute.
@@ -44,8 +54,6 @@ SERVED = "sample-cnn-cpu"  # manifests/examples/cpu.yaml, shrunk to fit a 2-core
 BROKEN = "broken-cpu"
 SPLIT = "split-cpu"
 CANARY = "canary-cpu"
-NEW_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
-INPUT = np.random.default_rng(7).random((2, 3, 32, 32), dtype=np.float32)
 
 # What the model computes for INPUT, on the host with the runtime's own engine (a subprocess: Paddle stays out of
 # the test process).
@@ -75,19 +83,6 @@ class Served:
         return expected
 
 
-def real_model(namespace: str, name: str, model_uri: str, image: str) -> dict[str, Any]:
-    """The CPU example on the real node: the image imported there (never pulled), one replica of one worker, a
-    short drain."""
-    body = load_example("cpu", namespace)
-    body["metadata"]["name"] = name
-    spec = body["spec"]
-    spec["versions"] = [{"name": "v1", "modelUri": model_uri, "replicas": 1}]
-    spec["runtime"].update(image=image, imagePullPolicy="Never", cpuThreads=1, gracePeriodSeconds=5)
-    spec["resources"] = {"cpu": "500m", "memory": "2Gi"}
-    spec["scheduling"] = pod_placement()
-    return body
-
-
 def model_pod(kube: Kubectl, namespace: str, model: str) -> dict[str, Any]:
     (pod,) = kube.items("pods", namespace, f"skiff.dev/model={model}")
     return pod
@@ -108,52 +103,14 @@ def served(
     real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
     namespace = f"e2e-real-node-{uuid.uuid4().hex[:6]}"
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": namespace, "labels": {RESTRICTED: "restricted", "skiff.dev/e2e": "true"}},
-        }
-    )
-    eventually(lambda: kube.get_or_none("serviceaccount", "default", namespace), timeout=60, what="serviceaccount")
-    models = real_node.shared_dir(namespace)
+    create_real_namespace(kube, namespace)
+    models = create_models_claim(kube, real_node, namespace)
     sample = models / "sample-cnn" / "v1"
-    subprocess.run([sys.executable, "-m", "skiff_runtime.samples", "conv", str(sample)], check=True, timeout=300)
+    write_sample_model(sample)
     broken = models / "broken" / "v1"
     broken.mkdir(parents=True)
     (broken / "inference.json").write_text('{"not": "a paddle program"}')
     (broken / "inference.pdiparams").write_bytes(b"\0" * 64)
-    volume = f"{namespace}-models"
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume, "labels": {"skiff.dev/e2e-namespace": namespace}},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(models), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": "models"},
-            },
-        }
-    )
-    kube.run("wait", "--for=jsonpath={.status.phase}=Available", f"pv/{volume}", "--timeout=60s")
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "models", "namespace": namespace},
-            "spec": {
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "volumeName": volume,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        }
-    )
-    kube.run("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", namespace, "--timeout=60s")
 
     scratch = tmp_path_factory.mktemp("real-node")
     install_gateway_api(kube)  # before the operator starts: routing mode Auto picks Gateway when a model names one
@@ -179,8 +136,7 @@ def served(
             print(
                 f"---- {model} runtime log ----\n{real_node.container_log(namespace, f'{model}-*', 'runtime')[-5000:]}"
             )
-        kube.run("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
-        kube.run("delete", "persistentvolume", volume, "--wait=false", "--ignore-not-found")
+        delete_real_namespace(kube, namespace)
 
 
 def test_pod_turns_ready_only_after_the_runtime_reports_serving(
@@ -319,52 +275,8 @@ def terminated_exit_codes(watched: str) -> list[int]:
 
 
 def answered_by(cluster_ip: str) -> str:
-    """One inference on a new connection (as a reconnecting client makes it); the version that answered. A local
-    subchannel pool: gRPC would otherwise reuse another channel's connection to the same address (and pod)."""
-    client = triton.InferenceServerClient(f"{cluster_ip}:{contract.GRPC_PORT}", channel_args=NEW_CONNECTION)
-    try:
-        request = triton.InferInput("image", list(INPUT[:1].shape), "FP32")
-        request.set_data_from_numpy(INPUT[:1])
-        version: str = client.infer(SPLIT, [request], client_timeout=10).get_response().model_version
-        return version
-    finally:
-        client.close()
-
-
-@dataclass
-class Load:
-    """Reconnecting clients in threads, until stopped (bounded in time and count): answers by version, failures."""
-
-    cluster_ip: str
-    clients: int = 4
-    max_requests: int = 20000
-    max_seconds: float = 150
-    answers: Counter[str] = field(default_factory=Counter)
-    failures: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        deadline = time.monotonic() + self.max_seconds
-        while not self.stop.is_set() and time.monotonic() < deadline and self.total() < self.max_requests:
-            try:
-                self.answers[answered_by(self.cluster_ip)] += 1
-            except triton.InferenceServerException as error:
-                self.failures.append(f"{time.strftime('%H:%M:%S')} {error}")
-
-    def total(self) -> int:
-        return sum(self.answers.values()) + len(self.failures)
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[Load]:
-        threads = [threading.Thread(target=self.run, daemon=True) for _ in range(self.clients)]
-        for thread in threads:
-            thread.start()
-        try:
-            yield self
-        finally:
-            self.stop.set()
-            for thread in threads:
-                thread.join(timeout=30)
+    """The version of SPLIT that answered one inference on a new connection to its ClusterIP."""
+    return traffic.answered_by(f"{cluster_ip}:{contract.GRPC_PORT}", SPLIT)
 
 
 def test_service_mode_split_measured_through_the_service_matches_the_status(served: Served, kube: Kubectl) -> None:
@@ -412,7 +324,7 @@ def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, k
     wait_model_ready(kube, served.namespace, SPLIT, timeout_s=240)
     cluster_ip = kube.get("service", SPLIT, "-n", served.namespace)["spec"]["clusterIP"]
     # Promote v2 to 100% under steady load: v1's pod goes only once v2's second pod is ready.
-    with Load(cluster_ip).running() as load:
+    with Load(cluster_ip, SPLIT).running() as load:
         time.sleep(2)
         promote = {"spec": {"traffic": [{"version": "v1", "percent": 0}, {"version": "v2", "percent": 100}]}}
         kube.run("patch", "inferencemodel", SPLIT, "-n", served.namespace, "--type=merge", "-p", json.dumps(promote))

@@ -142,9 +142,13 @@ def test_an_archive_is_recognised_in_the_store_by_name_and_manifest_digest(tmp_p
     assert listed_images(listing.splitlines()[0]) == {}
 
 
-def test_the_store_keeps_the_most_recently_used_images_of_each_repository() -> None:
+def test_the_store_keeps_the_most_recently_used_images_of_each_repository_and_their_id_references() -> None:
     runtime = [f"localhost/skiff-runtime:0.1.0-{n}" for n in "abcde"]
     used = {name: float(t) for t, name in enumerate(runtime)} | {"localhost/pause:skiff": 9.0}
-    present = [*runtime, "localhost/pause:skiff", "localhost/stray:1"]
-    assert stale_images(used, present, keep=3) == sorted([runtime[0], runtime[1], "localhost/stray:1"])
-    assert stale_images(used, present[2:6], keep=3) == []
+    present = {name: f"sha256:{i}" for i, name in enumerate(runtime)}
+    present |= {"localhost/pause:skiff": "sha256:p", "localhost/stray:1": "sha256:s"}
+    present |= {f"sha256:config{i}": f"sha256:{i}" for i in range(5)} | {"sha256:configp": "sha256:p"}
+    stale = stale_images(used, present, keep=3)
+    assert stale == sorted([runtime[0], runtime[1], "localhost/stray:1", "sha256:config0", "sha256:config1"])
+    kept = {name: digest for name, digest in present.items() if name not in stale}
+    assert stale_images(used, kept, keep=3) == []
