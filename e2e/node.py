@@ -1028,9 +1028,10 @@ def _readlink(path: str) -> str | None:
 # -- for the e2e fixture ------------------------------------------------------------------------------------------
 
 
-def real_node_problem(client: Kubectl) -> str | None:
-    """Why a real node cannot join this cluster here (None when it can), with what to do about it."""
-    plane = local_control_plane(client)
+def real_node_problem(client: Kubectl, plane: LocalControlPlane | None = None) -> str | None:
+    """Why a real node cannot join this cluster here (None when it can), with what to do about it. `plane`: the
+    local control plane behind `client` when another process started it (`make up`)."""
+    plane = plane or local_control_plane(client)
     if plane is None:
         return "the real node joins only the local control plane (unset SKIFF_E2E_KUBECONFIG to use it)"
     missing = missing_requirements(plane.bin_dir)
@@ -1042,10 +1043,10 @@ def real_node_problem(client: Kubectl) -> str | None:
     return None
 
 
-def start_real_node(client: Kubectl, log: Log) -> RealNode:
+def start_real_node(client: Kubectl, log: Log, plane: LocalControlPlane | None = None) -> RealNode:
     """The runtime and operator images of this checkout's inputs built (or found current) by scripts/images.sh,
     then a real node with them imported (or found in the kept image store), Ready."""
-    plane = local_control_plane(client)
+    plane = plane or local_control_plane(client)
     assert plane is not None, real_node_problem(client)
     images.build_images()
     built = images.Images.from_script()
