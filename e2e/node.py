@@ -502,7 +502,17 @@ def _try_lock(handle: IO[str]) -> bool:
     return True
 
 
+def stop_live_nodes() -> None:
+    """Stops the real node this process runs (if any): another process may then start one (`make up`'s, in
+    test_demo.py), and a fixture that needs it again starts it again (RealNode.running)."""
+    for node in list(_LIVE):
+        node.stop()
+
+
 # -- the node -----------------------------------------------------------------------------------------------------
+
+
+_LIVE: set[RealNode] = set()
 
 
 @dataclass(frozen=True)
@@ -572,6 +582,7 @@ class RealNode:
             self.log(f"the real node did not start; its logs are in {self.paths.logs}:\n{self.log_tail()}")
             self.stop()
             raise
+        _LIVE.add(self)
         self.timings["start"] = time.monotonic() - started
         self.log(f"real node {NODE_NAME} Ready in {self.timings['start']:.1f}s (pods on {self.network.pod_cidr})")
 
@@ -896,6 +907,7 @@ class RealNode:
                 self.log(f"real node teardown: {getattr(step, '__name__', 'step')} failed: {error}")
         self._lock.close()
         self._lock = None
+        _LIVE.discard(self)
         self.timings["stop"] = time.monotonic() - started
         self.log(f"real node stopped and removed in {self.timings['stop']:.1f}s")
 

@@ -84,7 +84,8 @@ def test_the_helm_installed_operator_pod_serves_a_model_on_the_real_node(
         real_node.network.node_ip
     ]
 
-    models = create_models_claim(kube, real_node, namespace)
+    models = real_node.shared_dir(namespace)
+    create_models_claim(kube, models, namespace)
     write_sample_model(models / "sample-cnn" / "v1")
     model = real_model(namespace, MODEL, "pvc://models/sample-cnn/v1", Images.from_script().runtime)
     model["spec"]["routing"] = {"mode": "Service"}

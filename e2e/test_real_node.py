@@ -14,7 +14,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -37,8 +36,8 @@ from e2e.images import Images
 from e2e.node import NETWORK, NODE_NAME, RealNode
 from e2e.traffic import (
     INPUT,
-    NEW_CONNECTION,
     Load,
+    answers_per_version,
     create_models_claim,
     create_real_namespace,
     delete_real_namespace,
@@ -102,9 +101,12 @@ def log_time(line: str) -> datetime:
 def served(
     real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
+    if not real_node.running:  # make demo's test stops the session's node (one node per machine)
+        real_node.start()
     namespace = f"e2e-real-node-{uuid.uuid4().hex[:6]}"
     create_real_namespace(kube, namespace)
-    models = create_models_claim(kube, real_node, namespace)
+    models = real_node.shared_dir(namespace)
+    create_models_claim(kube, models, namespace)
     sample = models / "sample-cnn" / "v1"
     write_sample_model(sample)
     broken = models / "broken" / "v1"
@@ -342,37 +344,6 @@ def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, k
     assert load.answers["v2"] > 0
     assert load.failures == []
     assert Counter(answered_by(cluster_ip) for _ in range(20)) == Counter({"v2": 20})
-
-
-def answers_per_version(target: str, model: str, clients: int, requests: int) -> Counter[str]:
-    """`requests` inferences from `clients` concurrent clients, each on its own long-lived connection. The first
-    failure of any client is raised here."""
-    counts: Counter[str] = Counter()
-    errors: list[Exception] = []
-    lock = threading.Lock()
-
-    def client_loop(count: int) -> None:
-        client = triton.InferenceServerClient(target, channel_args=NEW_CONNECTION)
-        request = triton.InferInput("image", list(INPUT[:1].shape), "FP32")
-        request.set_data_from_numpy(INPUT[:1])
-        try:
-            for _ in range(count):
-                version = client.infer(model, [request], client_timeout=10).get_response().model_version
-                with lock:
-                    counts[version] += 1
-        except Exception as error:  # re-raised by the caller
-            errors.append(error)
-        finally:
-            client.close()
-
-    threads = [threading.Thread(target=client_loop, args=(requests // clients,)) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    if errors:
-        raise errors[0]
-    return counts
 
 
 def test_gateway_split_through_traefik_is_exact_per_request_and_matches_the_status(

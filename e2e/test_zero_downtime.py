@@ -88,7 +88,8 @@ def steady(
         real_node.start()
     namespace = f"e2e-steady-{uuid.uuid4().hex[:6]}"
     create_real_namespace(kube, namespace)
-    models = create_models_claim(kube, real_node, namespace)
+    models = real_node.shared_dir(namespace)
+    create_models_claim(kube, models, namespace)
     write_sample_model(models / "sample-cnn" / "v1")
     operator = OperatorProcess(kube, namespace, tmp_path_factory.mktemp("steady") / "operator.log")
     operator.start()

@@ -19,7 +19,7 @@ import tritonclient.grpc as triton
 
 from e2e.cluster import Kubectl, eventually
 from e2e.harness import load_example
-from e2e.node import RealNode, pod_placement
+from e2e.node import pod_placement
 from skiff_operator.render import contract
 
 RESTRICTED = "pod-security.kubernetes.io/enforce"
@@ -40,10 +40,9 @@ def create_real_namespace(kube: Kubectl, namespace: str) -> None:
     eventually(lambda: kube.get_or_none("serviceaccount", "default", namespace), timeout=60, what="serviceaccount")
 
 
-def create_models_claim(kube: Kubectl, node: RealNode, namespace: str) -> Path:
-    """The claim `models` in `namespace`, bound to a hostPath volume on the node: the directory returned, where
-    the test writes its models (pvc://models/<path>)."""
-    models = node.shared_dir(namespace)
+def create_models_claim(kube: Kubectl, models: Path, namespace: str) -> None:
+    """The claim `models` in `namespace`, bound to a hostPath volume of `models` (a directory under the real node's
+    RealNode.shared_dir, where the caller writes its models: pvc://models/<path>)."""
     volume = f"{namespace}-models"
     kube.apply(
         {
@@ -75,7 +74,6 @@ def create_models_claim(kube: Kubectl, node: RealNode, namespace: str) -> Path:
         }
     )
     kube.run("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", namespace, "--timeout=60s")
-    return models
 
 
 def delete_real_namespace(kube: Kubectl, namespace: str) -> None:
@@ -155,3 +153,34 @@ class Load:
             self.stop.set()
             for thread in threads:
                 thread.join(timeout=30)
+
+
+def answers_per_version(target: str, model: str, clients: int, requests: int) -> Counter[str]:
+    """`requests` inferences from `clients` concurrent clients, each on its own long-lived connection. The first
+    failure of any client is raised here."""
+    counts: Counter[str] = Counter()
+    errors: list[Exception] = []
+    lock = threading.Lock()
+
+    def client_loop(count: int) -> None:
+        client = triton.InferenceServerClient(target, channel_args=NEW_CONNECTION)
+        request = triton.InferInput("image", list(INPUT[:1].shape), "FP32")
+        request.set_data_from_numpy(INPUT[:1])
+        try:
+            for _ in range(count):
+                version = client.infer(model, [request], client_timeout=10).get_response().model_version
+                with lock:
+                    counts[version] += 1
+        except Exception as error:  # re-raised by the caller
+            errors.append(error)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=client_loop, args=(requests // clients,)) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    if errors:
+        raise errors[0]
+    return counts
