@@ -161,6 +161,7 @@ def run_on_real_node(kube: Kubectl, info: dict[str, Any], step: Steps) -> None:
     step(f"{REQUESTS} requests per split through the gateway (Traefik, {target}; {CLIENTS} clients), per version")
     for split in SPLITS:
         count_split(kube, target, split, step)
+    step("the model's status after the splits: kubectl get im -o wide")
     for line in kube.run("get", "im", CANARY, "-n", NAMESPACE, "-o", "wide").splitlines():
         step.note(line)
 

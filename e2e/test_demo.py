@@ -58,6 +58,7 @@ def test_demo_on_the_real_node_counts_requests_per_version_through_the_gateway_a
             for m in re.finditer(r"split v1=(\d+),v2=(\d+)\s+-> v1 (\d+) \(\d+%\), v2 (\d+)", printed)
         }
         assert set(counted) == set(demo.SPLITS), printed
+        assert f"[{demo.STEPS}/{demo.STEPS}] the model's status after the splits" in printed
         for (v1_percent, _), (v1, v2) in counted.items():
             assert v1 + v2 == demo.REQUESTS
             assert abs(v1 * 100 / demo.REQUESTS - v1_percent) <= 5, counted  # Traefik's weighted round robin
