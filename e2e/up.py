@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             print("nothing to stop (no .cache/up)")
             return 0
         down()
-        print("down: the operator and the control plane are stopped, .cache/up is removed")
+        print("down: the real node (if any), the operator and the control plane are stopped, .cache/up is removed")
         return 0
     if args.command == "status":
         running = is_up()
