@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import time
+import tomllib
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -310,7 +311,9 @@ def test_make_push_copies_both_images_to_a_registry(images: Images, registry: st
         env={**os.environ, "SKOPEO_FLAGS": "--dest-tls-verify=false"},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    version = images.runtime.rsplit(":", 1)[1]
+    # This checkout's images (tagged <version>-<inputs hash>) go out as <version>.
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert images.runtime.endswith(f":{version}-{images.runtime_archive.name.split('-')[1].split('.')[0]}")
     for name, local in (("runtime", images.runtime), ("operator", images.operator)):
         assert pushed_layers(f"{registry}/skiff/skiff-{name}:{version}") == images.inspect(local)["RootFS"]["Layers"]
     # It ends with the chart and InferenceModel settings that use the pushed images.
