@@ -10,6 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,6 @@ from e2e.images import Images
 from e2e.node import NODE_NAME, RealNode, pod_placement
 from e2e.traffic import (
     answered_by,
-    create_models_claim,
     create_real_namespace,
     delete_real_namespace,
     real_model,
@@ -35,12 +35,13 @@ MODEL = "in-cluster"
 
 
 @pytest.fixture
-def released(real_node: RealNode, kube: Kubectl, helm: Helm, crd: dict[str, Any]) -> Iterator[str]:
-    """A restricted namespace with the chart installed in it (the operator pod on the real node, Running)."""
+def released(real_node: RealNode, kube: Kubectl, helm: Helm, crd: dict[str, Any]) -> Iterator[tuple[str, Path]]:
+    """A restricted namespace with the chart installed in it (the operator pod on the real node, Running), and the
+    directory behind its claim "models"."""
     if not real_node.running:  # test_real_node.py's last test stops the node
         real_node.start()
     namespace = f"e2e-operator-pod-{uuid.uuid4().hex[:6]}"
-    create_real_namespace(kube, namespace)
+    models = create_real_namespace(kube, real_node, namespace)
     built = Images.from_script()
     repository, tag = built.operator.rsplit(":", 1)
     placement = pod_placement()
@@ -61,7 +62,7 @@ def released(real_node: RealNode, kube: Kubectl, helm: Helm, crd: dict[str, Any]
     try:
         helm.run(*args, timeout=240)
         print(f"helm install --wait (operator pod Running on {NODE_NAME}): {time.monotonic() - started:.1f}s")
-        yield namespace
+        yield namespace, models
     finally:
         for pod in kube.items("pod", namespace, "app.kubernetes.io/component=operator"):
             log = real_node.container_log(namespace, pod["metadata"]["name"], "operator")
@@ -71,9 +72,9 @@ def released(real_node: RealNode, kube: Kubectl, helm: Helm, crd: dict[str, Any]
 
 
 def test_the_helm_installed_operator_pod_serves_a_model_on_the_real_node(
-    released: str, kube: Kubectl, real_node: RealNode
+    released: tuple[str, Path], kube: Kubectl, real_node: RealNode
 ) -> None:
-    namespace = released
+    namespace, models = released
     (pod,) = kube.items("pod", namespace, "app.kubernetes.io/component=operator")
     assert pod["spec"]["nodeName"] == NODE_NAME
     assert pod["spec"]["serviceAccountName"] == RELEASE
@@ -84,8 +85,6 @@ def test_the_helm_installed_operator_pod_serves_a_model_on_the_real_node(
         real_node.network.node_ip
     ]
 
-    models = real_node.shared_dir(namespace)
-    create_models_claim(kube, models, namespace)
     write_sample_model(models / "sample-cnn" / "v1")
     model = real_model(namespace, MODEL, "pvc://models/sample-cnn/v1", Images.from_script().runtime)
     model["spec"]["routing"] = {"mode": "Service"}

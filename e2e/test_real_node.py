@@ -38,7 +38,6 @@ from e2e.traffic import (
     INPUT,
     Load,
     answers_per_version,
-    create_models_claim,
     create_real_namespace,
     delete_real_namespace,
     real_model,
@@ -104,9 +103,7 @@ def served(
     if not real_node.running:  # make demo's test stops the session's node (one node per machine)
         real_node.start()
     namespace = f"e2e-real-node-{uuid.uuid4().hex[:6]}"
-    create_real_namespace(kube, namespace)
-    models = real_node.shared_dir(namespace)
-    create_models_claim(kube, models, namespace)
+    models = create_real_namespace(kube, real_node, namespace)
     sample = models / "sample-cnn" / "v1"
     write_sample_model(sample)
     broken = models / "broken" / "v1"

@@ -24,7 +24,6 @@ from e2e.node import RealNode
 from e2e.traffic import (
     Load,
     answered_by,
-    create_models_claim,
     create_real_namespace,
     delete_real_namespace,
     real_model,
@@ -87,9 +86,7 @@ def steady(
     if not real_node.running:  # test_real_node.py's last test stops the node
         real_node.start()
     namespace = f"e2e-steady-{uuid.uuid4().hex[:6]}"
-    create_real_namespace(kube, namespace)
-    models = real_node.shared_dir(namespace)
-    create_models_claim(kube, models, namespace)
+    models = create_real_namespace(kube, real_node, namespace)
     write_sample_model(models / "sample-cnn" / "v1")
     operator = OperatorProcess(kube, namespace, tmp_path_factory.mktemp("steady") / "operator.log")
     operator.start()

@@ -19,7 +19,7 @@ import tritonclient.grpc as triton
 
 from e2e.cluster import Kubectl, eventually
 from e2e.harness import load_example
-from e2e.node import pod_placement
+from e2e.node import RealNode, pod_placement
 from skiff_operator.render import contract
 
 RESTRICTED = "pod-security.kubernetes.io/enforce"
@@ -28,7 +28,17 @@ NEW_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 INPUT = np.random.default_rng(7).random((2, 3, 32, 32), dtype=np.float32)
 
 
-def create_real_namespace(kube: Kubectl, namespace: str) -> None:
+def create_real_namespace(kube: Kubectl, node: RealNode, namespace: str) -> Path:
+    """The namespace (Pod Security "restricted", with its default ServiceAccount) and its claim "models", Bound to a
+    fresh directory on the node; returns that directory, where the test exports its models (pvc://models/<path>).
+    delete_real_namespace removes both."""
+    create_namespace(kube, namespace)
+    models = node.shared_dir(namespace)
+    create_models_claim(kube, models, namespace)
+    return models
+
+
+def create_namespace(kube: Kubectl, namespace: str) -> None:
     """A namespace enforcing Pod Security "restricted", with its default ServiceAccount."""
     kube.apply(
         {
