@@ -37,7 +37,8 @@ from e2e.harness import (
     start_local_pod,
     wait_for_startup_probe,
 )
-from e2e.traffic import answers_per_version, create_models_claim, real_model, write_sample_model
+from e2e.real_models import real_model
+from e2e.traffic import answers_per_version, write_sample_model
 from e2e.up import STATE_DIR, instructions, node_info, sigterm_as_interrupt, up
 from skiff_runtime.client import SkiffClient
 
@@ -140,7 +141,7 @@ def run_on_real_node(kube: Kubectl, info: dict[str, Any], step: Steps) -> None:
             models.mkdir(mode=0o755, parents=True, exist_ok=True)
             write_sample_model(models / "scorer" / version)
     if kube.get_or_none("persistentvolumeclaim", "models", NAMESPACE) is None:  # a second demo reuses it
-        create_models_claim(kube, models, NAMESPACE)
+        create_model_claims(kube, NAMESPACE, ["models"], host_dirs={"models": models})
     step.note(f"models: the sample conv net as v1 and v2 in {models} (hostPath volume, claim 'models')")
 
     body = real_model(NAMESPACE, CANARY, "pvc://models/scorer/v1", info["runtime_image"])

@@ -63,12 +63,16 @@ def apply_and_interrupt(
     return first, result
 
 
-def create_model_claims(kube: Kubectl, namespace: str, claims: list[str]) -> None:
+def create_model_claims(
+    kube: Kubectl, namespace: str, claims: list[str], host_dirs: Mapping[str, Path] | None = None
+) -> None:
     """A pre-bound PersistentVolume + PersistentVolumeClaim per claim, Bound, so pods that mount them schedule.
+    A claim in `host_dirs` is that directory of the real node (e2e/node.py); the others are never mounted.
 
     The volumes go first and the claims only once the volumes are Available: a claim that names a volume the
     PV controller has not seen yet waits for its periodic resync (15 s) instead of binding at once."""
-    volumes = {claim: f"{namespace}-{claim}"[:63] for claim in claims}
+    volumes = {claim: model_volume_name(namespace, claim) for claim in claims}
+    host_dirs = host_dirs or {}
     kube.apply(
         [
             {
@@ -80,7 +84,11 @@ def create_model_claims(kube: Kubectl, namespace: str, claims: list[str]) -> Non
                     "accessModes": ["ReadOnlyMany"],
                     "storageClassName": "",
                     "persistentVolumeReclaimPolicy": "Retain",
-                    "hostPath": {"path": f"/var/lib/skiff-e2e/{volume}"},  # never mounted: kwok runs no kubelet
+                    "hostPath": (
+                        {"path": str(host_dirs[claim]), "type": "Directory"}
+                        if claim in host_dirs
+                        else {"path": f"/var/lib/skiff-e2e/{volume}"}  # never mounted: kwok runs no kubelet
+                    ),
                     "claimRef": {"namespace": namespace, "name": claim},
                 },
             }
@@ -107,6 +115,10 @@ def create_model_claims(kube: Kubectl, namespace: str, claims: list[str]) -> Non
     )
     for claim in claims:
         kube.run("wait", "--for=jsonpath={.status.phase}=Bound", f"pvc/{claim}", "-n", namespace, "--timeout=60s")
+
+
+def model_volume_name(namespace: str, claim: str) -> str:
+    return f"{namespace}-{claim}"[:63]
 
 
 class OperatorProcess:

@@ -19,11 +19,9 @@ from e2e.cluster import Kubectl, eventually
 from e2e.helm import CHART, Helm
 from e2e.images import Images
 from e2e.node import NODE_NAME, RealNode, pod_placement
+from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
 from e2e.traffic import (
     answered_by,
-    create_real_namespace,
-    delete_real_namespace,
-    real_model,
     write_sample_model,
 )
 from skiff_operator.render import contract

@@ -126,6 +126,21 @@ def test_runtime_from_a_tls_deployment_serves_inference_over_tls_with_the_cluste
             images = np.random.default_rng(0).random((2, 3, 32, 32), dtype=np.float32)
             (probabilities,) = client.infer(name, {image_input.name: images}, timeout_s=30).values()
         assert probabilities.shape == (2, 10)
+        # The runtime's TLS, the cluster's constrained CA: every name the status lists verifies; a version's short
+        # name is outside the CA's NameConstraints and not in the certificate.
+        dns_names = eventually(
+            lambda: kube.get("inferencemodel", name, "-n", namespace).get("status", {}).get("tls", {}).get("dnsNames"),
+            timeout=60,
+            what="status.tls.dnsNames",
+        )
+        for dns_name in [*dns_names, f"{name}-v1"]:
+            with SkiffClient(target, ca_file=str(ca_file), server_name=dns_name, timeout_s=10) as client:
+                try:
+                    reached = client.health(name) == "SERVING"
+                except grpc.RpcError:
+                    reached = False
+            assert reached is (dns_name in dns_names), dns_name
+        assert f"{name}-v1.{namespace}.svc.cluster.local" in dns_names
         with SkiffClient(target, timeout_s=5) as plaintext, pytest.raises(grpc.RpcError) as refused:
             plaintext.metadata(name)
         assert refused.value.code() is grpc.StatusCode.UNAVAILABLE

@@ -34,15 +34,8 @@ from e2e.gateway import Traefik, gateway_manifests, install_gateway_api
 from e2e.harness import OperatorProcess, condition, free_port, grpc_health_check, wait_model_ready
 from e2e.images import Images
 from e2e.node import NETWORK, NODE_NAME, RealNode
-from e2e.traffic import (
-    INPUT,
-    Load,
-    answers_per_version,
-    create_real_namespace,
-    delete_real_namespace,
-    real_model,
-    write_sample_model,
-)
+from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
+from e2e.traffic import INPUT, Load, answers_per_version, write_sample_model
 from skiff_operator.render import contract
 
 # Cold CI builds the runtime image first (scripts/images.sh: minutes); cached, the module takes about a minute.

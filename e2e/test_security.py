@@ -1,8 +1,9 @@
-"""A shared cluster against a real API server: the operator never takes over an object it does not control
-(NameConflict, the victim unchanged), never mounts a service-account token, renders a NetworkPolicy the API
-server accepts; the chart's ValidatingAdmissionPolicy refuses a tenant who may only create InferenceModels in
-one namespace when the model names a Secret or claim the tenant cannot read, a disallowed image, PriorityClass
-or toleration; and the chart's RBAC is minimal: with one verb removed, a named check fails.
+"""A shared cluster against a real API server, with a tenant who may only create InferenceModels in one
+namespace: the operator never takes over an object it does not control for the tenant (NameConflict, the victim
+unchanged), never mounts a service-account token, renders a NetworkPolicy the API server accepts; the chart's
+ValidatingAdmissionPolicy refuses the tenant's model when it names a Secret or claim the tenant cannot read, a
+disallowed image, PriorityClass, RuntimeClass or toleration; and the chart's RBAC is minimal: with one verb
+removed, a named check fails. docs/security.md maps each "the tenant cannot" to its test.
 
 No network plugin runs on kwok's simulated nodes, so NetworkPolicies are checked as objects (accepted, with the
 expected selectors), not enforced; docs/security.md says so.
@@ -71,8 +72,10 @@ def comparable(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_an_existing_service_and_secret_are_never_taken_over(
-    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess, tenant: Kubectl
 ) -> None:
+    """The tenant, who cannot write Services or Secrets, names its model after them: the operator (which can)
+    refuses to write them for it."""
     model = load_example("tls", namespace)
     name = model["metadata"]["name"]
     victims: list[dict[str, Any]] = [
@@ -92,7 +95,7 @@ def test_an_existing_service_and_secret_are_never_taken_over(
     kube.apply(victims)
     before = [comparable(kube.get(v["kind"].lower(), v["metadata"]["name"], "-n", namespace)) for v in victims]
 
-    kube.apply(model)
+    tenant.apply(model)
     stored = wait_reason(kube, namespace, name, "NameConflict")
     message = condition(stored, "Ready")["message"]
     assert f"Secret/{name}-tls-ca exists and it has no controller" in message
@@ -123,7 +126,7 @@ def test_an_existing_service_and_secret_are_never_taken_over(
 
 @pytest.mark.usefixtures("gateway_api")
 def test_an_existing_grpc_route_is_never_taken_over(
-    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess, tenant: Kubectl
 ) -> None:
     model = load_example("cpu", namespace)
     name = model["metadata"]["name"]
@@ -136,7 +139,7 @@ def test_an_existing_grpc_route_is_never_taken_over(
     }
     kube.apply(victim)
     before = comparable(kube.get("grpcroute", name, "-n", namespace))
-    kube.apply(model)
+    tenant.apply(model)
     stored = wait_reason(kube, namespace, name, "NameConflict")
     assert f"GRPCRoute/{name} exists and it has no controller" in condition(stored, "Ready")["message"]
     assert comparable(kube.get("grpcroute", name, "-n", namespace)) == before
@@ -164,8 +167,10 @@ def test_two_models_rendering_one_name_the_second_is_refused(
 
 
 def test_a_service_account_token_secret_is_never_mounted(
-    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess, tenant: Kubectl
 ) -> None:
+    """Even a tenant allowed to read a token Secret (the admission policy stops the others) cannot have it
+    mounted: the operator refuses it."""
     kube.apply(
         {
             "apiVersion": "v1",
@@ -185,7 +190,7 @@ def test_a_service_account_token_secret_is_never_mounted(
     )
     model = load_example("tls", namespace)
     model["spec"]["tls"]["clientCASecretName"] = "default-token"
-    kube.apply(model)
+    tenant.apply(model)
     stored = wait_reason(kube, namespace, model["metadata"]["name"], "SecretRefused")
     assert "never mounts service-account tokens" in condition(stored, "Ready")["message"]
     assert kube.items("deployment", namespace, f"skiff.dev/model={model['metadata']['name']}") == []
@@ -274,11 +279,18 @@ def test_runtime_from_an_auth_deployment_requires_the_token_and_follows_a_rotate
         assert metadata_code(None) is grpc.StatusCode.UNAUTHENTICATED
         assert metadata_code("first-token") is grpc.StatusCode.OK
 
-        # Rotation: the Secret changes in the API server, the kubelet rewrites the mounted file (done here by
-        # hand: kwok runs no kubelet), and the same process takes the new token.
-        kube.run("patch", "secret", "callers", "-n", namespace, "-p", '{"stringData":{"token":"second-token"}}')
-        token_file.chmod(0o600)
-        token_file.write_bytes(secret_data(kube, "callers", namespace)["token"])
+        # Rotation with an overlap: the Secret changes in the API server, the kubelet rewrites the mounted file
+        # (done here by hand: kwok runs no kubelet), and the same process takes the tokens it lists.
+        def rotate(tokens: str) -> None:
+            patch = json.dumps({"stringData": {"token": tokens}})
+            kube.run("patch", "secret", "callers", "-n", namespace, "-p", patch)
+            token_file.chmod(0o600)
+            token_file.write_bytes(secret_data(kube, "callers", namespace)["token"])
+
+        rotate("first-token\nsecond-token\n")  # add the new token; clients move to it
+        assert metadata_code("first-token") is grpc.StatusCode.OK
+        assert metadata_code("second-token") is grpc.StatusCode.OK
+        rotate("second-token\n")  # then remove the old one
         assert metadata_code("second-token") is grpc.StatusCode.OK
         assert metadata_code("first-token") is grpc.StatusCode.UNAUTHENTICATED
         assert process.poll() is None
@@ -381,6 +393,8 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
                   "image evil.example/miner:1 is not allowed"),
         "priority": (tenant_model(namespace, "priority", scheduling={"priorityClassName": "system-node-critical"}),
                      "scheduling.priorityClassName system-node-critical is not allowed"),
+        "runtime-class": (tenant_model(namespace, "runtime-class", scheduling={"runtimeClassName": "unconfined"}),
+                          "scheduling.runtimeClassName unconfined is not allowed"),
         "tolerate-all": (tenant_model(namespace, "tolerate-all", scheduling={"tolerations": [{"operator": "Exists"}]}),
                          "may not tolerate every taint"),
         "control-plane": (
@@ -416,7 +430,10 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
 
 NEGATIVE_CONTROLS = {
     # (resource, verb removed): what breaks, as it shows in the operator's log or the model's status
-    ("secrets", "patch"): "secrets",
+    ("secrets", "get"): "secrets",  # the TLS step reads its Secrets by name
+    ("secrets", "patch"): "secrets",  # ... and applies them
+    ("deployments", "patch"): "deployments",
+    ("services", "patch"): "services",
     ("networkpolicies", "list"): "networkpolicies",
     ("pods", "watch"): "pods",
 }

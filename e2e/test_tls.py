@@ -18,7 +18,10 @@ from skiff_operator import certs
 # The pods mount the certificate and its key, never the whole Secret.
 TLS_ITEMS = [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]
 
-SUFFIXES = ("", ".{ns}", ".{ns}.svc", ".{ns}.svc.cluster.local")
+# The model Service in every form; a version Service only dotted (its short forms are outside the CA's
+# NameConstraints).
+MODEL_SUFFIXES = ("", ".{ns}", ".{ns}.svc", ".{ns}.svc.cluster.local")
+VERSION_SUFFIXES = (".{ns}.svc", ".{ns}.svc.cluster.local")
 
 
 def _certificate(kube: Kubectl, name: str, namespace: str) -> x509.Certificate:
@@ -34,7 +37,12 @@ def _expected_sans(kube: Kubectl, namespace: str, model: str) -> set[str]:
     """Every name of every Service the cluster has for the model (read from the cluster, not the operator)."""
     services = [s["metadata"]["name"] for s in kube.items("services", namespace, f"skiff.dev/model={model}")]
     assert services
-    return {service + suffix.format(ns=namespace) for service in services for suffix in SUFFIXES}
+    assert model in services
+    return {
+        service + suffix.format(ns=namespace)
+        for service in services
+        for suffix in (MODEL_SUFFIXES if service == model else VERSION_SUFFIXES)
+    }
 
 
 def _ready_reason(kube: Kubectl, namespace: str, name: str, reason: str) -> dict[str, Any]:
@@ -64,7 +72,12 @@ def test_self_signed_secrets_cover_every_service_and_follow_a_new_version(
 
     cert = _certificate(kube, f"{name}-tls", namespace)
     ca_pem = secret_data(kube, f"{name}-tls-ca", namespace)["ca.crt"]
-    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    ca_cert = x509.load_pem_x509_certificate(ca_pem)
+    cert.verify_directly_issued_by(ca_cert)
+    constraints = ca_cert.extensions.get_extension_for_class(x509.NameConstraints)
+    permitted = {tree.value for tree in constraints.value.permitted_subtrees or ()}
+    assert constraints.critical
+    assert permitted == {name, f"{name}.{namespace}", f"{namespace}.svc", f"{namespace}.svc.cluster.local"}
     assert _sans(cert) == _expected_sans(kube, namespace, name)
     assert f"{name}-v1.{namespace}.svc.cluster.local" in _sans(cert)
     now = datetime.datetime.now(datetime.UTC)
@@ -145,7 +158,7 @@ def test_bad_user_secret_yields_a_readable_condition_and_no_deployment(
 
     now = datetime.datetime.now(datetime.UTC)
     ca = certs.issue_ca("e2e user CA", now - datetime.timedelta(days=30))
-    names = certs.service_dns_names(["own-cert", "own-cert-v1"], namespace)
+    names = certs.service_dns_names("own-cert", ["own-cert-v1"], namespace)
     expired = certs.issue_server_certificate(ca, names, now - datetime.timedelta(days=2), datetime.timedelta(days=1))
     # An Opaque Secret may lack tls.key (a kubernetes.io/tls one may not: the API server requires both keys).
     kube.apply(_tls_secret(namespace, "own-cert-tls", {"tls.crt": expired.cert_pem}, kind="Opaque"))

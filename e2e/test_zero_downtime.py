@@ -21,12 +21,10 @@ from e2e.cluster import Kubectl, eventually
 from e2e.harness import OperatorProcess, wait_model_ready
 from e2e.images import Images
 from e2e.node import RealNode
+from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
 from e2e.traffic import (
     Load,
     answered_by,
-    create_real_namespace,
-    delete_real_namespace,
-    real_model,
     write_sample_model,
 )
 from skiff_operator.render import contract

@@ -23,22 +23,61 @@ def other_ca() -> certs.KeyPair:
     return certs.issue_ca("another", NOW)
 
 
-SANS = certs.service_dns_names(["fraud", "fraud-v1", "fraud-v2"], "models")
+SANS = certs.service_dns_names("fraud", ["fraud-v1", "fraud-v2"], "models")
+PERMITTED = certs.permitted_dns_subtrees("fraud", "models")
 
 
-def test_san_set_covers_short_namespaced_svc_and_fqdn_for_every_service() -> None:
-    assert certs.service_dns_names(["fraud", "fraud-v1"], "models") == [
+def test_san_set_covers_the_model_service_in_every_form_and_versions_dotted() -> None:
+    assert certs.service_dns_names("fraud", ["fraud-v1"], "models") == [
         "fraud",
         "fraud.models",
         "fraud.models.svc",
         "fraud.models.svc.cluster.local",
-        "fraud-v1",
-        "fraud-v1.models",
         "fraud-v1.models.svc",
         "fraud-v1.models.svc.cluster.local",
     ]
-    assert certs.service_dns_names(["a", "a"], "ns", "corp.example")[-1] == "a.ns.svc.corp.example"
-    assert len(certs.service_dns_names(["a", "a"], "ns")) == 4
+    assert certs.service_dns_names("a", ["a"], "ns", "corp.example")[-1] == "a.ns.svc.corp.example"
+    assert len(certs.service_dns_names("a", ["a"], "ns")) == 4
+
+
+def test_every_san_lies_inside_the_constraints_and_a_new_version_needs_no_new_ones() -> None:
+    assert PERMITTED == ["fraud", "fraud.models", "models.svc", "models.svc.cluster.local"]
+    many = certs.service_dns_names("fraud", [f"fraud-v{i}" for i in range(30)], "models")
+    assert all(certs.within_dns_subtrees(name, PERMITTED) for name in many)
+
+
+@pytest.mark.parametrize(
+    ("name", "inside"),
+    [
+        ("fraud", True),
+        ("FRAUD.Models", True),
+        ("x.fraud", True),  # a subtree: names below it too
+        ("fraud-v1", False),  # whole labels: a version's short name is not under "fraud"
+        ("fraud-v1.models", False),
+        ("fraud-v1.models.svc", True),
+        ("other.models.svc.cluster.local", True),  # the namespace's Services: the constraint's granularity
+        ("kubernetes.default.svc", False),
+        ("fraud.other.svc", False),
+        ("fraud.other.svc.cluster.local", False),
+        ("evil.example.com", False),
+        ("xmodels.svc", False),
+    ],
+)
+def test_within_dns_subtrees_matches_whole_labels(name: str, inside: bool) -> None:
+    assert certs.within_dns_subtrees(name, PERMITTED) is inside
+
+
+def test_a_constrained_ca_carries_critical_name_constraints_and_refuses_to_sign_outside_them() -> None:
+    ca = certs.issue_ca("fraud skiff CA", NOW, permitted=PERMITTED)
+    extension = x509.load_pem_x509_certificate(ca.cert_pem).extensions.get_extension_for_class(x509.NameConstraints)
+    assert extension.critical
+    assert certs.ca_constraints(ca.cert_pem) == tuple(PERMITTED)
+    excluded = [str(tree.value) for tree in extension.value.excluded_subtrees or ()]
+    assert excluded == ["0.0.0.0/0", "::/0"]  # no IP address at all
+    certs.issue_server_certificate(ca, SANS, NOW)
+    with pytest.raises(ValueError, match=r"\['fraud-v1'\] are outside the CA's NameConstraints"):
+        certs.issue_server_certificate(ca, [*SANS, "fraud-v1"], NOW)
+    assert certs.ca_constraints(certs.issue_ca("plain", NOW).cert_pem) is None
 
 
 def test_server_certificate_is_signed_by_the_ca_with_the_sans(ca: certs.KeyPair) -> None:
@@ -70,8 +109,8 @@ def _cert(ca: certs.KeyPair, sans: list[str] = SANS, issued: datetime.datetime =
         ("just before two thirds", 59 * DAY, SANS, False, None),
         ("past two thirds", 61 * DAY, SANS, True, certs.RenewReason.NEAR_EXPIRY),
         ("expired", 91 * DAY, SANS, True, certs.RenewReason.EXPIRED),
-        ("service added", 0 * DAY, [*SANS, "fraud-v3"], True, certs.RenewReason.SANS_CHANGED),
-        ("service removed", 0 * DAY, SANS[:4], True, certs.RenewReason.SANS_CHANGED),
+        ("service added", 0 * DAY, [*SANS, "fraud-v3.models.svc"], True, certs.RenewReason.SANS_CHANGED),
+        ("service removed", 0 * DAY, SANS[:-2], True, certs.RenewReason.SANS_CHANGED),
         ("same names, other order", 0 * DAY, list(reversed(SANS)), False, None),
     ],
 )
@@ -174,3 +213,49 @@ def test_an_unusable_ca_is_replaced_at_once() -> None:
     assert step is certs.CAStep.ISSUED
     assert replaced.current != chain.current
     assert certs.read_certificate(replaced.current.cert_pem).lifetime == certs.CA_LIFETIME + certs.CLOCK_SKEW
+
+
+def test_a_ca_without_name_constraints_is_rotated_into_a_constrained_one_with_the_overlap() -> None:
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    old, _ = certs.rotate_ca({}, "fraud skiff CA", start)  # made before constraints: none
+    assert certs.ca_constraints(old.current.cert_pem) is None
+
+    upgraded = start + 10 * DAY  # far from two thirds of its lifetime
+    announced, step = certs.rotate_ca(old.secret_data(), "fraud skiff CA", upgraded, permitted=PERMITTED)
+    assert step is certs.CAStep.ANNOUNCED
+    assert announced.current == old.current  # the old CA still signs until clients had the bundle
+    assert announced.next is not None
+    assert certs.ca_constraints(announced.next.cert_pem) == tuple(PERMITTED)
+    during = upgraded + certs.CA_OVERLAP - DAY
+    kept = certs.rotate_ca(announced.secret_data(), "fraud skiff CA", during, permitted=PERMITTED)
+    assert kept == (announced, certs.CAStep.KEPT)
+
+    promoted_at = upgraded + certs.CA_OVERLAP + DAY
+    promoted, step = certs.rotate_ca(announced.secret_data(), "fraud skiff CA", promoted_at, permitted=PERMITTED)
+    assert (step, promoted.current, promoted.previous) == (certs.CAStep.PROMOTED, announced.next, old.current.cert_pem)
+    steady = certs.rotate_ca(promoted.secret_data(), "fraud skiff CA", promoted_at + DAY, permitted=PERMITTED)
+    assert steady == (promoted, certs.CAStep.KEPT)  # constrained now: no further rotation
+
+    # The old CA's leaf was replaced at the switch; it stays trusted only as long as such a leaf could be valid.
+    # (It would otherwise stay for the rest of its year.)
+    later = promoted_at + certs.SERVER_LIFETIME
+    cleaned, _ = certs.rotate_ca(promoted.secret_data(), "fraud skiff CA", later, permitted=PERMITTED)
+    assert cleaned.previous is None
+    assert certs.read_certificate(old.current.cert_pem).not_after > later
+
+
+def test_an_announced_successor_without_the_constraints_is_announced_again() -> None:
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    chain, _ = certs.rotate_ca({}, "fraud skiff CA", start)
+    announced, _ = certs.rotate_ca(chain.secret_data(), "fraud skiff CA", chain_renew_at(chain) + DAY)
+    assert announced.next is not None
+    assert certs.ca_constraints(announced.next.cert_pem) is None
+    again, step = certs.rotate_ca(announced.secret_data(), "fraud skiff CA", chain_renew_at(chain) + 2 * DAY,
+                                  permitted=PERMITTED)  # fmt: skip
+    assert step is certs.CAStep.ANNOUNCED
+    assert again.next is not None
+    assert certs.ca_constraints(again.next.cert_pem) == tuple(PERMITTED)
+
+
+def chain_renew_at(chain: certs.CAChain) -> datetime.datetime:
+    return certs.read_certificate(chain.current.cert_pem).renew_at

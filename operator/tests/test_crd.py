@@ -135,7 +135,7 @@ def test_root_metadata_schema_is_only_type_object() -> None:
 def test_printer_columns_read_existing_status_fields() -> None:
     columns = load_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
     default_columns = [c["name"] for c in columns if c.get("priority", 0) == 0]
-    assert default_columns == ["Ready", "Versions", "Traffic", "Routing", "GPUs", "TLS", "Age"]
+    assert default_columns == ["Ready", "Versions", "Traffic", "Rollout", "Routing", "GPUs", "TLS", "Age"]
     status_fields = set(crd_schema()["properties"]["status"]["properties"])
     for column in columns:
         field = column["jsonPath"].split(".")[2].split("[")[0] if column["jsonPath"].startswith(".status") else None

@@ -1,5 +1,6 @@
-"""kube.scrape_targets and metrics_targets: which pods are read, and reading the real runtime's metrics server on
-loopback (sums per version; an unreachable pod or a page that is not metrics makes its version unreadable)."""
+"""kube.scrape_targets and metrics_targets: which pods are read (the model's own, running and started), and reading
+the real runtime's metrics server on loopback (sums per version; an unreachable pod or a page that is not metrics
+makes its version unreadable)."""
 
 from __future__ import annotations
 
@@ -37,11 +38,16 @@ def pod(name: str, version: str, owner: str | None = None, **status: Any) -> dic
     replica_set = {"kind": "ReplicaSet", "name": owner or f"demo-{version}-5d8f7", "controller": True}
     return {
         "metadata": {"name": name, "labels": {"skiff.dev/version": version}, "ownerReferences": [replica_set]},
-        "status": {"phase": "Running", "podIP": "10.0.0.1", **status},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.1",
+            "containerStatuses": [{"name": "runtime", "started": True}],
+            **status,
+        },
     }
 
 
-def test_only_running_pods_of_the_versions_replica_sets_with_an_ip_are_read() -> None:
+def test_only_started_running_pods_of_the_versions_replica_sets_with_an_ip_are_read() -> None:
     deleting = pod("d", "v1")
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     bare = pod("bare", "v1")
@@ -51,6 +57,8 @@ def test_only_running_pods_of_the_versions_replica_sets_with_an_ip_are_read() ->
         pod("a", "v1"),
         pod("pending", "v1", phase="Pending"),
         pod("no-ip", "v1", podIP=None),
+        pod("starting", "v1", containerStatuses=[{"name": "runtime", "started": False}]),
+        pod("no-status-yet", "v1", containerStatuses=None),
         pod("other", "v9"),
         pod("impostor", "v1", owner="someone-elses-7f9c"),
         deleting,

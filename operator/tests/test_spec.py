@@ -18,7 +18,9 @@ from skiff_operator.spec import (
     ModelUri,
     NetworkPolicySpec,
     Peer,
+    ShapeRange,
     SpecError,
+    TensorRTOptions,
     TensorRTPrecision,
     TrafficShare,
     parse_inference_model,
@@ -38,7 +40,7 @@ def test_minimal_spec_gets_the_documented_defaults(make_body: Body) -> None:
     assert (version.resources.gpu, version.resources.gpu_resource) == (0, "nvidia.com/gpu")
     assert (version.resources.cpu, version.resources.memory) == ("1", "2Gi")
     assert model.spec.runtime.max_batch_size == 8
-    assert model.spec.runtime.tensorrt_precision is TensorRTPrecision.OFF
+    assert model.spec.runtime.tensorrt is None
     assert model.spec.runtime.log_level is LogLevel.INFO
     assert model.spec.runtime.cpu_threads is None
     assert model.spec.runtime.enable_mkldnn is None
@@ -207,3 +209,30 @@ def test_bad_runtime_queue_worker_and_pull_secret_fields_are_refused(
 ) -> None:
     with pytest.raises(SpecError, match=re.escape(message)):
         parse_inference_model(make_body(runtime=runtime))
+
+
+def test_tensorrt_parses_precision_shape_ranges_and_cache_claim(make_body: Body) -> None:
+    tensorrt = {
+        "precision": "int8",
+        "shapeRanges": [{"input": "x", "min": [1, 3], "opt": [4, 3], "max": [8, 3]}],
+        "cacheDir": {"claimName": "engines"},
+    }
+    options = parse_inference_model(make_body(runtime={"tensorrt": tensorrt})).spec.runtime.tensorrt
+    assert options == TensorRTOptions(TensorRTPrecision.INT8, (ShapeRange("x", (1, 3), (4, 3), (8, 3)),), "engines")
+    assert parse_inference_model(make_body(runtime={"tensorrt": {}})).spec.runtime.tensorrt == TensorRTOptions()
+
+
+@pytest.mark.parametrize(
+    ("tensorrt", "message"),
+    [
+        ({"precision": "fp8"}, "precision"),
+        ({"shapeRanges": [{"input": "x", "min": [1], "opt": [1, 2], "max": [1]}]}, "need the same rank"),
+        ({"shapeRanges": [{"input": "x", "min": [2], "opt": [1], "max": [4]}]}, "needs min <= opt <= max"),
+        ({"shapeRanges": [{"input": "x", "min": [0], "opt": [1], "max": [4]}]}, "at least 1"),
+        ({"shapeRanges": [{"input": "x", "min": [1], "opt": [1], "max": [1]}] * 2}, "must not repeat an input"),
+        ({"cacheDir": {"claimName": ""}}, "claimName must be a non-empty string"),
+    ],
+)
+def test_bad_tensorrt_options_are_refused(make_body: Body, tensorrt: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        parse_inference_model(make_body(runtime={"tensorrt": tensorrt}))

@@ -90,10 +90,14 @@ async def test_self_signed_creates_the_ca_and_the_server_secret(make_body: Body)
     assert sorted(cluster.secret("demo-tls-ca")) == ["ca.crt", "ca.key"]
     server = cluster.certificate()
     assert dns_names(server) == {"demo", "demo.ml", "demo.ml.svc", "demo.ml.svc.cluster.local"} | {
-        "demo-v1", "demo-v1.ml", "demo-v1.ml.svc", "demo-v1.ml.svc.cluster.local"
+        "demo-v1.ml.svc", "demo-v1.ml.svc.cluster.local"
     }  # fmt: skip
     ca = x509.load_pem_x509_certificate(cluster.secret("demo-tls-ca")["ca.crt"])
     server.verify_directly_issued_by(ca)
+    constraints = ca.extensions.get_extension_for_class(x509.NameConstraints)
+    assert constraints.critical
+    permitted = [tree.value for tree in constraints.value.permitted_subtrees or ()]
+    assert permitted == ["demo", "demo.ml", "ml.svc", "ml.svc.cluster.local"]
     assert cluster.secret("demo-tls")["ca.crt"] == cluster.secret("demo-tls-ca")["ca.crt"]
     assert [e.reason for e in outcome.events][:2] == ["CertificateIssued", "CertificateIssued"]
     assert outcome.status["tls"] == {
@@ -144,10 +148,11 @@ async def test_adding_a_version_renews_for_the_new_service_names(make_body: Body
     await reconcile(make_body(tls=SELF_SIGNED), cluster, NOW)
     outcome = await reconcile(make_body(tls=SELF_SIGNED, **TWO_VERSIONS), cluster, NOW + datetime.timedelta(hours=1))
     assert applied_secrets(outcome.applied) == ["Secret/demo-tls"]
-    assert {"demo-v2", "demo-v2.ml.svc.cluster.local"} <= dns_names(cluster.certificate())
+    assert {"demo-v2.ml.svc", "demo-v2.ml.svc.cluster.local"} <= dns_names(cluster.certificate())
+    assert "Secret/demo-tls-ca" not in outcome.applied  # the CA's constraints cover any version
     (event,) = [e for e in outcome.events if e.reason == "CertificateRenewed"]
     assert "SANsChanged" in event.message
-    assert "demo-v2" in event.message
+    assert "demo-v2.ml.svc" in event.message
     assert "demo-v2.ml.svc" in outcome.status["tls"]["dnsNames"]
 
 
@@ -363,3 +368,22 @@ async def test_ca_rotation_keeps_the_old_ca_signing_until_clients_had_the_bundle
     assert x509.load_pem_x509_certificates(cluster.secret("demo-tls")["ca.crt"]) == [new_ca, old_ca]
     assert cluster.secret("demo-tls-ca")["ca.crt"] == new_ca.public_bytes(serialization.Encoding.PEM)
     assert "ca.key" in cluster.secret("demo-tls-ca")
+
+
+async def test_a_ca_made_before_name_constraints_is_rotated_into_one_with_the_overlap(make_body: Body) -> None:
+    cluster = TLSFakeCluster()
+    body = make_body(tls=SELF_SIGNED)
+    await reconcile(body, cluster, NOW)
+    old = certs.issue_ca("demo skiff CA", NOW)  # what an operator without constraints made
+    stored = {"ca.crt": old.cert_pem, "ca.key": old.key_pem}
+    cluster.objects[("Secret", "demo-tls-ca")]["data"] = {k: base64.b64encode(v).decode() for k, v in stored.items()}
+    upgraded = await reconcile(body, cluster, NOW + datetime.timedelta(days=1))
+    assert "CARotationStarted" in [e.reason for e in upgraded.events]
+    old_ca = x509.load_pem_x509_certificate(old.cert_pem)
+    cluster.certificate().verify_directly_issued_by(old_ca)  # still signing for the overlap
+    successor = x509.load_pem_x509_certificate(cluster.secret("demo-tls-ca")["next.crt"])
+    assert successor.extensions.get_extension_for_class(x509.NameConstraints).critical
+
+    switched = await reconcile(body, cluster, NOW + datetime.timedelta(days=1) + certs.CA_OVERLAP * 2)
+    assert "CARotated" in [e.reason for e in switched.events]
+    cluster.certificate().verify_directly_issued_by(successor)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,3 +155,16 @@ def conv_server(tmp_path_factory: pytest.TempPathFactory, model_dirs: dict[str, 
 @pytest.fixture(scope="session")
 def two_io_server(tmp_path_factory: pytest.TempPathFactory, model_dirs: dict[str, Path]) -> Iterator[RuntimeProcess]:
     yield from _serve_session(tmp_path_factory, model_dirs["two_io"], "two_io")
+
+
+def _build_go_tool(name: str) -> str:
+    if shutil.which("go") is None and not os.environ.get("SKIFF_E2E_REQUIRED"):
+        pytest.skip(f"go is not on PATH, so {name} cannot be built; `make test` (CI) has Go and runs this")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gotool.sh"
+    return subprocess.run(["bash", str(script), name], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def go_tool() -> Callable[[str], str]:
+    """Builds a Go tool from the Go module proxy by scripts/gotool.sh (cached after the first build), or skips."""
+    return _build_go_tool

@@ -86,6 +86,7 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "grpc_port": ("0", 0),
         "health_port": ("65535", 65535),
         "device": ("gpu:3", Device("gpu", 3)),
+        "gpus": ("2", 2),
         "cpu_threads": ("4", 4),
         "enable_mkldnn": ("off", False),
         "intermediate_tensors": ("free", IntermediateTensors.FREE),

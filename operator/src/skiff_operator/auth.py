@@ -26,12 +26,16 @@ async def check_auth(model: InferenceModel, cluster: AuthCluster) -> Problem | N
     if secret is None:
         return Problem(
             Reason.AUTH_SECRET_MISSING,
-            f"{where} not found in namespace {namespace}; create it with the bearer token in key {auth.token_key!r} "
-            f"(kubectl create secret generic {auth.token_secret_name} --from-file={auth.token_key}=token.txt)",
+            f"{where} not found in namespace {namespace}; create it with the bearer tokens, one per line, in key "
+            f"{auth.token_key!r} (kubectl create secret generic {auth.token_secret_name} "
+            f"--from-file={auth.token_key}=tokens.txt)",
         )
     refused = refused_secret_message(secret, where)
     if refused is not None:
         return Problem(Reason.SECRET_REFUSED, refused)
     if not secret.data.get(auth.token_key, b"").strip():
-        return Problem(Reason.AUTH_SECRET_INVALID, f"{where}: key {auth.token_key!r} is missing or empty")
+        return Problem(
+            Reason.AUTH_SECRET_INVALID,
+            f"{where}: key {auth.token_key!r} is missing or lists no token; put the bearer tokens in it, one per line",
+        )
     return None

@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime
 import enum
 import hashlib
-from collections.abc import Iterable, Mapping
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -38,15 +39,32 @@ PREVIOUS_CERT_KEY = "previous.crt"  # the CA it replaced, trusted until it expir
 CLUSTER_DOMAIN = "cluster.local"
 
 
-def service_dns_names(services: Iterable[str], namespace: str, cluster_domain: str = CLUSTER_DOMAIN) -> list[str]:
-    """Every name a client may use for each Service: short, namespaced, .svc and fully qualified."""
-    found: list[str] = []
-    for service in services:
-        for name in (service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
-                     f"{service}.{namespace}.svc.{cluster_domain}"):  # fmt: skip
+def service_dns_names(
+    model_service: str, version_services: Iterable[str], namespace: str, cluster_domain: str = CLUSTER_DOMAIN
+) -> list[str]:
+    """The names a client may dial: the model Service short, namespaced, .svc and fully qualified; each version
+    Service .svc and fully qualified. Every one lies inside `permitted_dns_subtrees`: a version Service's short
+    forms (`<name>-<version>`, `<name>-<version>.<ns>`) would not, and covering them would need a new CA (and new
+    trust on every client) for each added version."""
+    found = [model_service, f"{model_service}.{namespace}"]
+    for service in (model_service, *version_services):
+        for name in (f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.{cluster_domain}"):
             if name not in found:
                 found.append(name)
     return found
+
+
+def permitted_dns_subtrees(model_service: str, namespace: str, cluster_domain: str = CLUSTER_DOMAIN) -> list[str]:
+    """The NameConstraints of a model's CA: the namespace's Service names (`*.<ns>.svc`, `*.<ns>.svc.<domain>`) and
+    the model Service's two short forms. A DNS constraint is a subtree: `<name>` permits `<name>` and names ending
+    in `.<name>`, never `<name>-v1` (matching is by whole labels)."""
+    return [model_service, f"{model_service}.{namespace}", f"{namespace}.svc", f"{namespace}.svc.{cluster_domain}"]
+
+
+def within_dns_subtrees(name: str, subtrees: Iterable[str]) -> bool:
+    """Whether a DNS name lies inside one of the subtrees, by whole labels (RFC 5280 4.2.1.10)."""
+    name = name.lower()
+    return any(name == tree.lower() or name.endswith("." + tree.lower()) for tree in subtrees)
 
 
 @dataclass(frozen=True)
@@ -109,7 +127,14 @@ def _name(common_name: str) -> x509.Name:
     )
 
 
-def issue_ca(common_name: str, now: datetime.datetime, lifetime: datetime.timedelta = CA_LIFETIME) -> KeyPair:
+def issue_ca(
+    common_name: str,
+    now: datetime.datetime,
+    lifetime: datetime.timedelta = CA_LIFETIME,
+    permitted: Sequence[str] = (),
+) -> KeyPair:
+    """A CA certificate and key; with `permitted` DNS subtrees it carries critical NameConstraints: verifiers refuse
+    any certificate it signs for another DNS name, or for any IP address."""
     key = _new_key()
     subject = _name(common_name)
     cert = (
@@ -136,9 +161,30 @@ def issue_ca(common_name: str, now: datetime.datetime, lifetime: datetime.timede
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
     )
-    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+    if permitted:
+        cert = cert.add_extension(_name_constraints(permitted), critical=True)
+    signed = cert.sign(key, hashes.SHA256())
+    return KeyPair(signed.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def _name_constraints(permitted: Sequence[str]) -> x509.NameConstraints:
+    """DNS names only inside `permitted`; no IP address at all (a leaf for the API server's ClusterIP would
+    otherwise pass, since DNS subtrees say nothing about IP SANs)."""
+    return x509.NameConstraints(
+        permitted_subtrees=[x509.DNSName(tree) for tree in permitted],
+        excluded_subtrees=[x509.IPAddress(ipaddress.ip_network(net)) for net in ("0.0.0.0/0", "::/0")],
+    )
+
+
+def ca_constraints(cert_pem: bytes) -> tuple[str, ...] | None:
+    """The permitted DNS subtrees of a CA certificate; None when it has no NameConstraints."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.NameConstraints).value
+    except x509.ExtensionNotFound:
+        return None
+    return tuple(tree.value for tree in constraints.permitted_subtrees or () if isinstance(tree, x509.DNSName))
 
 
 def issue_server_certificate(
@@ -151,6 +197,10 @@ def issue_server_certificate(
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError("the CA key is not an EC key")
+    permitted = ca_constraints(ca.cert_pem)
+    outside = [n for n in dns_names if permitted is not None and not within_dns_subtrees(n, permitted)]
+    if outside:  # every verifier would refuse the certificate: a bug in the SAN set, never a user error
+        raise ValueError(f"DNS names {outside} are outside the CA's NameConstraints {list(permitted or ())}")
     key = _new_key()
     cert = (
         x509.CertificateBuilder()
@@ -294,22 +344,37 @@ class CAChain:
 
 
 def rotate_ca(
-    stored: Mapping[str, bytes], common_name: str, now: datetime.datetime, overlap: datetime.timedelta = CA_OVERLAP
+    stored: Mapping[str, bytes],
+    common_name: str,
+    now: datetime.datetime,
+    overlap: datetime.timedelta = CA_OVERLAP,
+    permitted: Sequence[str] = (),
 ) -> tuple[CAChain, CAStep]:
-    """The CA chain to keep in the CA Secret now, and the step that led to it. A CA past 2/3 of its lifetime is
-    announced first (a successor in the bundle, the old CA still signing); `overlap` later the successor signs."""
+    """The CA chain to keep in the CA Secret now, and the step that led to it. A CA past 2/3 of its lifetime, or
+    whose NameConstraints are not `permitted` (a CA made before constraints existed), is announced first (a
+    successor in the bundle, the old CA still signing); `overlap` later the successor signs. The CA it replaced
+    stays in the bundle until a certificate it signed could not be valid any more."""
     current = usable_ca(stored.get(CA_CERT_KEY), stored.get(CA_KEY_KEY), now)
     if current is None:
-        return CAChain(issue_ca(common_name, now)), CAStep.ISSUED
+        return CAChain(issue_ca(common_name, now, permitted=permitted)), CAStep.ISSUED
     successor = usable_ca(stored.get(NEXT_CERT_KEY), stored.get(NEXT_KEY_KEY), now)
+    if successor is not None and not _constrained_to(successor, permitted):
+        successor = None  # announced before the constraints changed: announce one that has them
     previous = stored.get(PREVIOUS_CERT_KEY)
-    if previous is not None and not _valid_certificate(previous, now):
+    trusted_until = read_certificate(current.cert_pem).not_before + CLOCK_SKEW + overlap + SERVER_LIFETIME
+    if previous is not None and (now >= trusted_until or not _valid_certificate(previous, now)):
         previous = None
     if successor is not None and now >= read_certificate(successor.cert_pem).not_before + CLOCK_SKEW + overlap:
         return CAChain(successor, None, current.cert_pem), CAStep.PROMOTED
-    if successor is None and now >= read_certificate(current.cert_pem).renew_at:
-        return CAChain(current, issue_ca(common_name, now), previous), CAStep.ANNOUNCED
+    due = now >= read_certificate(current.cert_pem).renew_at or not _constrained_to(current, permitted)
+    if successor is None and due:
+        return CAChain(current, issue_ca(common_name, now, permitted=permitted), previous), CAStep.ANNOUNCED
     return CAChain(current, successor, previous), CAStep.KEPT
+
+
+def _constrained_to(ca: KeyPair, permitted: Sequence[str]) -> bool:
+    found = ca_constraints(ca.cert_pem)
+    return (found or ()) == tuple(permitted)
 
 
 def usable_ca(cert_pem: bytes | None, key_pem: bytes | None, now: datetime.datetime) -> KeyPair | None:

@@ -405,9 +405,11 @@ def own_namespace() -> str | None:
 def metrics_targets(
     pods: Collection[Mapping[str, Any]], versions_by_label: Mapping[str, str], deployments: Mapping[str, str]
 ) -> list[tuple[str, str, str]]:
-    """(version, pod name, pod IP) of each Running pod of the wanted versions that has an IP, is not being deleted
-    and is controlled by a ReplicaSet of the version's Deployment (`deployments`: version label -> Deployment name);
-    a pod someone else labelled like the model's is not read."""
+    """(version, pod name, pod IP) of each Running pod of the wanted versions that has an IP, is not being deleted,
+    whose runtime container has started (passed its startup probe: the model is loaded and the metrics port
+    open) and is controlled by a ReplicaSet of the version's Deployment (`deployments`: version label ->
+    Deployment name); a pod someone else labelled like the model's is not read. A pod still starting has served
+    nothing: reading it would only fail (a spurious RolloutMetricsUnavailable at every rollout's start)."""
     targets = []
     for pod in pods:
         metadata = pod.get("metadata") or {}
@@ -415,6 +417,9 @@ def metrics_targets(
         label = (metadata.get("labels") or {}).get(names.VERSION_LABEL, "")
         version = versions_by_label.get(label)
         if version is None or metadata.get("deletionTimestamp") or status.get("phase") != "Running":
+            continue
+        containers = status.get("containerStatuses") or []
+        if not any(c.get("name") == CONTAINER_NAME and c.get("started") for c in containers):
             continue
         owner: Mapping[str, Any] = next((o for o in metadata.get("ownerReferences") or [] if o.get("controller")), {})
         if owner.get("kind") != "ReplicaSet" or not str(owner.get("name", "")).startswith(f"{deployments[label]}-"):

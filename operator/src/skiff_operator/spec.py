@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 GROUP = "skiff.dev"
 VERSION = "v1alpha1"
@@ -66,7 +66,6 @@ class SpecError(ValueError):
 
 
 class TensorRTPrecision(enum.StrEnum):
-    OFF = "off"
     FP32 = "fp32"
     FP16 = "fp16"
     INT8 = "int8"
@@ -154,6 +153,25 @@ class Routing:
 
 
 @dataclass(frozen=True)
+class ShapeRange:
+    """TensorRT's dynamic shape range of one input: every dimension min <= opt <= max, all of one rank."""
+
+    input: str
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TensorRTOptions:
+    """spec.runtime.tensorrt: TensorRT subgraphs on GPU pods, and where their engines are cached."""
+
+    precision: TensorRTPrecision = TensorRTPrecision.FP32
+    shape_ranges: tuple[ShapeRange, ...] = ()
+    cache_claim: str | None = None  # a PersistentVolumeClaim; None: an emptyDir
+
+
+@dataclass(frozen=True)
 class RuntimeOptions:
     image_pull_policy: str
     max_batch_size: int
@@ -161,7 +179,7 @@ class RuntimeOptions:
     enable_mkldnn: bool | None
     intermediate_tensors: str | None
     gpu_memory_pool_mb: int | None
-    tensorrt_precision: TensorRTPrecision
+    tensorrt: TensorRTOptions | None
     grace_period_s: int
     log_level: LogLevel
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
@@ -444,7 +462,6 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
         modes = ", ".join(INTERMEDIATE_TENSOR_MODES)
         raise SpecError("InvalidSpec", f"spec.runtime.intermediateTensors must be one of {modes}")
     try:
-        precision = TensorRTPrecision(raw.get("tensorrtPrecision", TensorRTPrecision.OFF.value))
         log_level = LogLevel(raw.get("logLevel", DEFAULT_LOG_LEVEL))
     except ValueError as error:
         raise SpecError("InvalidSpec", f"spec.runtime: {error}") from error
@@ -455,7 +472,9 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
         enable_mkldnn=mkldnn,
         intermediate_tensors=intermediates,
         gpu_memory_pool_mb=optional_int("gpuMemoryPoolMb"),
-        tensorrt_precision=precision,
+        tensorrt=None
+        if raw.get("tensorrt") is None
+        else _parse_tensorrt(_mapping(raw["tensorrt"], "spec.runtime.tensorrt")),
         grace_period_s=_int(raw.get("gracePeriodSeconds", DEFAULT_GRACE_PERIOD_S), "gracePeriodSeconds", minimum=0),
         log_level=log_level,
         max_message_mb=_max_message_mb(raw.get("maxMessageMb", DEFAULT_MAX_MESSAGE_MB)),
@@ -472,6 +491,38 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
             for name in _sequence(raw.get("imagePullSecrets", []), "spec.runtime.imagePullSecrets")
         ),
     )
+
+
+def _parse_tensorrt(raw: Mapping[str, Any]) -> TensorRTOptions:
+    precision = _enum(TensorRTPrecision, raw.get("precision", "fp32"), "spec.runtime.tensorrt.precision")
+    ranges = tuple(
+        _parse_shape_range(_mapping(item, "spec.runtime.tensorrt.shapeRanges[]"))
+        for item in _sequence(raw.get("shapeRanges", []), "spec.runtime.tensorrt.shapeRanges")
+    )
+    if len({r.input for r in ranges}) != len(ranges):
+        raise SpecError("InvalidSpec", "spec.runtime.tensorrt.shapeRanges must not repeat an input")
+    cache = _mapping(raw.get("cacheDir") or {}, "spec.runtime.tensorrt.cacheDir")
+    claim = cache.get("claimName")
+    return TensorRTOptions(
+        precision=precision,
+        shape_ranges=ranges,
+        cache_claim=None if claim is None else _string(claim, "spec.runtime.tensorrt.cacheDir.claimName"),
+    )
+
+
+def _parse_shape_range(raw: Mapping[str, Any]) -> ShapeRange:
+    where = "spec.runtime.tensorrt.shapeRanges[]"
+    name = _string(raw.get("input"), f"{where}.input")
+    shapes = {
+        key: tuple(_int(d, f"{where}.{key}[]", minimum=1) for d in _sequence(raw.get(key), f"{where}.{key}"))
+        for key in ("min", "opt", "max")
+    }
+    low, opt, high = shapes["min"], shapes["opt"], shapes["max"]
+    if not len(low) == len(opt) == len(high):
+        raise SpecError("InvalidSpec", f"{where}: min, opt and max of input {name!r} need the same rank")
+    if not all(a <= b <= c for a, b, c in zip(low, opt, high, strict=True)):
+        raise SpecError("InvalidSpec", f"{where}: each dimension of input {name!r} needs min <= opt <= max")
+    return ShapeRange(name, low, opt, high)
 
 
 def _max_message_mb(value: Any) -> int:
@@ -555,10 +606,7 @@ def parse_tls(raw: Mapping[str, Any]) -> TLSSpec:
 
 def _parse_routing(raw: Mapping[str, Any]) -> Routing:
     """spec.routing; the CRD's CEL rule requires a gateway in mode Gateway."""
-    try:
-        mode = RoutingMode(raw.get("mode", RoutingMode.AUTO.value))
-    except ValueError as error:
-        raise SpecError("InvalidSpec", f"spec.routing.mode: {error}") from error
+    mode = _enum(RoutingMode, raw.get("mode", RoutingMode.AUTO.value), "spec.routing.mode")
     gateways = tuple(
         GatewayRef(
             name=_string(item.get("name"), "spec.routing.gateways[].name"),
@@ -691,6 +739,16 @@ def _bool(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
         raise SpecError("InvalidSpec", f"{where} must be true or false")
     return value
+
+
+EnumT = TypeVar("EnumT", bound=enum.Enum)
+
+
+def _enum(kind: type[EnumT], value: Any, where: str) -> EnumT:
+    try:
+        return kind(value)
+    except ValueError as error:
+        raise SpecError("InvalidSpec", f"{where}: {error}") from error
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:

@@ -27,6 +27,7 @@ from skiff_operator.render.tls import (
     CERT_MANAGER_API_VERSION,
     CERTIFICATE_CRD,
     CERTIFICATE_CRD_VERSION,
+    ca_dns_subtrees,
     render_ca_secret,
     render_certificate,
     render_tls_secret,
@@ -109,7 +110,9 @@ async def _self_signed(model: InferenceModel, cluster: TLSCluster, now: datetime
     if conflict is not None:
         return TLSState(TLSMode.SELF_SIGNED, secret_name, problem=conflict)
     # A common name is at most 64 characters: the model's (at most 42), not the namespace's (up to 63).
-    chain, step = certs.rotate_ca(stored_ca.data if stored_ca else {}, f"{model.ref.name} skiff CA", now)
+    stored_chain = stored_ca.data if stored_ca else {}
+    common_name = f"{model.ref.name} skiff CA"
+    chain, step = certs.rotate_ca(stored_chain, common_name, now, permitted=ca_dns_subtrees(model))
     if stored_ca is None or chain.secret_data() != dict(stored_ca.data):
         applied.append(await _apply(cluster, render_ca_secret(model, chain.secret_data())))
     events += _ca_events(step, chain, ca_name, secret_name)
@@ -161,7 +164,8 @@ def _ca_events(step: certs.CAStep, chain: certs.CAChain, ca_name: str, secret_na
             StatusEvent(
                 "Normal",
                 CA_ROTATION_STARTED,
-                f"the CA in Secret {ca_name} is due for renewal: its successor is now in ca.crt of Secret "
+                f"the CA in Secret {ca_name} is due for renewal (two thirds of its lifetime, or made without this "
+                f"model's NameConstraints): its successor is now in ca.crt of Secret "
                 f"{secret_name}, next to it; clients must trust that bundle before {_timestamp(switch)}, when the "
                 "successor starts signing",
             )
@@ -172,7 +176,7 @@ def _ca_events(step: certs.CAStep, chain: certs.CAChain, ca_name: str, secret_na
                 "Normal",
                 CA_ROTATED,
                 f"the new CA in Secret {ca_name} (valid until {until}) signs from now on; the old one stays in ca.crt "
-                f"of Secret {secret_name} until it expires",
+                f"of Secret {secret_name} until no certificate it signed can be valid",
             )
         ]
     return []

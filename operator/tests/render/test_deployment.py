@@ -55,6 +55,24 @@ def test_gpu_limit_and_device_set_from_spec(
     assert env(body)["SKIFF_DEVICE"] == device
 
 
+@pytest.mark.parametrize(
+    ("resources", "runtime", "gpus", "workers"),
+    [
+        ({}, {}, None, "1"),  # CPU: no GPU count, workers from the CPU request
+        ({"gpu": 1}, {}, "1", "1"),
+        ({"gpu": 4}, {}, "4", "4"),  # one worker per GPU
+        ({"gpu": 2, "gpuResourceName": "nvidia.com/mig-1g.10gb"}, {}, "2", "2"),
+        ({"gpu": 2}, {"workers": 4}, "2", "4"),  # explicit workers take the GPUs in turn
+    ],
+)
+def test_a_pod_with_n_gpus_runs_one_worker_per_gpu(
+    make_body: Body, resources: dict[str, Any], runtime: dict[str, Any], gpus: str | None, workers: str
+) -> None:
+    rendered = env(make_body(resources=resources, runtime=runtime))
+    assert rendered.get("SKIFF_GPUS") == gpus
+    assert rendered["SKIFF_WORKERS"] == workers
+
+
 def test_gpu_count_is_an_integer_in_limits(make_body: Body) -> None:
     limits = container(make_body(resources={"gpu": 2}))["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == 2
@@ -174,10 +192,45 @@ def test_intermediate_tensors_mode_is_passed_as_written(make_body: Body, mode: s
 
 
 def test_gpu_options_are_passed_on_gpu(make_body: Body) -> None:
-    values = env(make_body(resources={"gpu": 1}, runtime={"tensorrtPrecision": "fp16", "gpuMemoryPoolMb": 1024}))
+    values = env(make_body(resources={"gpu": 1}, runtime={"tensorrt": {"precision": "fp16"}, "gpuMemoryPoolMb": 1024}))
     assert values["SKIFF_TENSORRT_PRECISION"] == "fp16"
     assert values["SKIFF_GPU_MEMORY_POOL_MB"] == "1024"
-    assert values["SKIFF_TRT_CACHE_DIR"] == "/tmp/trt-cache"
+    assert values["SKIFF_TRT_CACHE_DIR"] == "/var/cache/skiff/trt"
+    assert "SKIFF_TRT_SHAPE_RANGES" not in values
+
+
+def test_tensorrt_shape_ranges_are_passed_in_the_runtime_format(make_body: Body) -> None:
+    ranges = [
+        {"input": "image", "min": [1, 3, 224, 224], "opt": [8, 3, 224, 224], "max": [32, 3, 224, 224]},
+        {"input": "scale", "min": [1, 2], "opt": [8, 2], "max": [32, 2]},
+    ]
+    values = env(make_body(resources={"gpu": 1}, runtime={"tensorrt": {"shapeRanges": ranges}}))
+    assert values["SKIFF_TENSORRT_PRECISION"] == "fp32"  # the CRD's default, also the parser's
+    assert values["SKIFF_TRT_SHAPE_RANGES"] == ("image=1x3x224x224:8x3x224x224:32x3x224x224;scale=1x2:8x2:32x2")
+
+
+@pytest.mark.parametrize(
+    ("cache_dir", "volume"),
+    [
+        (None, {"name": "trt-cache", "emptyDir": {}}),
+        ({}, {"name": "trt-cache", "emptyDir": {}}),
+        ({"claimName": "engines"}, {"name": "trt-cache", "persistentVolumeClaim": {"claimName": "engines"}}),
+    ],
+)
+def test_tensorrt_engine_cache_is_a_volume_mounted_where_the_runtime_looks(
+    make_body: Body, cache_dir: dict[str, str] | None, volume: dict[str, Any]
+) -> None:
+    tensorrt = {} if cache_dir is None else {"cacheDir": cache_dir}
+    body = make_body(resources={"gpu": 1}, runtime={"tensorrt": tensorrt})
+    assert volume in pod_spec(body)["volumes"]
+    mounts = {m["name"]: m["mountPath"] for m in container(body)["volumeMounts"]}
+    assert mounts["trt-cache"] == env(body)["SKIFF_TRT_CACHE_DIR"] == "/var/cache/skiff/trt"
+
+
+def test_tensorrt_is_ignored_on_cpu_pods(make_body: Body) -> None:
+    body = make_body(runtime={"tensorrt": {"precision": "fp16", "cacheDir": {"claimName": "engines"}}})
+    assert not {"SKIFF_TENSORRT_PRECISION", "SKIFF_TRT_CACHE_DIR", "SKIFF_TRT_SHAPE_RANGES"} & set(env(body))
+    assert "trt-cache" not in {v["name"] for v in pod_spec(body)["volumes"]}
 
 
 def test_pod_meets_pod_security_restricted(make_body: Body) -> None:

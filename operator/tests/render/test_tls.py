@@ -14,6 +14,7 @@ from skiff_operator import certs
 from skiff_operator.render import render_manifests
 from skiff_operator.render.deployment import CONFIG_HASH_ANNOTATION, render_deployment
 from skiff_operator.render.tls import (
+    ca_dns_subtrees,
     render_ca_secret,
     render_certificate,
     render_tls_secret,
@@ -58,16 +59,18 @@ def test_san_set_covers_every_service_the_model_renders(make_body: Body) -> None
     assert sorted(services) == ["bert", "bert-v1", "bert-v2"]
     names = tls_dns_names(parsed)
     for service in services:
-        for name in (service, f"{service}.nlp", f"{service}.nlp.svc", f"{service}.nlp.svc.cluster.local"):
+        for name in (f"{service}.nlp.svc", f"{service}.nlp.svc.cluster.local"):
             assert name in names
-    assert len(names) == 4 * len(services)
+    assert {"bert", "bert.nlp"} <= set(names)  # the model Service's short forms; the versions' are left out
+    assert len(names) == 2 * len(services) + 2
+    assert all(certs.within_dns_subtrees(name, ca_dns_subtrees(parsed)) for name in names)
     assert names[0] == "bert"  # the model Service first: it becomes the certificate's subject
 
 
 def test_san_set_follows_the_versions(make_body: Body) -> None:
     one = tls_dns_names(model(make_body(name="bert")))
     two = tls_dns_names(model(make_body(name="bert", **TWO_VERSIONS)))
-    assert set(two) - set(one) == {"bert-v2", "bert-v2.ml", "bert-v2.ml.svc", "bert-v2.ml.svc.cluster.local"}
+    assert set(two) - set(one) == {"bert-v2.ml.svc", "bert-v2.ml.svc.cluster.local"}
 
 
 def test_disabled_mounts_nothing_and_sets_no_tls_env(make_body: Body) -> None:

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from skiff_runtime import allocator
-from skiff_runtime.settings import RuntimeSettings, SettingsError, add_options, settings_from_namespace
+from skiff_runtime.gpus import pod_gpus, worker_devices
+from skiff_runtime.settings import Device, RuntimeSettings, SettingsError, add_options, settings_from_namespace
 from skiff_runtime.workers.base import WorkerEvents, Workers
 
 
@@ -25,16 +27,42 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         settings = settings_from_namespace(vars(args), os.environ)
+        plan = plan_workers(settings, os.environ)
     except SettingsError as exc:
         print(f"skiff-runtime serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
     from skiff_runtime.server.app import run_server
 
-    return asyncio.run(run_server(settings, lambda on_exit: build_workers(settings, on_exit)))
+    return asyncio.run(run_server(settings, lambda on_exit: build_workers(plan, on_exit)))
 
 
-def build_workers(settings: RuntimeSettings, on_event: WorkerEvents) -> Workers:
+@dataclasses.dataclass(frozen=True)
+class WorkerPlan:
+    """How many workers, the settings each loads its engine with, and each one's extra environment."""
+
+    count: int
+    settings: RuntimeSettings
+    environments: tuple[dict[str, str], ...] = ()
+
+
+def plan_workers(settings: RuntimeSettings, env: Mapping[str, str]) -> WorkerPlan:
+    """On GPU, one worker per GPU of the pod (skiff_runtime.gpus), each seeing only its own, as device 0;
+    SettingsError when --gpus asks for more GPUs than NVIDIA_VISIBLE_DEVICES lists."""
+    if settings.device.kind != "gpu":
+        return WorkerPlan(settings.worker_count, settings)
+    try:
+        gpus = pod_gpus(env.get("NVIDIA_VISIBLE_DEVICES"), settings.gpus)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    if not gpus:
+        return WorkerPlan(settings.worker_count, settings)
+    count = settings.workers or len(gpus)
+    environments = tuple({"CUDA_VISIBLE_DEVICES": device} for device in worker_devices(gpus, count))
+    return WorkerPlan(count, dataclasses.replace(settings, device=Device("gpu", 0)), environments)
+
+
+def build_workers(plan: WorkerPlan, on_event: WorkerEvents) -> Workers:
     """Worker processes fed via shared memory, even when there is only one (one GPU, one CPU): Paddle's `run()`
     holds the GIL, so an inference thread in this process would stop the event loop (reading requests, refusing
     overload, health) for every batch. With `--workers 1`, MobileNetV3 on 2 cores, 3 interleaved rounds: c=8
@@ -42,14 +70,14 @@ def build_workers(settings: RuntimeSettings, on_event: WorkerEvents) -> Workers:
     from skiff_runtime.predictor.loader import load_engine
     from skiff_runtime.workers.process import ProcessPool
 
-    count = settings.worker_count
-
+    settings = plan.settings
     # A merged batch may exceed one message: size each worker's buffers for the largest batch of the largest
     # requests the server accepts (memfd pages cost memory only once touched).
     buffer_bytes = settings.max_message_bytes * 2
     return ProcessPool(
-        count, load_engine, settings, buffer_bytes, on_event, settings.worker_nice, settings.batch_timeout_s
-    )
+        plan.count, load_engine, settings, buffer_bytes, on_event, settings.worker_nice, settings.batch_timeout_s,
+        plan.environments,
+    )  # fmt: skip
 
 
 def _parse_input(text: str) -> tuple[str, np.ndarray]:

@@ -154,6 +154,7 @@ class RuntimeSettings:
     metrics_port: int = 8003
     http_port: int | None = None
     device: Device = field(default_factory=lambda: Device("cpu"))
+    gpus: int = 0
     cpu_threads: int = 1
     enable_mkldnn: bool = True
     intermediate_tensors: IntermediateTensors = IntermediateTensors.AUTO
@@ -185,11 +186,12 @@ class RuntimeSettings:
 
     @property
     def worker_count(self) -> int:
-        """Explicit --workers, else one per GPU device, else one per CPU this process may use."""
+        """Explicit --workers, else one per GPU (--gpus, at least one), else one per CPU this process may use.
+        (NVIDIA_VISIBLE_DEVICES can name more GPUs: the worker pool counts those, skiff_runtime.gpus.)"""
         if self.workers:
             return self.workers
         if self.device.kind == "gpu":
-            return 1
+            return max(1, self.gpus)
         return available_cpus()
 
     @property
@@ -246,6 +248,12 @@ OPTIONS: tuple[Option, ...] = (
         "Triton uses 8000; 0 picks a free port)",
     ),
     Option("device", Device.parse, "cpu or gpu:N (default cpu)"),
+    Option(
+        "gpus",
+        _non_negative,
+        "GPUs the pod has (its nvidia.com/gpu limit) with --device gpu: one worker per GPU, each with "
+        "CUDA_VISIBLE_DEVICES set to its own (default 0 = every device NVIDIA_VISIBLE_DEVICES lists, else --device)",
+    ),
     Option("cpu_threads", _positive, "math library threads per predictor on CPU (default 1)"),
     Option("enable_mkldnn", _bool, "use oneDNN on CPU (default true; 4-5x faster on x86)"),
     Option(
@@ -262,7 +270,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("trt_shape_ranges", parse_shape_ranges, "TensorRT dynamic shapes: name=MIN:OPT:MAX;... (1x3x224x224)"),
     Option("trt_cache_dir", Path, "directory where TensorRT engines are cached across restarts"),
     Option(
-        "workers", _non_negative, "inference worker processes, one engine each (default 0 = auto: CPU cores, 1 on GPU)"
+        "workers",
+        _non_negative,
+        "inference worker processes, one engine each (default 0 = auto: CPU cores; on GPU one per GPU)",
     ),
     Option(
         "worker_nice",
@@ -299,7 +309,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls_cert_file", Path, "PEM certificate chain: serve TLS on the inference port (reloaded on change)"),
     Option("tls_key_file", Path, "PEM private key for --tls-cert-file"),
     Option("tls_client_ca_file", Path, "PEM CA bundle: require client certificates signed by it (mutual TLS)"),
-    Option("auth_token_file", Path, "file holding a bearer token that inference RPCs must present (health stays open)"),
+    Option(
+        "auth_token_file",
+        Path,
+        "file listing the bearer tokens, one per line, of which inference requests must "
+        "present one (health stays open); re-read when it changes",
+    ),
     Option("grace_period_s", _seconds, "seconds to finish in-flight requests after SIGTERM (default 20)"),
     Option("log_level", _log_level, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
 )

@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import grpc
 import pytest
@@ -85,12 +82,9 @@ def test_pool_of_holds_each_service_with_its_imports() -> None:
 
 
 @pytest.fixture(scope="module")
-def grpcurl() -> str:
-    """grpcurl built from the Go module proxy (scripts/grpcurl.sh; cached after the first build)."""
-    if shutil.which("go") is None and not os.environ.get("SKIFF_E2E_REQUIRED"):
-        pytest.skip("go is not on PATH, so grpcurl cannot be built; `make test` (CI) has Go and runs this")
-    script = Path(__file__).resolve().parents[3] / "scripts" / "grpcurl.sh"
-    return subprocess.run(["bash", str(script)], check=True, capture_output=True, text=True).stdout.strip()
+def grpcurl(go_tool) -> str:
+    """grpcurl built from the Go module proxy (scripts/gotool.sh; cached after the first build)."""
+    return go_tool("grpcurl")
 
 
 def _grpcurl(grpcurl: str, target: str, *words: str, data: str | None = None) -> str:

@@ -16,8 +16,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from runtime.tests.server.test_auth import SecretVolume
 
 from skiff_runtime.client import SkiffClient
+from skiff_runtime.server.tls import TlsFiles
 
 pytestmark = [pytest.mark.paddle, pytest.mark.server]
 
@@ -176,3 +178,14 @@ def test_tls_flags_must_come_in_pairs(runtime_factory, model_dirs, pki) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "--tls-cert-file and --tls-key-file" in result.stderr
+
+
+def test_a_swapped_secret_volume_changes_the_signature_even_with_the_same_mtime_and_size(tmp_path: Path) -> None:
+    cert = SecretVolume(tmp_path / "tls", "tls.crt", b"A" * 64)
+    key = tmp_path / "tls.key"
+    key.write_bytes(b"k")
+    files = TlsFiles(cert.path, key)
+    before = files.signature()
+    assert files.signature() == before
+    cert.update(b"B" * 64, same_mtime=True)
+    assert files.signature() != before

@@ -13,7 +13,8 @@ HTTP_PORT = 8000  # V2 REST (KServe/Triton HTTP/JSON), when spec.runtime.rest is
 RUNTIME_UID = 1000
 MODEL_ROOT = "/models"
 TMP_DIR = "/tmp"  # noqa: S108 - an emptyDir mounted in the pod, not the operator's /tmp
-TRT_CACHE_DIR = "/tmp/trt-cache"  # noqa: S108
+TRT_CACHE_DIR = "/var/cache/skiff/trt"  # spec.runtime.tensorrt.cacheDir: an emptyDir or a PVC, mounted here
+TRT_CACHE_VOLUME = "trt-cache"
 TERMINATION_SLACK_S = 10  # pod grace period = pre-stop delay + runtime drain time + this
 # Before SIGTERM the kubelet runs the preStop sleep: the pod is already out of the Service's and the gateway's
 # endpoints (it is terminating) but keeps answering, so requests routed to it while kube-proxy and gateways catch up
@@ -29,6 +30,7 @@ ENV_HEALTH_PORT = "SKIFF_HEALTH_PORT"
 ENV_METRICS_PORT = "SKIFF_METRICS_PORT"
 ENV_HTTP_PORT = "SKIFF_HTTP_PORT"
 ENV_DEVICE = "SKIFF_DEVICE"
+ENV_GPUS = "SKIFF_GPUS"
 ENV_MAX_BATCH_SIZE = "SKIFF_MAX_BATCH_SIZE"
 ENV_CPU_THREADS = "SKIFF_CPU_THREADS"
 ENV_WORKERS = "SKIFF_WORKERS"
@@ -37,6 +39,7 @@ ENV_INTERMEDIATE_TENSORS = "SKIFF_INTERMEDIATE_TENSORS"
 ENV_GPU_MEMORY_POOL_MB = "SKIFF_GPU_MEMORY_POOL_MB"
 ENV_TENSORRT_PRECISION = "SKIFF_TENSORRT_PRECISION"
 ENV_TRT_CACHE_DIR = "SKIFF_TRT_CACHE_DIR"
+ENV_TRT_SHAPE_RANGES = "SKIFF_TRT_SHAPE_RANGES"  # input=MIN:OPT:MAX;... with shapes like 1x3x224x224
 ENV_GRACE_PERIOD_S = "SKIFF_GRACE_PERIOD_S"
 ENV_MAX_MESSAGE_MB = "SKIFF_MAX_MESSAGE_MB"
 ENV_LOG_LEVEL = "SKIFF_LOG_LEVEL"

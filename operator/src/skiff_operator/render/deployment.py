@@ -12,7 +12,7 @@ from skiff_operator.render import contract
 from skiff_operator.render.auth import render_auth_env, render_auth_mounts, render_auth_volumes
 from skiff_operator.render.common import render_metadata
 from skiff_operator.render.tls import render_tls_annotations, render_tls_env, render_tls_mounts, render_tls_volumes
-from skiff_operator.spec import InferenceModel, ModelSpec, TensorRTPrecision, Toleration, Version
+from skiff_operator.spec import InferenceModel, ModelSpec, ShapeRange, TensorRTOptions, Toleration, Version
 
 CONFIG_HASH_ANNOTATION = "skiff.dev/config-hash"
 
@@ -94,6 +94,7 @@ def _render_pod_spec(model: InferenceModel, version: Version) -> dict[str, Any]:
                 "persistentVolumeClaim": {"claimName": version.model_uri.claim, "readOnly": True},
             },
             {"name": "tmp", "emptyDir": {}},
+            *render_trt_cache_volumes(version, spec.runtime.tensorrt),
             *render_tls_volumes(model),
             *render_auth_volumes(model),
         ],
@@ -160,6 +161,11 @@ def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]
         "volumeMounts": [
             mount,
             {"name": "tmp", "mountPath": contract.TMP_DIR},
+            *(
+                [{"name": contract.TRT_CACHE_VOLUME, "mountPath": contract.TRT_CACHE_DIR}]
+                if _tensorrt(version, model.spec.runtime.tensorrt)
+                else []
+            ),
             *render_tls_mounts(model),
             *render_auth_mounts(model),
         ],
@@ -183,7 +189,7 @@ def model_dir(version: Version) -> str:
 def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
     runtime = model.spec.runtime
     gpu = version.resources.gpu > 0
-    uses_tensorrt = runtime.tensorrt_precision is not TensorRTPrecision.OFF
+    tensorrt = _tensorrt(version, runtime.tensorrt)
     values: list[tuple[str, object | None]] = [
         (contract.ENV_MODEL_DIR, model_dir(version)),
         (contract.ENV_MODEL_NAME, model.ref.name),
@@ -194,14 +200,18 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_HTTP_PORT, contract.HTTP_PORT if runtime.rest else None),
         # The device plugin exposes the pod's GPUs from index 0, whichever physical GPUs they are.
         (contract.ENV_DEVICE, "gpu:0" if gpu else "cpu"),
+        # One worker per GPU, each with CUDA_VISIBLE_DEVICES set to its own (the runtime reads the device plugin's
+        # NVIDIA_VISIBLE_DEVICES; this count checks it).
+        (contract.ENV_GPUS, version.resources.gpu if gpu else None),
         (contract.ENV_MAX_BATCH_SIZE, runtime.max_batch_size),
         (contract.ENV_CPU_THREADS, runtime.cpu_threads),
         (contract.ENV_WORKERS, runtime.workers or worker_count(version, runtime.cpu_threads)),
         (contract.ENV_ENABLE_MKLDNN, runtime.enable_mkldnn),
         (contract.ENV_INTERMEDIATE_TENSORS, runtime.intermediate_tensors),
         (contract.ENV_GPU_MEMORY_POOL_MB, runtime.gpu_memory_pool_mb if gpu else None),
-        (contract.ENV_TENSORRT_PRECISION, runtime.tensorrt_precision.value if gpu else None),
-        (contract.ENV_TRT_CACHE_DIR, contract.TRT_CACHE_DIR if gpu and uses_tensorrt else None),
+        (contract.ENV_TENSORRT_PRECISION, tensorrt.precision.value if tensorrt else None),
+        (contract.ENV_TRT_SHAPE_RANGES, shape_ranges_value(tensorrt.shape_ranges) if tensorrt else None),
+        (contract.ENV_TRT_CACHE_DIR, contract.TRT_CACHE_DIR if tensorrt else None),
         (contract.ENV_GRACE_PERIOD_S, runtime.grace_period_s),
         (contract.ENV_MAX_MESSAGE_MB, runtime.max_message_mb),
         (contract.ENV_LOG_LEVEL, runtime.log_level.value),
@@ -213,17 +223,42 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
     return [{"name": name, "value": _env_value(value)} for name, value in values if value is not None]
 
 
+def _tensorrt(version: Version, options: TensorRTOptions | None) -> TensorRTOptions | None:
+    """spec.runtime.tensorrt, on GPU pods only (CPU pods of a model whose other versions use GPUs ignore it)."""
+    return options if version.resources.gpu > 0 else None
+
+
+def shape_ranges_value(ranges: tuple[ShapeRange, ...]) -> str | None:
+    """SKIFF_TRT_SHAPE_RANGES: `input=MIN:OPT:MAX;...` with shapes like 1x3x224x224 (the runtime's format)."""
+    if not ranges:
+        return None
+    shape = "x".join
+    return ";".join(
+        f"{r.input}={shape(map(str, r.min))}:{shape(map(str, r.opt))}:{shape(map(str, r.max))}" for r in ranges
+    )
+
+
+def render_trt_cache_volumes(version: Version, options: TensorRTOptions | None) -> list[dict[str, Any]]:
+    """The TensorRT engine cache: an emptyDir (kept across container restarts) or the user's PVC (kept across pods)."""
+    tensorrt = _tensorrt(version, options)
+    if tensorrt is None:
+        return []
+    if tensorrt.cache_claim is None:
+        return [{"name": contract.TRT_CACHE_VOLUME, "emptyDir": {}}]
+    return [{"name": contract.TRT_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": tensorrt.cache_claim}}]
+
+
 def cpu_cores(quantity: str) -> float:
     """A Kubernetes CPU quantity ("2", "1.5", "500m") in cores."""
     return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
 
 
 def worker_count(version: Version, cpu_threads: int | None) -> int:
-    """Runtime worker processes (one predictor each): one per GPU pod; on CPU, the requested cores divided by
-    the threads each predictor uses. Set explicitly: in a pod without a CPU limit the runtime would see every
+    """Runtime worker processes (one predictor each): one per GPU of the pod; on CPU, the requested cores divided
+    by the threads each predictor uses. Set explicitly: in a pod without a CPU limit the runtime would see every
     core of the node."""
     if version.resources.gpu > 0:
-        return 1
+        return version.resources.gpu
     return max(1, int(cpu_cores(version.resources.cpu) // (cpu_threads or 1)))
 
 

@@ -21,15 +21,18 @@ CERTIFICATE_CRD = "certificates.cert-manager.io"
 CERTIFICATE_CRD_VERSION = "v1"
 
 
-def model_service_names(model: InferenceModel) -> list[str]:
-    """Every Service of the model, model Service first: the names clients may dial."""
-    name = model.ref.name
-    return [names.model_service_name(name), *(names.version_service_name(name, v.name) for v in model.spec.versions)]
-
-
 def tls_dns_names(model: InferenceModel) -> list[str]:
-    """The certificate's SAN set: each Service short, namespaced, .svc and .svc.cluster.local."""
-    return certs.service_dns_names(model_service_names(model), model.ref.namespace)
+    """The certificate's SAN set: the model Service short, namespaced, .svc and .svc.cluster.local, each version
+    Service .svc and .svc.cluster.local (inside the CA's NameConstraints, `ca_dns_subtrees`)."""
+    name = model.ref.name
+    versions = [names.version_service_name(name, v.name) for v in model.spec.versions]
+    return certs.service_dns_names(names.model_service_name(name), versions, model.ref.namespace)
+
+
+def ca_dns_subtrees(model: InferenceModel) -> list[str]:
+    """The DNS subtrees the model's SelfSigned CA may sign for: fixed for the model's lifetime, so adding a
+    version never needs a new CA."""
+    return certs.permitted_dns_subtrees(names.model_service_name(model.ref.name), model.ref.namespace)
 
 
 def tls_secret_name(model: InferenceModel) -> str | None:

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from skiff_runtime.errors import ModelLoadError
+from skiff_runtime.predictor.config_plan import config_calls
 from skiff_runtime.predictor.files import ModelFiles, ModelFormat, find_model_files
 from skiff_runtime.predictor.signature import PADDLE_DTYPES, pir_intermediates, read_pir_signature, tensors_bytes
-from skiff_runtime.settings import IntermediateTensors, RuntimeSettings, TensorRTPrecision
+from skiff_runtime.settings import IntermediateTensors, RuntimeSettings
 from skiff_runtime.tensors import Array, ModelSignature, TensorSpec
 
 # Quiet Paddle's C++ logging unless the user asked for it (must be set before paddle is imported).
@@ -103,42 +104,13 @@ def keeps_intermediates(settings: RuntimeSettings, estimated_bytes: int | None) 
 
 
 def build_config(files: ModelFiles, settings: RuntimeSettings) -> paddle_infer.Config:
-    """A fresh Config (a Config backs only one predictor)."""
+    """A fresh Config (a Config backs only one predictor), with the calls predictor.config_plan lists."""
     config = paddle_infer.Config(str(files.program), str(files.params))
-    config.disable_glog_info()
-    config.switch_ir_optim(True)
-    if settings.device.kind == "gpu":
-        config.enable_use_gpu(settings.gpu_memory_pool_mb, settings.device.index)
-        if settings.tensorrt_precision is not TensorRTPrecision.OFF:
-            precision = {
-                TensorRTPrecision.FP32: paddle_infer.PrecisionType.Float32,
-                TensorRTPrecision.FP16: paddle_infer.PrecisionType.Half,
-                TensorRTPrecision.INT8: paddle_infer.PrecisionType.Int8,
-            }[settings.tensorrt_precision]
-            config.enable_tensorrt_engine(
-                workspace_size=settings.trt_workspace_mb << 20,
-                max_batch_size=settings.max_batch_size,
-                min_subgraph_size=settings.trt_min_subgraph_size,
-                precision_mode=precision,
-                use_static=settings.trt_cache_dir is not None,
-                use_calib_mode=settings.tensorrt_precision is TensorRTPrecision.INT8,
-            )
-            if settings.trt_shape_ranges:
-                ranges = settings.trt_shape_ranges
-                config.set_trt_dynamic_shape_info(
-                    {k: list(r.min) for k, r in ranges.items()},
-                    {k: list(r.max) for k, r in ranges.items()},
-                    {k: list(r.opt) for k, r in ranges.items()},
-                )
-            if settings.trt_cache_dir is not None:
-                config.set_optim_cache_dir(str(settings.trt_cache_dir))
-    else:
-        config.disable_gpu()
-        config.set_cpu_math_library_num_threads(settings.cpu_threads)
-        if settings.enable_mkldnn:
-            config.enable_mkldnn()
-        else:
-            config.disable_mkldnn()
+    for call in config_calls(settings):
+        kwargs = dict(call.kwargs)
+        if "precision_mode" in kwargs:
+            kwargs["precision_mode"] = getattr(paddle_infer.PrecisionType, kwargs["precision_mode"])
+        getattr(config, call.method)(*call.args, **kwargs)
     return config
 
 

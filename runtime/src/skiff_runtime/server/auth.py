@@ -1,7 +1,8 @@
 """Optional bearer-token authentication for inference RPCs; grpc.health.v1 stays open for probes.
 
-The token comes from a file (a mounted Kubernetes Secret) and is re-read when the file changes. Tokens are
-compared in constant time and never logged.
+The tokens come from a file (a key of a mounted Kubernetes Secret), one per line, and every one listed is
+accepted: rotating is adding the new token, moving the clients, then removing the old one. The file is re-read
+when the kubelet replaces it. Tokens are compared in constant time and never logged.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import grpc
 
 from skiff_runtime.server.interceptors import Continuation, with_unary
+from skiff_runtime.server.watched import file_signature
 
 log = logging.getLogger(__name__)
 
@@ -24,26 +26,45 @@ PROTECTED_PREFIXES = (PROTECTED_PREFIX, "/tensorflow.serving.")
 SCHEME = "bearer "
 
 
+def parse_tokens(content: bytes) -> tuple[bytes, ...]:
+    """The tokens a file lists: one per line, surrounding whitespace and empty lines ignored."""
+    return tuple(dict.fromkeys(line.strip() for line in content.splitlines() if line.strip()))
+
+
 class TokenFile:
-    """The expected token, cached until the file's (mtime, size) changes."""
+    """The accepted tokens, cached until the file's signature changes (a Secret volume's `..data` swap included)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._signature: tuple[int, int] | None = None
-        self._token = b""
+        self._signature: tuple[int, int, int, int] | None = None
+        self._tokens: tuple[bytes, ...] = ()
         self.current()  # fail at start-up, not on the first request, when the file is missing or empty
 
-    def current(self) -> bytes:
-        stat = self.path.stat()
-        signature = (stat.st_mtime_ns, stat.st_size)
+    def current(self) -> tuple[bytes, ...]:
+        """Every token the file lists now; OSError or ValueError (no token) when it cannot be used."""
+        signature = file_signature(self.path)
         with self._lock:
             if signature != self._signature:
-                token = self.path.read_bytes().strip()
-                if not token:
-                    raise ValueError(f"token file {str(self.path)!r} is empty")
-                self._token, self._signature = token, signature
-            return self._token
+                tokens = parse_tokens(self.path.read_bytes())
+                if not tokens:
+                    raise ValueError(f"token file {str(self.path)!r} lists no token")
+                if self._signature is not None:
+                    log.info("bearer tokens reloaded", extra={"tokens": len(tokens)})
+                self._tokens, self._signature = tokens, signature
+            return self._tokens
+
+    def accepts(self, presented: bytes | None) -> bool:
+        """Whether `presented` is one of the tokens; False (logged) when the file cannot be read. Every token is
+        compared, in constant time, so the time taken says nothing about which one (nearly) matched."""
+        try:
+            tokens = self.current()
+        except (OSError, ValueError) as exc:
+            log.error("token file unreadable; refusing authenticated requests", extra={"error": str(exc)})
+            return False
+        if presented is None:
+            return False
+        return any([hmac.compare_digest(presented, token) for token in tokens])  # a list: compare all
 
 
 def _presented(metadata: Any) -> bytes | None:
@@ -64,13 +85,7 @@ class BearerTokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def allowed(self, method: str, metadata: Any) -> bool:
         if not method.startswith(PROTECTED_PREFIXES):
             return True
-        presented = _presented(metadata)
-        try:
-            expected = self.token.current()
-        except (OSError, ValueError) as exc:
-            log.error("token file unreadable; refusing inference RPCs", extra={"error": str(exc)})
-            return False
-        return presented is not None and hmac.compare_digest(presented, expected)
+        return self.token.accepts(_presented(metadata))
 
     async def intercept_service(
         self,

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import grpc
 
+from skiff_runtime.server.watched import file_signature
+
 log = logging.getLogger(__name__)
 
 
@@ -24,10 +26,10 @@ class TlsFiles:
     key: Path
     client_ca: Path | None = None
 
-    def signature(self) -> tuple[tuple[int, int], ...]:
-        """(mtime_ns, size) of every file, following symlinks; changes when any file is replaced."""
+    def signature(self) -> tuple[tuple[int, int, int, int], ...]:
+        """The signature of every file; changes when any file is replaced."""
         paths = [self.cert, self.key] + ([self.client_ca] if self.client_ca else [])
-        return tuple((p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
+        return tuple(file_signature(p) for p in paths)
 
 
 def _configuration(files: TlsFiles) -> grpc.ServerCertificateConfiguration:

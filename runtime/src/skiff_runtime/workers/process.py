@@ -15,13 +15,14 @@ pool gives up on that worker and says so, and the server stops so that Kubernete
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import mmap
 import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
@@ -41,6 +42,21 @@ EngineFactory = Callable[[Any], Engine]
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
+
+
+@contextlib.contextmanager
+def _environment(extra: Mapping[str, str]) -> Iterator[None]:
+    """os.environ with `extra` set, restored afterwards (spawning runs on the event loop's thread only)."""
+    saved = {name: os.environ.get(name) for name in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class _WorkerDied(Exception):
@@ -113,8 +129,10 @@ class ProcessPool:
         on_event: WorkerEvents | None = None,
         nice: int = 0,
         batch_timeout_s: float = 0.0,
+        environments: Sequence[Mapping[str, str]] = (),
     ) -> None:
         self.count = count
+        self._environments = environments  # worker i's extra variables (CUDA_VISIBLE_DEVICES), when given
         self._nice = nice
         self._factory = factory
         self._settings = settings
@@ -158,8 +176,12 @@ class ProcessPool:
             name=f"skiff-worker-{index}",
             daemon=True,
         )
-        process.start()
+        extra = dict(self._environments[index]) if index < len(self._environments) else {}
+        with _environment(extra):  # a spawned process starts with this process's environment
+            process.start()
         back.close()
+        if extra:
+            log.info("worker process started", extra={"worker": index, "pid": process.pid, **extra})
         fds = [os.memfd_create(f"skiff-worker-{index}-{kind}") for kind in ("in", "out")]
         for fd in fds:
             os.ftruncate(fd, self._buffer_bytes)

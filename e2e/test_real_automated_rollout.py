@@ -1,0 +1,368 @@
+"""spec.rollout on the real data plane: runtime pods on the real node (e2e/node.py), the operator as a subprocess
+reading their metrics at the pod IPs, Traefik splitting every request by the GRPCRoute's weights. A good candidate
+goes through every step under steady load and is promoted with no failed request; a candidate whose signature
+rejects the stable version's requests is rolled back within its first step, and the condition and the Event say
+why with the numbers the runtime counted.
+
+The bad candidate fails with INVALID_ARGUMENT, which by default is the client's fault and does not count (the issue:
+"INVALID_ARGUMENT is the client's and configurable"). A candidate that cannot answer the requests the stable version
+answers is exactly the case that setting is for, so this model's analysis lists it in errorCodes, as docs/canary.md
+tells users to.
+
+The file sorts before test_real_node.py, whose last test stops the session's real node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as triton
+
+from e2e.cluster import Kubectl, eventually
+from e2e.gateway import Traefik, gateway_manifests, install_gateway_api
+from e2e.harness import OperatorProcess, condition, free_port, wait_model_ready
+from e2e.images import Images
+from e2e.node import NODE_NAME, RealNode
+from e2e.real_models import create_real_namespace, delete_real_namespace, real_model, threads_running
+
+# The first test's setup may build the runtime image (cold: minutes) and wait for another session's real node.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+GOOD = "rollout-good"
+BAD = "rollout-bad"
+GATEWAY = "public"
+INPUT = np.random.default_rng(3).random((1, 3, 32, 32), dtype=np.float32)
+DEFAULT_ERROR_CODES = ["UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"]
+# Reconciles (and so rollout decisions) at least this often; the steps' pauses are a few of these.
+RESYNC_S = "2"
+
+
+def hostname(model: str) -> str:
+    return f"{model}.skiff.test"
+
+
+def rollout_model(namespace: str, name: str, image: str, candidate_uri: str, rollout: dict[str, Any]) -> dict[str, Any]:
+    """v1 (the conv sample) stable at 100%, v2 the candidate, both one pod on the real node, behind the Gateway
+    with their own hostname (both models share its listener)."""
+    body = real_model(namespace, name, "pvc://models/conv/v1", image)
+    spec = body["spec"]
+    spec["resources"]["cpu"] = "250m"  # four pods on the 2-core node
+    spec["versions"].append({"name": "v2", "modelUri": candidate_uri, "replicas": 1})
+    spec["traffic"] = [{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}]
+    spec["routing"] = {"gateways": [{"name": GATEWAY, "sectionName": "grpc"}], "hostnames": [hostname(name)]}
+    spec["rollout"] = rollout
+    return body
+
+
+@dataclass(frozen=True)
+class Stage:
+    namespace: str
+    port: int
+    kube: Kubectl
+
+    def model(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.kube.get("inferencemodel", name, "-n", self.namespace)
+        return found
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        selector = f"involvedObject.name={name},involvedObject.kind=InferenceModel"
+        items: list[dict[str, Any]] = self.kube.get("events", "-n", self.namespace, "--field-selector", selector)[
+            "items"
+        ]
+        return sorted(items, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+
+    def answers(self, model: str, count: int) -> Counter[str]:
+        """The versions that answered `count` inferences in a row on one connection."""
+        client = self.client(model)
+        try:
+            return Counter(infer(client, model) for _ in range(count))
+        finally:
+            client.close()
+
+    def client(self, model: str) -> triton.InferenceServerClient:
+        """A client on its own long-lived connection to the Gateway, for `model`'s hostname."""
+        options = [("grpc.use_local_subchannel_pool", 1), ("grpc.default_authority", hostname(model))]
+        return triton.InferenceServerClient(f"127.0.0.1:{self.port}", channel_args=options)
+
+
+@pytest.fixture(scope="module")
+def stage(
+    real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stage]:
+    """One namespace, Traefik, the operator, and both models applied at once (their pods start together)."""
+    assert kube.get_or_none("node", NODE_NAME, "default") is not None, (
+        "the real node was stopped by an earlier test; this module must run before test_real_node.py's last test"
+    )
+    namespace = f"e2e-rollout-{uuid.uuid4().hex[:6]}"
+    models = create_real_namespace(kube, real_node, namespace)
+    for kind, path in (("conv", "conv/v1"), ("conv", "conv/v2"), ("two_io", "two-io/v1")):
+        export = [sys.executable, "-m", "skiff_runtime.samples", kind, str(models / path)]
+        subprocess.run(export, check=True, timeout=300)
+    scratch = tmp_path_factory.mktemp("rollout-real")
+    install_gateway_api(kube)  # before the operator starts: routing mode Auto picks Gateway when a model names one
+    port = free_port()
+    kube.apply(gateway_manifests(namespace, GATEWAY, port))
+    traefik = Traefik(kube, port, scratch / "traefik.log")
+    operator = OperatorProcess(kube, namespace, scratch / "operator.log", ["--resync-seconds", RESYNC_S])
+    image = Images.from_script().runtime
+    try:
+        traefik.start(namespace, GATEWAY)
+        operator.start()
+        good = {
+            "candidate": "v2",
+            "steps": [{"weight": 20, "pause": "8s"}, {"weight": 50, "pause": "8s"}],
+            # p99s from histogram buckets on a shared 2-core machine: one bucket apart is already 2-2.5x.
+            "analysis": {"maxErrorRatio": 0.01, "maxP99LatencyRatio": 10, "minRequests": 30},
+        }
+        bad = {
+            "candidate": "v2",
+            "steps": [{"weight": 20, "pause": "5m"}, {"weight": 50, "pause": "5m"}],
+            "analysis": {
+                "maxErrorRatio": 0.05,
+                "errorCodes": [*DEFAULT_ERROR_CODES, "INVALID_ARGUMENT"],
+                "minRequests": 20,
+            },
+        }
+        kube.apply(
+            [
+                rollout_model(namespace, GOOD, image, "pvc://models/conv/v2", good),
+                rollout_model(namespace, BAD, image, "pvc://models/two-io/v1", bad),
+            ]
+        )
+        yield Stage(namespace, port, kube)
+    finally:
+        traefik.stop()
+        operator.stop()
+        print(f"---- operator log ----\n{operator.log()[-20000:]}")
+        print(f"---- traefik log ----\n{traefik.log()[-5000:]}")
+        for model in (GOOD, BAD):
+            logs = real_node.container_log(namespace, f"{model}-*", "runtime")
+            print(f"---- {model} runtime logs ----\n{logs[-4000:]}")
+        delete_real_namespace(kube, namespace)
+
+
+def infer(client: triton.InferenceServerClient, model: str) -> str:
+    """One inference of the conv sample's input; the version that answered."""
+    request = triton.InferInput("image", list(INPUT.shape), "FP32")
+    request.set_data_from_numpy(INPUT)
+    version: str = client.infer(model, [request], client_timeout=10).get_response().model_version
+    return version
+
+
+@dataclass
+class SteadyLoad:
+    """`clients` threads, each on one long-lived connection through the Gateway at about `rate` requests a second,
+    until stopped (bounded in time): answers by version, failures with their time."""
+
+    stage: Stage
+    model: str
+    clients: int = 2
+    rate: float = 15.0
+    max_seconds: float = 200
+    answers: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        client = self.stage.client(self.model)
+        deadline = time.monotonic() + self.max_seconds
+        try:
+            while not self.stop.is_set() and time.monotonic() < deadline:
+                started = time.monotonic()
+                try:
+                    self.answers[infer(client, self.model)] += 1
+                except triton.InferenceServerException as error:
+                    self.failures.append(f"{time.strftime('%H:%M:%S')} {error}")
+                self.stop.wait(max(0.0, 1 / self.rate - (time.monotonic() - started)))
+        finally:
+            client.close()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[SteadyLoad]:
+        with threads_running(self.run, self.clients, self.stop):
+            yield self
+
+
+@contextlib.contextmanager
+def watched(stage: Stage, model: str, interval_s: float = 0.3) -> Iterator[list[dict[str, Any]]]:
+    """The model as read every `interval_s` while the block runs (a step lasts seconds: none is missed)."""
+    seen: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(interval_s):
+            seen.append(stage.model(model))
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        seen.append(stage.model(model))
+
+
+def steps_seen(bodies: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
+    """(step, weight, verdict) of status.rollout as it changed."""
+    result: list[tuple[int, int, str]] = []
+    for body in bodies:
+        rollout = body.get("status", {}).get("rollout") or {}
+        if "step" in rollout:
+            item = (int(rollout["step"]), int(rollout["weight"]), str(rollout["verdict"]))
+            if not result or result[-1] != item:
+                result.append(item)
+    return result
+
+
+# "v2: 64 requests, error ratio 0.0000, p99 1.2ms; v1: 250 requests, ..." in the rollout's messages.
+_SIDE = re.compile(r"(?P<versions>[\w,-]+): (?P<requests>\d+) requests, error ratio (?P<ratio>[0-9.]+)")
+
+
+def side_requests(message: str) -> dict[str, tuple[int, float]]:
+    return {m["versions"]: (int(m["requests"]), float(m["ratio"])) for m in _SIDE.finditer(message)}
+
+
+def wait_verdict(stage: Stage, model: str, timeout: float) -> dict[str, Any]:
+    """The model once its rollout is Promoted or RolledBack."""
+
+    def final() -> dict[str, Any] | None:
+        body = stage.model(model)
+        verdict = (body.get("status", {}).get("rollout") or {}).get("verdict")
+        return body if verdict in {"Promoted", "RolledBack"} else None
+
+    return eventually(final, timeout=timeout, interval=0.5, what=f"{model}'s rollout to be Promoted or RolledBack")
+
+
+def wait_both_answer(stage: Stage, model: str) -> None:
+    """Both versions' pods ready and answering through the Gateway (the rollout's first step gives v2 its share):
+    Traefik programs a route's backends a moment after their endpoints turn ready, and answers 503 until then.
+    The bad candidate answers with its INVALID_ARGUMENT."""
+    wait_model_ready(stage.kube, stage.namespace, model, timeout_s=240)
+    seen: set[str] = set()
+    client = stage.client(model)
+
+    def both_answer() -> bool:
+        try:
+            seen.add(infer(client, model))
+        except triton.InferenceServerException as error:
+            if "unknown input" in str(error):
+                seen.add("v2")
+        return seen == {"v1", "v2"}
+
+    try:
+        eventually(both_answer, timeout=120, interval=0.2, what=f"both versions of {model} to answer through Traefik")
+    finally:
+        client.close()
+
+
+def test_good_candidate_is_promoted_through_every_step_under_load_with_no_failed_request(stage: Stage) -> None:
+    wait_both_answer(stage, GOOD)
+    spec_traffic = stage.model(GOOD)["spec"]["traffic"]
+    started = time.monotonic()
+    print(f"load on {GOOD} from {time.strftime('%H:%M:%S')}")
+    with watched(stage, GOOD) as bodies, SteadyLoad(stage, GOOD).running() as load:
+        promoted = wait_verdict(stage, GOOD, timeout=150)
+        rollout_s = time.monotonic() - started
+        time.sleep(3)  # the promoted split under load too
+    print(f"rollout under load: {dict(load.answers)} answered, {len(load.failures)} failed, in {rollout_s:.0f}s")
+    print(f"status.rollout as watched: {steps_seen(bodies)}")
+    assert load.failures == [], load.failures[:10]
+    assert load.answers["v1"] > 0
+    assert load.answers["v2"] > 0
+    rollout = promoted["status"]["rollout"]
+    assert (rollout["verdict"], rollout["reason"], rollout["weight"], rollout["summary"]) == (
+        "Promoted",
+        "Promoted",
+        100,
+        "2/2 Promoted",
+    ), rollout
+    # Every step, in order, as the status showed it.
+    weights = [weight for _, weight, _ in steps_seen(bodies)]
+    assert [w for i, w in enumerate(weights) if i == 0 or w != weights[i - 1]] == [20, 50, 100], weights
+    rolled_back = condition(promoted, "RolledBack")
+    assert (rolled_back["status"], rolled_back["reason"]) == ("False", "Promoted")
+    assert promoted["spec"]["traffic"] == spec_traffic  # the operator never edits spec.traffic
+
+    # The Events say why each step passed, with the numbers the runtime counted; the candidate's share of the
+    # step's requests is the step's weight (Traefik splits per request; the first second of a step may still
+    # run at the previous weight).
+    events = stage.events(GOOD)
+    print("\n".join(f"event {e['type']} {e['reason']}: {e['message']}" for e in events))
+    reasons = [e["reason"] for e in events]
+    assert reasons.count("RolloutStepPassed") == 1, reasons
+    # Pods still starting are not read: no metrics Warning while the versions' pods come up.
+    assert "RolloutMetricsUnavailable" not in reasons, reasons
+    assert "RolloutPromoted" in reasons, reasons
+    for weight, reason in ((20, "RolloutStepPassed"), (50, "RolloutPromoted")):
+        message = next(e["message"] for e in events if e["reason"] == reason)
+        sides = side_requests(message)
+        (candidate, _), (stable, _) = sides["v2"], sides["v1"]
+        print(f"step at {weight}%: v2 {candidate}, v1 {stable} requests: {message}")
+        assert candidate >= 30, message
+        assert abs(100 * candidate / (candidate + stable) - weight) <= 10, message
+
+    # Promoted: every request now goes to v2, and status and `kubectl get im` say so.
+    after = stage.answers(GOOD, 50)
+    assert after == Counter({"v2": 50}), after
+    traffic = promoted["status"]["traffic"]
+    assert traffic["desiredSplit"] == "v1=0,v2=100", traffic
+    table = stage.kube.run("get", "inferencemodel", GOOD, "-n", stage.namespace)
+    assert "2/2 Promoted" in table, table
+
+
+def test_candidate_that_rejects_the_stable_requests_is_rolled_back_within_its_first_step(stage: Stage) -> None:
+    wait_both_answer(stage, BAD)
+    started = time.monotonic()
+    with SteadyLoad(stage, BAD).running() as load:
+        rolled = wait_verdict(stage, BAD, timeout=90)
+        rollback_s = time.monotonic() - started
+        time.sleep(2)  # Traefik has the new weights by now
+        load.stop.set()
+    print(f"until rolled back: {dict(load.answers)} answered, {len(load.failures)} failed, in {rollback_s:.0f}s")
+    rollout = rolled["status"]["rollout"]
+    # Within the first step (its pause is 5 minutes): the error ratio rolls the candidate back at once.
+    assert (rollout["verdict"], rollout["reason"], rollout["step"], rollout["weight"]) == (
+        "RolledBack",
+        "ErrorRatioExceeded",
+        0,
+        0,
+    ), rollout
+    assert rollout["summary"] == "1/2 RolledBack"
+    assert rollback_s < 90
+    candidate = next(side for side in rollout["analysis"] if side["role"] == "Candidate")
+    assert candidate["errorRatio"] == 1.0, rollout["analysis"]
+    assert candidate["requests"] >= 20
+    # The runtime counted what the clients saw: no more candidate errors than failed client requests, all of them
+    # the candidate refusing the stable version's input.
+    assert len(load.failures) >= candidate["errors"], (len(load.failures), candidate)
+    assert all("unknown input" in failure for failure in load.failures), load.failures[:5]
+    assert load.answers["v1"] > 0
+
+    rolled_back = condition(rolled, "RolledBack")
+    print(f"RolledBack condition: {rolled_back}")
+    assert (rolled_back["status"], rolled_back["reason"]) == ("True", "ErrorRatioExceeded")
+    assert "error ratio 1.0000 > maxErrorRatio 0.05 at step 1/2 (20%)" in rolled_back["message"], rolled_back
+    assert side_requests(rolled_back["message"])["v2"] == (candidate["requests"], 1.0), rolled_back["message"]
+    (event,) = [e for e in stage.events(BAD) if e["reason"] == "RolloutErrorRatioExceeded"]
+    assert event["type"] == "Warning"
+    assert event["message"] == rolled_back["message"]
+
+    # Rolled back: the stable version answers everything again.
+    assert rolled["status"]["traffic"]["desiredSplit"] == "v1=100,v2=0"
+    after = stage.answers(BAD, 50)
+    assert after == Counter({"v1": 50}), after
+    table = stage.kube.run("get", "inferencemodel", BAD, "-n", stage.namespace)
+    assert "1/2 RolledBack" in table, table
