@@ -5,15 +5,18 @@ PY := .venv/bin/python
 setup:
 	@bash scripts/bootstrap.sh
 
-# The whole story on the cluster of `make up` (started, or reused): example InferenceModel, Ready, the runtime
-# started from its pod spec, an inference. The cluster stays up afterwards; `make down` stops it.
+# The whole story on the cluster of `make up` (started, or reused). With a real node (root, containerd): a canary
+# as real pods, requests counted per version through the gateway while the split goes 90/10, 50/50, 0/100.
+# Without: the example Ready, its runtime started from the pod spec, an inference. NO_REAL_NODE=1: simulated only.
+# The cluster stays up afterwards; `make down` stops it.
 demo: setup
-	@$(PY) -m e2e.demo
+	@$(PY) -m e2e.demo $(if $(NO_REAL_NODE),--no-real-node)
 
-# A local cluster that keeps running: control plane (built once), CRD, the examples' claims, the operator. Prints
-# the `export KUBECONFIG=...` line and three commands to try. State, kubeconfig and logs in .cache/up.
+# A local cluster that keeps running: control plane (built once), CRD, the examples' claims, the operator, and
+# where the machine can run one a real node with Traefik as the gateway (NO_REAL_NODE=1: simulated nodes only).
+# Prints the `export KUBECONFIG=...` line and three commands to try. State, kubeconfig and logs in .cache/up.
 up: setup
-	@$(PY) -m e2e.up up
+	@$(PY) -m e2e.up up $(if $(NO_REAL_NODE),--no-real-node)
 
 down: setup
 	@$(PY) -m e2e.up down

@@ -238,6 +238,11 @@ AUDIT_POLICY = {
 # A /16 (65,534 ClusterIPs), as managed clusters use: kube-apiserver's default is a /24, which held only ~120
 # models (each took 2 ClusterIPs) and made scale tests measure the test cluster instead of the operator.
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+# The `kubernetes` Service's ClusterIP (the range's first address): what pods' in-cluster clients connect to.
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+# The real node's own address (e2e/node.py, on a port-less local bridge). kube-apiserver advertises it, so the
+# `kubernetes` Service leads pods there, where the real node forwards it to the API server on 127.0.0.1.
+REAL_NODE_IP = "10.250.0.1"
 
 
 def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None = None) -> dict[str, Any]:
@@ -258,13 +263,19 @@ def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None
             "etcdBinary": str(bin_dir / "etcd"),
             "kubectlBinary": kubectl,
             **({"kubeAuditPolicy": str(audit_policy)} if audit_policy is not None else {}),
+            # Pods reach the API server as https://KUBERNETES_SERVICE_IP (the real node forwards it): its certificate
+            # names that address and the node's too.
+            "kubeApiserverCertSANs": [KUBERNETES_SERVICE_IP, REAL_NODE_IP],
         },
         # kube-apiserver: a realistic Service range (SERVICE_CLUSTER_IP_RANGE). kwok plays the kubelet only for the
         # simulated nodes (annotated kwok.x-k8s.io/node=fake), so a real kubelet can join the cluster too (e2e/node.py).
         "componentsPatches": [
             {
                 "name": "kube-apiserver",
-                "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_CLUSTER_IP_RANGE}],
+                "extraArgs": [
+                    {"key": "service-cluster-ip-range", "value": SERVICE_CLUSTER_IP_RANGE},
+                    {"key": "advertise-address", "value": REAL_NODE_IP},
+                ],
             },
             {
                 "name": "kwok-controller",

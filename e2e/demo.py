@@ -1,10 +1,12 @@
 """`make demo`: the whole story on the local cluster of `make up`, from an InferenceModel to an inference.
 
 Builds (once) and starts what `make up` starts (or reuses it when it runs): a Kubernetes control plane on 127.0.0.1
-with simulated GPU and CPU nodes, the CRD and the operator. Then it applies manifests/examples/cpu.yaml in the
-namespace skiff-demo, shows `kubectl get im` until Ready, starts the runtime exactly as the operator's Deployment
-describes it (command, env, probes; volumes and ports mapped to this machine) and runs an inference through it.
-The runtime stops at the end; the cluster stays up for kubectl until `make down`.
+with simulated GPU and CPU nodes, the CRD and the operator, and where this machine can run one a real node with
+Traefik as the gateway. On the real node: a canary of the sample model (v1 and v2) runs as real pods, and requests
+sent through the gateway are counted per version while the split goes 90/10, 50/50, 0/100. Without one: it applies
+manifests/examples/cpu.yaml, starts the runtime exactly as the operator's Deployment describes it (command, env,
+probes; volumes and ports mapped to this machine) and runs an inference through it. The cluster stays up for
+kubectl until `make down`.
 
 Run: .venv/bin/python -m e2e.demo   (from the repository root)
 """
@@ -13,14 +15,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,12 +37,19 @@ from e2e.harness import (
     start_local_pod,
     wait_for_startup_probe,
 )
-from e2e.up import STATE_DIR, instructions, sigterm_as_interrupt, up
+from e2e.real_models import real_model
+from e2e.traffic import answers_per_version, write_sample_model
+from e2e.up import STATE_DIR, instructions, node_info, sigterm_as_interrupt, up
 from skiff_runtime.client import SkiffClient
 
 NAMESPACE = "skiff-demo"
 EXAMPLE = "cpu"
 STEPS = 6
+CANARY = "scorer"
+# The splits the real-node demo walks through, and how many requests it counts through the gateway at each.
+SPLITS = ((90, 10), (50, 50), (0, 100))
+REQUESTS = 200
+CLIENTS = 4
 
 
 class Steps:
@@ -90,19 +102,26 @@ def watch_until_ready(kube: Kubectl, name: str, step: Steps, timeout_s: float = 
     raise TimeoutError(f"{name} was not Ready after {timeout_s:.0f}s")
 
 
-def run_demo(workdir: Path, state_dir: Path = STATE_DIR) -> Path:
-    """The story, step by step, on the cluster of `make up` in `state_dir`; returns its kubeconfig (it stays up)."""
+def run_demo(workdir: Path, state_dir: Path = STATE_DIR, *, real_node: bool = True) -> Path:
+    """The story, step by step, on the cluster of `make up` in `state_dir`; returns its kubeconfig (it stays up).
+    With `real_node` (and a machine that can run one), real pods and traffic through the gateway."""
     step = Steps()
     step("control plane binaries: built once from Go modules into ~/.cache/skiff, reused after that")
     build_controlplane()
     step("make up: control plane on 127.0.0.1 with simulated nodes, the CRD, the operator (all kept running)")
-    kubeconfig = up(state_dir, log=step.note)
+    kubeconfig = up(state_dir, log=step.note, real_node=real_node)
     kube = Kubectl(kubeconfig)
+    create_namespace(kube)
+    info = node_info(state_dir) if real_node else None
+    if info is not None:
+        run_on_real_node(kube, info, step)
+    else:
+        run_local_pod(kube, workdir, step)
+    print(f"done in {time.monotonic() - step.started:.0f}s", flush=True)
+    return kubeconfig
 
-    body = load_example(EXAMPLE, NAMESPACE)
-    name = body["metadata"]["name"]
-    claim, _, subpath = body["spec"]["versions"][0]["modelUri"].removeprefix("pvc://").partition("/")
-    step(f"namespace {NAMESPACE} enforces Pod Security 'restricted'; claim {claim!r} Bound")
+
+def create_namespace(kube: Kubectl) -> None:
     kube.apply(
         {
             "apiVersion": "v1",
@@ -111,6 +130,84 @@ def run_demo(workdir: Path, state_dir: Path = STATE_DIR) -> Path:
         }
     )
     eventually(lambda: kube.get_or_none("serviceaccount", "default", NAMESPACE), timeout=60, what="the namespace")
+
+
+def run_on_real_node(kube: Kubectl, info: dict[str, Any], step: Steps) -> None:
+    """A canary of two versions as real pods; requests through Traefik counted per version as the split changes."""
+    models = Path(info["shared"]) / NAMESPACE
+    step(f"namespace {NAMESPACE} enforces Pod Security 'restricted'; claim 'models' on the real node, two versions")
+    for version in ("v1", "v2"):
+        if not (models / "scorer" / version / "inference.json").exists():
+            models.mkdir(mode=0o755, parents=True, exist_ok=True)
+            write_sample_model(models / "scorer" / version)
+    if kube.get_or_none("persistentvolumeclaim", "models", NAMESPACE) is None:  # a second demo reuses it
+        create_model_claims(kube, NAMESPACE, ["models"], host_dirs={"models": models})
+    step.note(f"models: the sample conv net as v1 and v2 in {models} (hostPath volume, claim 'models')")
+
+    body = real_model(NAMESPACE, CANARY, "pvc://models/scorer/v1", info["runtime_image"])
+    body["spec"]["versions"] = [
+        {"name": v, "modelUri": f"pvc://models/scorer/{v}", "replicas": 1} for v in ("v1", "v2")
+    ]
+    body["spec"]["traffic"] = traffic(SPLITS[0])
+    body["spec"]["resources"] = {"cpu": "250m", "memory": "1Gi"}
+    gateway = {"name": info["gateway_name"], "namespace": info["gateway_namespace"], "sectionName": "grpc"}
+    body["spec"]["routing"] = {"gateways": [gateway]}
+    step(f"kubectl apply: InferenceModel {CANARY!r} (v1 90%, v2 10%) on the real node; kubectl get im until Ready")
+    kube.apply(body)
+    watch_until_ready(kube, CANARY, step, timeout_s=300)
+    for line in kube.run("get", "pods", "-n", NAMESPACE, "-o", "wide").splitlines():
+        step.note(line)
+
+    target = info["gateway"]
+    step(f"{REQUESTS} requests per split through the gateway (Traefik, {target}; {CLIENTS} clients), per version")
+    for split in SPLITS:
+        count_split(kube, target, split, step)
+    step("the model's status after the splits: kubectl get im -o wide")
+    for line in kube.run("get", "im", CANARY, "-n", NAMESPACE, "-o", "wide").splitlines():
+        step.note(line)
+
+
+def traffic(split: tuple[int, int]) -> list[dict[str, Any]]:
+    return [{"version": "v1", "percent": split[0]}, {"version": "v2", "percent": split[1]}]
+
+
+def count_split(kube: Kubectl, target: str, split: tuple[int, int], step: Steps) -> Counter[str]:
+    """The split patched in and applied (the status says it, and Traefik sends about that share), then REQUESTS
+    requests through the gateway counted per version."""
+    kube.run(
+        "patch", "im", CANARY, "-n", NAMESPACE, "--type=merge", "-p", json.dumps({"spec": {"traffic": traffic(split)}})
+    )
+    wanted = f"v1={split[0]},v2={split[1]}"
+    eventually(
+        lambda: kube.get("im", CANARY, "-n", NAMESPACE).get("status", {}).get("trafficSplit") == wanted,
+        timeout=120,
+        interval=0.5,
+        what=f"status.trafficSplit {wanted}",
+    )
+
+    def applied() -> bool:
+        """Traefik reads the route a moment after the status says it: 20 requests (one connection, weighted round
+        robin) give v1 within 15 points of its share once it has."""
+        with contextlib.suppress(Exception):  # no answer yet: Traefik is updating
+            sample = answers_per_version(target, CANARY, clients=1, requests=20)
+            return abs(sample["v1"] * 5 - split[0]) <= 15 and (split[0] > 0 or sample["v1"] == 0)
+        return False
+
+    eventually(applied, timeout=60, interval=0.5, what=f"the gateway to apply {wanted}")
+    started = time.monotonic()
+    counted = answers_per_version(target, CANARY, clients=CLIENTS, requests=REQUESTS)
+    seconds = time.monotonic() - started
+    shares = ", ".join(f"{v} {counted[v]} ({counted[v] * 100 / REQUESTS:.0f}%)" for v in ("v1", "v2"))
+    step.note(f"split {wanted:<12} -> {shares} in {seconds:.1f}s")
+    return counted
+
+
+def run_local_pod(kube: Kubectl, workdir: Path, step: Steps) -> None:
+    """The example on simulated nodes; its runtime started from the Deployment's pod spec as a local process."""
+    body = load_example(EXAMPLE, NAMESPACE)
+    name = body["metadata"]["name"]
+    claim, _, subpath = body["spec"]["versions"][0]["modelUri"].removeprefix("pvc://").partition("/")
+    step(f"namespace {NAMESPACE} enforces Pod Security 'restricted'; claim {claim!r} Bound")
     if kube.get_or_none("persistentvolumeclaim", claim, NAMESPACE) is None:  # a second demo reuses it
         create_model_claims(kube, NAMESPACE, [claim])
 
@@ -152,18 +249,17 @@ def run_demo(workdir: Path, state_dir: Path = STATE_DIR) -> Path:
         top = int(probabilities[0].argmax())
         step.note(f"model {name!r}: class {top} with p={probabilities[0][top]:.4f} in {elapsed_ms:.1f} ms")
         step.note(f"probabilities {np.array2string(probabilities[0], precision=3)}")
-    print(f"done in {time.monotonic() - step.started:.0f}s", flush=True)
-    return kubeconfig
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep-files", action="store_true", help="keep the runtime's log and model files")
+    parser.add_argument("--no-real-node", action="store_true", help="simulated nodes only, even as root")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     workdir = Path(tempfile.mkdtemp(prefix="skiff-demo-"))
     try:
-        kubeconfig = run_demo(workdir)
+        kubeconfig = run_demo(workdir, real_node=not args.no_real_node)
     except KeyboardInterrupt:
         print("interrupted; the runtime was stopped (the cluster of `make up` stops with: make down)", file=sys.stderr)
         return 130

@@ -41,7 +41,9 @@ def build_images() -> None:
 
 @dataclass(frozen=True)
 class Images:
-    """Where scripts/images.sh keeps the images (`images.sh env`), and podman pointed at that storage."""
+    """Where scripts/images.sh keeps the images (`images.sh env`), and podman pointed at that storage. `runtime` and
+    `operator` are the tags of this checkout's inputs (`localhost/skiff-runtime:<version>-<inputs hash>`), their
+    archives `runtime_archive` and `operator_archive`: another checkout's build never replaces them."""
 
     storage_root: Path
     run_root: Path
@@ -49,6 +51,8 @@ class Images:
     archives: Path
     runtime: str
     operator: str
+    runtime_archive: Path
+    operator_archive: Path
 
     @classmethod
     def from_script(cls) -> Images:
@@ -61,7 +65,13 @@ class Images:
             Path(values["ARCHIVES"]),
             values["RUNTIME_IMAGE"],
             values["OPERATOR_IMAGE"],
+            Path(values["RUNTIME_ARCHIVE"]),
+            Path(values["OPERATOR_ARCHIVE"]),
         )
+
+    def archive(self, image: str) -> Path:
+        """The OCI archive of "runtime" or "operator" built from this checkout's inputs."""
+        return {"runtime": self.runtime_archive, "operator": self.operator_archive}[image]
 
     def podman_argv(self, *args: str) -> list[str]:
         return ["podman", "--root", str(self.storage_root), "--runroot", str(self.run_root), "--storage-driver",

@@ -26,10 +26,13 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +43,8 @@ import yaml
 
 from e2e import images
 from e2e.cluster import (
+    REAL_NODE_IP,
+    REPO,
     SERVICE_CLUSTER_IP_RANGE,
     Kubectl,
     LocalControlPlane,
@@ -83,6 +88,7 @@ KUBELET_CHAINS = tuple(
 CNI_PLUGIN_DIR = Path("/usr/lib/cni")
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 COMMANDS = ("containerd", "ctr", "runc", "iptables", "ip6tables", "nft", "ip", "unshare", "nsenter")
+FORWARDER = REPO / "e2e" / "forward.py"
 INSTALL_HINT = "apt-get install -y containerd runc containernetworking-plugins iptables nftables  (Debian, as root)"
 
 
@@ -92,7 +98,7 @@ class NodeNetwork:
 
     pod_cidr: str = "10.244.0.0/24"
     bridge: str = "skiffcni0"
-    node_ip: str = "10.250.0.1"
+    node_ip: str = REAL_NODE_IP  # kube-apiserver advertises it (cluster.py); the node forwards it to the API server
     node_bridge: str = "skiffnode0"
     # Never routed off this machine: the pod range, the cluster's Service range (cluster.SERVICE_CLUSTER_IP_RANGE),
     # and kwok's simulated pod IPs (its default pod CIDR 10.0.0.1/24).
@@ -115,13 +121,19 @@ def pod_placement() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class NodePaths:
-    """Where each component of the node keeps its files, all under `root`."""
+    """Where each component of the node keeps its files, all under `root`; containerd's root (content store,
+    snapshots, image metadata) under `image_store` instead when one is given (kept across sessions)."""
 
     root: Path
+    image_store: Path | None = None
 
     @property
     def containerd(self) -> Path:
         return self.root / "containerd"
+
+    @property
+    def containerd_root(self) -> Path:
+        return self.image_store or self.containerd / "root"
 
     @property
     def socket(self) -> Path:
@@ -170,7 +182,7 @@ def containerd_config(paths: NodePaths) -> str:
     our directory, and oom_score_adj clamped to its own (lowering it needs CAP_SYS_RESOURCE, which CI may lack)."""
     c = paths.containerd
     return f"""version = 2
-root = "{c / "root"}"
+root = "{paths.containerd_root}"
 state = "{c / "state"}"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
                     "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
@@ -314,6 +326,48 @@ def overlapping_routes(network: NodeNetwork, routes: Sequence[str]) -> list[str]
     return clashes
 
 
+# -- containerd's images kept across sessions (pure) -------------------------------------------------------------
+
+# Per repository (localhost/skiff-runtime, ...), the images of this many recent sessions stay in the image store.
+KEPT_IMAGES = 3
+# In a kept image store while no node uses it, written only after a clean stop.
+CLEAN_MARKER = "skiff-clean"
+
+
+def archive_digest(archive: Path) -> str:
+    """The digest of the manifest an OCI archive's index names: what `ctr images ls` shows once it is imported."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None, f"{archive} has no index.json: not an OCI archive"
+        manifests = json.load(member)["manifests"]
+    if len(manifests) != 1:
+        raise ValueError(f"{archive} indexes {len(manifests)} manifests; one image per archive is imported")
+    digest: str = manifests[0]["digest"]
+    return digest
+
+
+def listed_images(ctr_images_ls: str) -> dict[str, str]:
+    """name -> digest from `ctr images ls` (columns REF TYPE DIGEST ...)."""
+    rows = [line.split() for line in ctr_images_ls.splitlines()[1:]]
+    return {row[0]: row[2] for row in rows if len(row) >= 3}
+
+
+def stale_images(used: Mapping[str, float], present: Mapping[str, str], keep: int = KEPT_IMAGES) -> list[str]:
+    """The images of `present` (name -> digest) to remove: named ones never recorded in `used` (name -> last
+    session's time) and, per repository, all but the `keep` most recently used; then the ID references CRI adds
+    (`sha256:...`) of every digest no kept name has."""
+    named = [name for name in present if not name.startswith("sha256:")]
+    stale = [name for name in named if name not in used]
+    by_repository: dict[str, list[str]] = {}
+    for name in sorted((n for n in named if n in used), key=lambda n: -used[n]):
+        by_repository.setdefault(name.rsplit(":", 1)[0], []).append(name)
+    for names in by_repository.values():
+        stale += names[keep:]
+    kept_digests = {present[name] for name in named if name not in stale}
+    stale += [name for name in present if name.startswith("sha256:") and present[name] not in kept_digests]
+    return sorted(stale)
+
+
 # -- a FROM-scratch image as an OCI archive (pure) --------------------------------------------------------------
 
 
@@ -448,7 +502,17 @@ def _try_lock(handle: IO[str]) -> bool:
     return True
 
 
+def stop_live_nodes() -> None:
+    """Stops the real node this process runs (if any): another process may then start one (`make up`'s, in
+    test_demo.py), and a fixture that needs it again starts it again (RealNode.running)."""
+    for node in list(_LIVE):
+        node.stop()
+
+
 # -- the node -----------------------------------------------------------------------------------------------------
+
+
+_LIVE: set[RealNode] = set()
 
 
 @dataclass(frozen=True)
@@ -471,27 +535,37 @@ class RealNode:
         images: Sequence[ImageArchive],
         log: Log,
         network: NodeNetwork = NETWORK,
+        image_store: Path | None = None,
     ) -> None:
+        """`image_store`: a directory for containerd's root, kept after stop() so the next node finds its images
+        imported already (None: a fresh root under the scratch directory, removed with it)."""
         self.plane = plane
         self.kube = client
         self.images = tuple(images)
         self.log = log
         self.network = network
         self.bin_dir = plane.bin_dir
-        self.paths = NodePaths(Path(tempfile.mkdtemp(prefix="skiff-real-node-")))
+        self.paths = NodePaths(Path(tempfile.mkdtemp(prefix="skiff-real-node-")), image_store)
         self.paths.root.chmod(0o755)  # hostPath volumes under shared/ are read by the pods' users
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self._lock: contextlib.ExitStack | None = None
         self._existed = {path: path.exists() for path in HARD_CODED_PATHS}
         self._cgroups_existed = bool(_cgroup_dirs())
         self._nft_before: set[str] = set()
+        self._store_clean = False
         self.timings: dict[str, float] = {}
 
     # -- start
 
+    @property
+    def running(self) -> bool:
+        """Between start() and stop() (a stopped node may be started again)."""
+        return self._lock is not None
+
     def start(self) -> None:
         self._lock = contextlib.ExitStack()
         self._lock.enter_context(_host_lock(self.log))
+        self.paths.root.mkdir(mode=0o755, exist_ok=True)  # stop() removed it
         self._clear_stale()
         self._existed = {path: path.exists() for path in HARD_CODED_PATHS}
         self._cgroups_existed = bool(_cgroup_dirs())
@@ -503,10 +577,12 @@ class RealNode:
             self._import_images()
             self._start_kubelet()
             self._start_kube_proxy()
+            self._start_api_forward()
         except BaseException:
             self.log(f"the real node did not start; its logs are in {self.paths.logs}:\n{self.log_tail()}")
             self.stop()
             raise
+        _LIVE.add(self)
         self.timings["start"] = time.monotonic() - started
         self.log(f"real node {NODE_NAME} Ready in {self.timings['start']:.1f}s (pods on {self.network.pod_cidr})")
 
@@ -515,11 +591,12 @@ class RealNode:
         processes (their command lines name a skiff-real-node- directory), shims, rules, links and directories."""
         prefix = str(self.paths.root.parent / "skiff-real-node-")
         stale = [pid for pid, cmdline in _processes() if prefix in cmdline and str(self.paths.root) not in cmdline]
-        # The mount namespace's holder runs `sleep infinity`: known by the pid file its session wrote.
-        for pid_file in self.paths.root.parent.glob("skiff-real-node-*/logs/mount-namespace.pid"):
-            pid = int(pid_file.read_text())
-            if pid_file.parents[1] != self.paths.root and "sleep infinity" in dict(_processes()).get(pid, ""):
-                stale.append(pid)
+        # The mount namespace's holder (`sleep infinity`) and the API server forwarder: known by their pid files.
+        for name, command in (("mount-namespace", "sleep infinity"), ("apiserver-forward", str(FORWARDER))):
+            for pid_file in self.paths.root.parent.glob(f"skiff-real-node-*/logs/{name}.pid"):
+                pid = int(pid_file.read_text())
+                if pid_file.parents[1] != self.paths.root and command in dict(_processes()).get(pid, ""):
+                    stale.append(pid)
         found = [f"pid {pid}" for pid in stale]
         found += [link for link in (self.network.bridge, self.network.node_bridge) if link in _links()]
         found += [
@@ -600,6 +677,7 @@ class RealNode:
         ):
             directory.mkdir(parents=True, exist_ok=True)
         paths.shared.mkdir(mode=0o755, exist_ok=True)
+        self._open_image_store()
         (paths.containerd / "config.toml").write_text(containerd_config(paths))
         (paths.cni_conf / "10-skiff-real-node.conflist").write_text(json.dumps(cni_config(paths, self.network)))
         # containerd and the kubelet share one private mount namespace: containerd sees the kubelet's volume mounts,
@@ -629,25 +707,70 @@ class RealNode:
         )
         self._step("containerd", started)
 
+    def _open_image_store(self) -> None:
+        """The kept image store is used only when the last node that used it stopped cleanly (its marker is there):
+        otherwise it may hold a dead session's containers, and it is emptied. The marker goes while a node runs."""
+        store = self.paths.image_store
+        if store is None:
+            return
+        marker = store / CLEAN_MARKER
+        if store.exists() and not marker.exists() and any(store.iterdir()):
+            self.log(f"  emptying the image store {store}: the node that used it last did not stop cleanly")
+            shutil.rmtree(store)
+        store.mkdir(parents=True, exist_ok=True)
+        marker.unlink(missing_ok=True)
+        self._store_clean = False
+
+    def _close_image_store(self) -> None:
+        """After containerd stopped with no container left: CRI's per-sandbox directories removed, the marker
+        written, so the next node reuses the images."""
+        store = self.paths.image_store
+        if store is None or not self._store_clean or "containerd" in self._processes or self._shim_pids():
+            return
+        shutil.rmtree(store / "io.containerd.grpc.v1.cri", ignore_errors=True)
+        (store / CLEAN_MARKER).write_text("the last real node using this image store stopped cleanly\n")
+
     def _ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return _run(
             "ctr", "--address", str(self.paths.socket), "--namespace", "k8s.io", *args, check=check, timeout=timeout
         )
 
     def _import_images(self) -> None:
+        """Each archive imported unless the image store holds its image already (same name, same digest); then the
+        images no recent session used removed from the store."""
         started = time.monotonic()
         pause = self.paths.images / "pause.oci.tar"
         write_scratch_image(
             pause, PAUSE_IMAGE, {"/pause": (self.bin_dir / "pause").read_bytes()}, ["/pause"], "65535:65535"
         )
+        present = listed_images(self._ctr("images", "ls").stdout)
         for image in (ImageArchive(pause, PAUSE_IMAGE), *self.images):
             image_started = time.monotonic()
+            digest = archive_digest(image.path)
+            if present.get(image.name) == digest:
+                self.log(f"  {image.name} already in {self.paths.containerd_root} ({digest[:19]})")
+                continue
             repository = image.name.rsplit(":", 1)[0]
             self._ctr("images", "import", "--base-name", repository, str(image.path))
-            if image.name not in self._ctr("images", "ls", "-q").stdout.split():
+            if listed_images(self._ctr("images", "ls").stdout).get(image.name) != digest:
                 raise RuntimeError(f"{image.path} did not import as {image.name}; its index names another image")
             self.log(f"  imported {image.name} in {time.monotonic() - image_started:.1f}s")
+        if self.paths.image_store is not None:
+            self._prune_image_store()
         self._step("images imported", started)
+
+    def _prune_image_store(self) -> None:
+        record = self.paths.containerd_root / "skiff-used.json"
+        used: dict[str, float] = json.loads(record.read_text()) if record.exists() else {}
+        used.update({image.name: time.time() for image in self.images} | {PAUSE_IMAGE: time.time()})
+        present = listed_images(self._ctr("images", "ls").stdout)
+        stale = stale_images(used, present)
+        for name in stale:
+            self._ctr("images", "rm", name)  # containerd's garbage collector then drops its content and snapshots
+            used.pop(name, None)
+        if stale:
+            self.log(f"  removed from the image store (not used by the last {KEPT_IMAGES} sessions): {stale}")
+        record.write_text(json.dumps({name: used[name] for name in present if name in used}, indent=1))
 
     def _start_kubelet(self) -> None:
         started = time.monotonic()
@@ -698,6 +821,26 @@ class RealNode:
         except (OSError, ValueError):
             return False
 
+    def _start_api_forward(self) -> None:
+        """The API server on the node's address too (it listens on 127.0.0.1 only and advertises the node's
+        address: cluster.REAL_NODE_IP), so pods reach it through the `kubernetes` Service."""
+        started = time.monotonic()
+        server = self.kube.run("config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
+        port = urllib.parse.urlsplit(server.strip()).port
+        assert port is not None, f"the kubeconfig's server {server!r} names no port"
+        listen = f"{self.network.node_ip}:{port}"
+        self._spawn("apiserver-forward", [sys.executable, str(FORWARDER), listen, f"127.0.0.1:{port}"])
+
+        def forwarding() -> bool:
+            if self._processes["apiserver-forward"].poll() is not None:
+                raise RuntimeError(f"the API server forwarder exited:\n{self.log_tail('apiserver-forward')}")
+            with contextlib.suppress(OSError), socket.create_connection((self.network.node_ip, port), timeout=1):
+                return True
+            return False
+
+        eventually(forwarding, timeout=10, interval=0.1, what=f"the API server on {listen}")
+        self._step(f"API server forwarded on {listen}", started)
+
     # -- use
 
     def shared_dir(self, name: str) -> Path:
@@ -705,6 +848,11 @@ class RealNode:
         directory = self.paths.shared / name
         directory.mkdir(mode=0o755, parents=True)
         return directory
+
+    def tag_image(self, source: str, target: str) -> None:
+        """A second name for an imported image (as a new image pushed to a registry would be, without one); it
+        stays in a kept image store only until the next node prunes it."""
+        self._ctr("images", "tag", "--force", source, target)
 
     def container_log(self, namespace: str, pod: str, container: str) -> str:
         """What the kubelet wrote for the container (every restart), read from podLogsDir."""
@@ -739,11 +887,13 @@ class RealNode:
         started = time.monotonic()
         steps = (
             self._drain_node,
+            lambda: self._stop("apiserver-forward"),
             self._stop_kube_proxy,
             lambda: self._stop("kubelet"),
             self._stop_containers,
             lambda: self._stop("containerd"),
             self._kill_shims,
+            self._close_image_store,
             lambda: self._stop("mount-namespace"),
             self._remove_iptables,
             self._remove_links,
@@ -757,6 +907,7 @@ class RealNode:
                 self.log(f"real node teardown: {getattr(step, '__name__', 'step')} failed: {error}")
         self._lock.close()
         self._lock = None
+        _LIVE.discard(self)
         self.timings["stop"] = time.monotonic() - started
         self.log(f"real node stopped and removed in {self.timings['stop']:.1f}s")
 
@@ -796,6 +947,8 @@ class RealNode:
             self._ctr("tasks", "delete", "--force", task, check=False)
         for container in self._ctr("containers", "ls", "-q", check=False).stdout.split():
             self._ctr("containers", "delete", container, check=False)
+        left = self._ctr("containers", "ls", "-q", check=False)
+        self._store_clean = left.returncode == 0 and not left.stdout.split()
 
     def _shim_pids(self) -> list[int]:
         """containerd-shim processes serving our containerd (their command line names our socket)."""
@@ -869,7 +1022,8 @@ class RealNode:
         if not self._cgroups_existed:
             found += [f"cgroup {d}" for d in _cgroup_dirs()]
         mounts = Path("/proc/self/mountinfo").read_text()
-        found += [f"mount {line.split()[4]}" for line in mounts.splitlines() if str(self.paths.root) in line]
+        roots = [str(self.paths.root), str(self.paths.containerd_root)]
+        found += [f"mount {line.split()[4]}" for line in mounts.splitlines() if any(r in line for r in roots)]
         found += [f"path {p}" for p, existed in self._existed.items() if not existed and p.exists()]
         if self.paths.root.exists():
             found.append(f"path {self.paths.root}")
@@ -886,9 +1040,10 @@ def _readlink(path: str) -> str | None:
 # -- for the e2e fixture ------------------------------------------------------------------------------------------
 
 
-def real_node_problem(client: Kubectl) -> str | None:
-    """Why a real node cannot join this cluster here (None when it can), with what to do about it."""
-    plane = local_control_plane(client)
+def real_node_problem(client: Kubectl, plane: LocalControlPlane | None = None) -> str | None:
+    """Why a real node cannot join this cluster here (None when it can), with what to do about it. `plane`: the
+    local control plane behind `client` when another process started it (`make up`)."""
+    plane = plane or local_control_plane(client)
     if plane is None:
         return "the real node joins only the local control plane (unset SKIFF_E2E_KUBECONFIG to use it)"
     missing = missing_requirements(plane.bin_dir)
@@ -900,13 +1055,23 @@ def real_node_problem(client: Kubectl) -> str | None:
     return None
 
 
-def start_real_node(client: Kubectl, log: Log) -> RealNode:
-    """The runtime image built (or found current) by scripts/images.sh, then a real node with it imported, Ready."""
-    plane = local_control_plane(client)
+def start_real_node(client: Kubectl, log: Log, plane: LocalControlPlane | None = None) -> RealNode:
+    """The runtime and operator images of this checkout's inputs built (or found current) by scripts/images.sh,
+    then a real node with them imported (or found in the kept image store), Ready."""
+    plane = plane or local_control_plane(client)
     assert plane is not None, real_node_problem(client)
     images.build_images()
     built = images.Images.from_script()
-    runtime = ImageArchive(built.archives / "runtime.oci.tar", built.runtime)
-    node = RealNode(plane, client, images=[runtime], log=log)
+    archives = [
+        ImageArchive(built.runtime_archive, built.runtime),
+        ImageArchive(built.operator_archive, built.operator),
+    ]
+    node = RealNode(plane, client, images=archives, log=log, image_store=image_store(built))
     node.start()
     return node
+
+
+def image_store(built: images.Images) -> Path:
+    """containerd's root kept in the skiff cache beside the archives: the next session skips the import (the
+    images are named by their inputs, so it never runs a stale one)."""
+    return built.archives.parent / "real-node" / "containerd"

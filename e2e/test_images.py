@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import time
+import tomllib
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -198,7 +199,7 @@ def test_build_ca_bundle_is_not_in_any_layer(images: Images, image: str) -> None
     search = files_containing(BUILD_CA_MARKER)
     assert search.returncode == 1, f"found in {search.stdout!r}"
     # Nor is it in any layer of the archive (a file a later layer deletes would still be there).
-    archive = images.archives / f"{image}.oci.tar"
+    archive = images.archive(image)
     assert layers_containing(archive, b"Debian") != []  # the search reads the layers' contents
     assert layers_containing(archive, BUILD_CA_MARKER.encode()) == []
     under_run = images.podman("run", "--rm", "--network", "none", "--entrypoint", "find", reference, "/run").stdout
@@ -312,7 +313,9 @@ def test_make_push_copies_both_images_to_a_registry(images: Images, registry: st
         env={**os.environ, "SKOPEO_FLAGS": "--dest-tls-verify=false"},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    version = images.runtime.rsplit(":", 1)[1]
+    # This checkout's images (tagged <version>-<inputs hash>) go out as <version>.
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert images.runtime.endswith(f":{version}-{images.runtime_archive.name.split('-')[1].split('.')[0]}")
     for name, local in (("runtime", images.runtime), ("operator", images.operator)):
         assert pushed_layers(f"{registry}/skiff/skiff-{name}:{version}") == images.inspect(local)["RootFS"]["Layers"]
     # It ends with the chart and InferenceModel settings that use the pushed images.

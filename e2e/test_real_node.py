@@ -14,12 +14,11 @@ import contextlib
 import json
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from ipaddress import ip_address, ip_network
 from pathlib import Path
@@ -29,12 +28,14 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 
+from e2e import traffic
 from e2e.cluster import Kubectl, eventually
 from e2e.gateway import Traefik, gateway_manifests, install_gateway_api
 from e2e.harness import OperatorProcess, condition, free_port, grpc_health_check, wait_model_ready
 from e2e.images import Images
 from e2e.node import NETWORK, NODE_NAME, RealNode
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_model, threads_running
+from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
+from e2e.traffic import INPUT, Load, answers_per_version, write_sample_model
 from skiff_operator.render import contract
 
 # Cold CI builds the runtime image first (scripts/images.sh: minutes); cached, the module takes about a minute.
@@ -44,8 +45,6 @@ SERVED = "sample-cnn-cpu"  # manifests/examples/cpu.yaml, shrunk to fit a 2-core
 BROKEN = "broken-cpu"
 SPLIT = "split-cpu"
 CANARY = "canary-cpu"
-NEW_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
-INPUT = np.random.default_rng(7).random((2, 3, 32, 32), dtype=np.float32)
 
 # What the model computes for INPUT, on the host with the runtime's own engine (a subprocess: Paddle stays out of
 # the test process).
@@ -94,10 +93,12 @@ def log_time(line: str) -> datetime:
 def served(
     real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
+    if not real_node.running:  # make demo's test stops the session's node (one node per machine)
+        real_node.start()
     namespace = f"e2e-real-node-{uuid.uuid4().hex[:6]}"
     models = create_real_namespace(kube, real_node, namespace)
     sample = models / "sample-cnn" / "v1"
-    subprocess.run([sys.executable, "-m", "skiff_runtime.samples", "conv", str(sample)], check=True, timeout=300)
+    write_sample_model(sample)
     broken = models / "broken" / "v1"
     broken.mkdir(parents=True)
     (broken / "inference.json").write_text('{"not": "a paddle program"}')
@@ -266,45 +267,8 @@ def terminated_exit_codes(watched: str) -> list[int]:
 
 
 def answered_by(cluster_ip: str) -> str:
-    """One inference on a new connection (as a reconnecting client makes it); the version that answered. A local
-    subchannel pool: gRPC would otherwise reuse another channel's connection to the same address (and pod)."""
-    client = triton.InferenceServerClient(f"{cluster_ip}:{contract.GRPC_PORT}", channel_args=NEW_CONNECTION)
-    try:
-        request = triton.InferInput("image", list(INPUT[:1].shape), "FP32")
-        request.set_data_from_numpy(INPUT[:1])
-        version: str = client.infer(SPLIT, [request], client_timeout=10).get_response().model_version
-        return version
-    finally:
-        client.close()
-
-
-@dataclass
-class Load:
-    """Reconnecting clients in threads, until stopped (bounded in time and count): answers by version, failures."""
-
-    cluster_ip: str
-    clients: int = 4
-    max_requests: int = 20000
-    max_seconds: float = 150
-    answers: Counter[str] = field(default_factory=Counter)
-    failures: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        deadline = time.monotonic() + self.max_seconds
-        while not self.stop.is_set() and time.monotonic() < deadline and self.total() < self.max_requests:
-            try:
-                self.answers[answered_by(self.cluster_ip)] += 1
-            except triton.InferenceServerException as error:
-                self.failures.append(f"{time.strftime('%H:%M:%S')} {error}")
-
-    def total(self) -> int:
-        return sum(self.answers.values()) + len(self.failures)
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[Load]:
-        with threads_running(self.run, self.clients, self.stop):
-            yield self
+    """The version of SPLIT that answered one inference on a new connection to its ClusterIP."""
+    return traffic.answered_by(f"{cluster_ip}:{contract.GRPC_PORT}", SPLIT)
 
 
 def test_service_mode_split_measured_through_the_service_matches_the_status(served: Served, kube: Kubectl) -> None:
@@ -352,7 +316,7 @@ def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, k
     wait_model_ready(kube, served.namespace, SPLIT, timeout_s=240)
     cluster_ip = kube.get("service", SPLIT, "-n", served.namespace)["spec"]["clusterIP"]
     # Promote v2 to 100% under steady load: v1's pod goes only once v2's second pod is ready.
-    with Load(cluster_ip).running() as load:
+    with Load(cluster_ip, SPLIT).running() as load:
         time.sleep(2)
         promote = {"spec": {"traffic": [{"version": "v1", "percent": 0}, {"version": "v2", "percent": 100}]}}
         kube.run("patch", "inferencemodel", SPLIT, "-n", served.namespace, "--type=merge", "-p", json.dumps(promote))
@@ -370,37 +334,6 @@ def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, k
     assert load.answers["v2"] > 0
     assert load.failures == []
     assert Counter(answered_by(cluster_ip) for _ in range(20)) == Counter({"v2": 20})
-
-
-def answers_per_version(target: str, model: str, clients: int, requests: int) -> Counter[str]:
-    """`requests` inferences from `clients` concurrent clients, each on its own long-lived connection. The first
-    failure of any client is raised here."""
-    counts: Counter[str] = Counter()
-    errors: list[Exception] = []
-    lock = threading.Lock()
-
-    def client_loop(count: int) -> None:
-        client = triton.InferenceServerClient(target, channel_args=NEW_CONNECTION)
-        request = triton.InferInput("image", list(INPUT[:1].shape), "FP32")
-        request.set_data_from_numpy(INPUT[:1])
-        try:
-            for _ in range(count):
-                version = client.infer(model, [request], client_timeout=10).get_response().model_version
-                with lock:
-                    counts[version] += 1
-        except Exception as error:  # re-raised by the caller
-            errors.append(error)
-        finally:
-            client.close()
-
-    threads = [threading.Thread(target=client_loop, args=(requests // clients,)) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    if errors:
-        raise errors[0]
-    return counts
 
 
 def test_gateway_split_through_traefik_is_exact_per_request_and_matches_the_status(

@@ -2,22 +2,29 @@
 # Builds, archives and pushes Skiff's container images with no Docker daemon and no registry to pull from:
 #   base      a Debian bookworm minbase with python3, python3-venv, ca-certificates and libgomp1 (mmdebstrap, from
 #             the host's apt sources), imported as localhost/skiff-base:bookworm
-#   runtime   runtime/Dockerfile (CPU Paddle) FROM that base   -> localhost/skiff-runtime:<version>
-#   operator  operator/Dockerfile FROM that base                -> localhost/skiff-operator:<version>
+#   runtime   runtime/Dockerfile (CPU Paddle) FROM that base   -> localhost/skiff-runtime:<version>-<inputs>
+#   operator  operator/Dockerfile FROM that base                -> localhost/skiff-operator:<version>-<inputs>
 # with `buildah bud --isolation chroot --network host`, into a containers-storage under the skiff cache
-# ($SKIFF_CACHE, default ~/.cache/skiff: containers/storage, never /var), plus an OCI archive of each image under
-# $SKIFF_CACHE/images. Each image is rebuilt only when its inputs change (the Dockerfile, every file it COPYs, the
-# base image id, the build arguments); every step prints its time. The host's CA bundle ($SSL_CERT_FILE or
+# ($SKIFF_CACHE, default ~/.cache/skiff: containers/storage, never /var), plus an OCI archive of each image,
+# $SKIFF_CACHE/images/<name>-<inputs>.oci.tar. <inputs> is the hash of what the image is built from (the
+# Dockerfile, every file it COPYs, the base image id, the build arguments): checkouts with different sources get
+# different tags and archives, side by side in one cache, and a test imports exactly its own. An image is rebuilt
+# only when no archive for its inputs exists; the newest $SKIFF_IMAGES_KEEP (default 4) archives of each image are
+# kept, older ones (and their tags) pruned. The plain <version> tag names the last build (for a quick
+# `podman run`); every step prints its time. The host's CA bundle ($SSL_CERT_FILE or
 # $PIP_CERT) is passed as the build secret skiff-ca: mounted for the steps that download, never in a layer.
 #
 # Usage: images.sh [build]              build what changed (base, runtime, operator), reuse the rest
 #        images.sh base                 build only the base image (when its inputs changed)
 #        images.sh check                exit 0 when buildah, podman, skopeo, mmdebstrap and runc are installed
-#        images.sh push REGISTRY        copy both images to docker://REGISTRY/skiff-{runtime,operator}:<version>
+#        images.sh push REGISTRY        copy both images (this checkout's inputs) to
+#                                       docker://REGISTRY/skiff-{runtime,operator}:<version>
 #        images.sh inputs               print each image's input hash (what decides a rebuild)
-#        images.sh env                  print the paths and names the tests use (KEY=VALUE lines)
+#        images.sh prune                remove all but the newest $SKIFF_IMAGES_KEEP archives (and tags) of each image
+#        images.sh env                  print the paths and names the tests use (KEY=VALUE lines; the image names
+#                                       and archives of this checkout's inputs, so run it after a build)
 #        images.sh skaffold             skaffold's custom builder: builds $IMAGE, pushes it when $PUSH_IMAGE=true
-# Environment: SKIFF_CACHE, SKIFF_APT_SOURCES (a .sources/.list file for bookworm instead of the host's),
+# Environment: SKIFF_CACHE, SKIFF_IMAGES_KEEP, SKIFF_APT_SOURCES (a .sources/.list file for bookworm instead of the host's),
 #              SKOPEO_FLAGS (extra flags for `skopeo copy` on push, e.g. --dest-tls-verify=false).
 set -euo pipefail
 
@@ -27,8 +34,7 @@ version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/pyproject.toml" | head -1
 store="$cache/containers"
 archives="$cache/images"
 base_image="localhost/skiff-base:bookworm"
-runtime_image="localhost/skiff-runtime:$version"
-operator_image="localhost/skiff-operator:$version"
+keep="${SKIFF_IMAGES_KEEP:-4}"
 base_packages="python3,python3-venv,ca-certificates,libgomp1"
 tools=(buildah podman skopeo mmdebstrap runc)
 storage_flags=(--root "$store/storage" --runroot "$store/run" --storage-driver overlay)
@@ -85,12 +91,12 @@ image_id() {
   buildah "${storage_flags[@]}" images --noheading --no-trunc --format '{{.ID}}' "$1" 2>/dev/null | head -1
 }
 
-# current NAME HASH: true when NAME's last build had these inputs and its image and archive are still there.
+# The base (one for every checkout: its inputs are the host's apt sources): current when its last build had these
+# inputs and the image is still there.
 current() {
   local stamp="$archives/$1.inputs"
   [[ -f "$stamp" && "$(cut -d' ' -f1 "$stamp")" == "$2" ]] || return 1
-  [[ "$(image_id "$3")" == "$(cut -d' ' -f2 "$stamp")" ]] || return 1
-  [[ "$1" == base || -s "$archives/$1.oci.tar" ]]
+  [[ "$(image_id "$3")" == "$(cut -d' ' -f2 "$stamp")" ]]
 }
 record() { echo "$2 $(image_id "$3")" >"$archives/$1.inputs"; }
 
@@ -142,28 +148,54 @@ input_hash() {
       | xargs -0 sha256sum; } | sha256sum | cut -c1-16
 }
 
-# build_image NAME DOCKERFILE TAG: buildah bud when the inputs changed, then the OCI archive.
+# keyed_tag NAME HASH / archive NAME HASH: the tag and the archive of NAME built from inputs HASH.
+keyed_tag() { echo "localhost/skiff-$1:$version-$2"; }
+archive() { echo "$archives/$1-$2.oci.tar"; }
+dockerfile_of() { case "$1" in runtime) echo runtime/Dockerfile ;; operator) echo operator/Dockerfile ;; esac; }
+
+# build_image NAME: buildah bud unless this checkout's inputs were built already, then the OCI archive (written
+# aside and renamed, so a reader never sees half of one), then the old archives pruned.
 build_image() {
-  local name="$1" dockerfile="$2" tag="$3"
+  local name="$1" dockerfile; dockerfile="$(dockerfile_of "$1")"
   cd "$repo"
-  local args=("${build_args[@]}")
   local hash; hash="$(input_hash "$dockerfile")"
-  if current "$name" "$hash" "$tag"; then echo "==> $name $tag: current ($archives/$name.oci.tar)"; return; fi
-  local ca mounts=(); ca="$(build_ca)"
-  [[ -n "$ca" ]] && mounts=(--secret "id=skiff-ca,src=$ca")
-  begin "$name $tag: buildah bud -f $dockerfile (inputs $hash)"
-  buildah "${storage_flags[@]}" bud --isolation chroot --network host --layers --pull=false \
-    "${mounts[@]}" "${args[@]}" -f "$dockerfile" -t "$tag" . 2>&1 | sed -u 's/^/    /' \
-    || fail "buildah bud -f $dockerfile failed at the step shown above; fix it (network: PyPI must be reachable) \
-and rerun: make images"
+  local tag; tag="$(keyed_tag "$name" "$hash")"
+  local tar; tar="$(archive "$name" "$hash")"
+  if [[ -s "$tar" && -n "$(image_id "$tag")" ]]; then
+    touch "$tar"  # the newest are kept: this one is in use
+    echo "==> $name $tag: current ($tar)"
+    return
+  fi
+  if [[ -z "$(image_id "$tag")" ]]; then
+    local ca mounts=(); ca="$(build_ca)"
+    [[ -n "$ca" ]] && mounts=(--secret "id=skiff-ca,src=$ca")
+    begin "$name $tag: buildah bud -f $dockerfile (inputs $hash)"
+    buildah "${storage_flags[@]}" bud --isolation chroot --network host --layers --pull=false \
+      "${mounts[@]}" "${build_args[@]}" -f "$dockerfile" -t "$tag" -t "localhost/skiff-$name:$version" . 2>&1 \
+      | sed -u 's/^/    /' || fail "buildah bud -f $dockerfile failed at the step shown above; fix it (network: \
+PyPI must be reachable) and rerun: make images"
+    done_step
+  fi
+  begin "$name: OCI archive $tar"
+  rm -f "$tar.partial"
+  skopeo copy --quiet "$storage_ref$tag" "oci-archive:$tar.partial:$tag" \
+    || fail "could not write $tar (disk space?); rerun: make images"
+  mv "$tar.partial" "$tar"
+  echo "    $(du -m "$tar" | cut -f1) MiB compressed, $(image_size "$tag") MB uncompressed"
   done_step
-  begin "$name: OCI archive $archives/$name.oci.tar"
-  rm -f "$archives/$name.oci.tar"
-  skopeo copy --quiet "$storage_ref$tag" "oci-archive:$archives/$name.oci.tar:$tag" \
-    || fail "could not write $archives/$name.oci.tar (disk space?); rerun: make images"
-  echo "    $(du -m "$archives/$name.oci.tar" | cut -f1) MiB compressed, $(image_size "$tag") MB uncompressed"
-  record "$name" "$hash" "$tag"
-  done_step
+  prune "$name"
+}
+
+# prune NAME: all but the newest $keep archives of NAME removed, with their tags (the layers other tags share stay).
+prune() {
+  local old hash
+  while read -r old; do
+    hash="${old##*/$1-}"; hash="${hash%.oci.tar}"
+    echo "==> pruning $1 inputs $hash (keeping the newest $keep): $old"
+    rm -f "$old"
+    buildah "${storage_flags[@]}" rmi "$(keyed_tag "$1" "$hash")" >/dev/null 2>&1 || true
+  done < <(find "$archives" -maxdepth 1 -name "$1-*.oci.tar" -printf '%T@ %p\n' | sort -rn | tail -n "+$((keep + 1))" \
+    | cut -d' ' -f2-)
 }
 
 image_size() { podman "${storage_flags[@]}" image inspect --format '{{.Size}}' "$1" | awk '{printf "%d", $1 / 1e6}'; }
@@ -181,10 +213,13 @@ build_all() {
   write_containers_conf
   lock
   build_base
-  build_image runtime runtime/Dockerfile "$runtime_image"
-  build_image operator operator/Dockerfile "$operator_image"
-  echo "==> images ready in $((SECONDS - started))s: $runtime_image, $operator_image (storage: $store/storage)"
+  build_image runtime
+  build_image operator
+  echo "==> images ready in $((SECONDS - started))s: $(keyed runtime), $(keyed operator) (storage: $store/storage)"
 }
+
+# keyed NAME: this checkout's tag for NAME.
+keyed() { keyed_tag "$1" "$(cd "$repo" && input_hash "$(dockerfile_of "$1")")"; }
 
 push() {
   local registry="${1:-}"
@@ -192,8 +227,8 @@ push() {
   [[ "$registry" != *://* ]] || fail "REGISTRY=$registry: give host[:port]/namespace, without a scheme"
   local name
   for name in runtime operator; do
-    local tag="localhost/skiff-$name:$version" dest="$registry/skiff-$name:$version"
-    [[ -n "$(image_id "$tag")" ]] || fail "$tag is not built; run: make images"
+    local tag dest="$registry/skiff-$name:$version"; tag="$(keyed "$name")"
+    [[ -n "$(image_id "$tag")" ]] || fail "$tag (this checkout's $name) is not built; run: make images"
     begin "push $tag -> docker://$dest"
     # shellcheck disable=SC2086
     skopeo copy ${SKOPEO_FLAGS:-} "$storage_ref$tag" "docker://$dest" || fail "push to $dest failed; \
@@ -214,8 +249,8 @@ skaffold_build() {
   build_all
   local source
   case "$IMAGE" in
-    *skiff-runtime*) source="$runtime_image" ;;
-    *skiff-operator*) source="$operator_image" ;;
+    *skiff-runtime*) source="$(keyed runtime)" ;;
+    *skiff-operator*) source="$(keyed operator)" ;;
     *) fail "IMAGE=$IMAGE names neither skiff-runtime nor skiff-operator" ;;
   esac
   buildah "${storage_flags[@]}" tag "$source" "$IMAGE"
@@ -233,11 +268,16 @@ case "${1:-build}" in
   check) check_tools && echo "ok: ${tools[*]}" ;;
   push) check_tools || exit 1; write_containers_conf; push "${2:-}" ;;
   skaffold) skaffold_build ;;
+  prune) write_containers_conf; lock; prune runtime; prune operator ;;
   inputs) echo "runtime $(input_hash runtime/Dockerfile)"; echo "operator $(input_hash operator/Dockerfile)" ;;
   env)
     write_containers_conf
+    runtime_hash="$(cd "$repo" && input_hash runtime/Dockerfile)"
+    operator_hash="$(cd "$repo" && input_hash operator/Dockerfile)"
     printf '%s\n' "CACHE=$cache" "STORAGE_ROOT=$store/storage" "RUN_ROOT=$store/run" \
       "CONTAINERS_CONF=$containers_conf" "ARCHIVES=$archives" "BASE_IMAGE=$base_image" \
-      "RUNTIME_IMAGE=$runtime_image" "OPERATOR_IMAGE=$operator_image" ;;
-  *) echo "usage: $0 [build|base|check|push REGISTRY|inputs|env|skaffold]" >&2; exit 2 ;;
+      "RUNTIME_IMAGE=$(keyed_tag runtime "$runtime_hash")" "RUNTIME_ARCHIVE=$(archive runtime "$runtime_hash")" \
+      "OPERATOR_IMAGE=$(keyed_tag operator "$operator_hash")" \
+      "OPERATOR_ARCHIVE=$(archive operator "$operator_hash")" ;;
+  *) echo "usage: $0 [build|base|check|push REGISTRY|inputs|prune|env|skaffold]" >&2; exit 2 ;;
 esac

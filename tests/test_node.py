@@ -17,12 +17,15 @@ from e2e.node import (
     NODE_LABEL,
     NODE_TAINT,
     NodePaths,
+    archive_digest,
     containerd_config,
     kube_proxy_config,
     kubelet_config,
+    listed_images,
     overlapping_routes,
     pod_placement,
     safety_rules,
+    stale_images,
     write_scratch_image,
 )
 
@@ -110,3 +113,42 @@ def test_a_host_route_into_a_guarded_range_is_reported_before_any_rule_is_added(
     ]
     assert overlapping_routes(NETWORK, routes) == ["10.0.0.0/8 via 192.0.2.1 dev eth0"]
     assert overlapping_routes(NETWORK, routes[:2] + routes[3:]) == []
+
+
+def test_a_kept_image_store_is_containerds_root_and_the_rest_stays_under_the_node_directory(tmp_path: Path) -> None:
+    store = tmp_path / "cache" / "containerd"
+    config = containerd_config(NodePaths(tmp_path / "node", store))
+    assert f'root = "{store}"' in config
+    assert f'state = "{tmp_path / "node"}' in config
+    assert f'address = "{tmp_path / "node"}' in config
+
+
+def test_an_archive_is_recognised_in_the_store_by_name_and_manifest_digest(tmp_path: Path) -> None:
+    archive = tmp_path / "pause.tar"
+    write_scratch_image(archive, "localhost/pause:test", {"/pause": b"x"}, ["/pause"], "65535:65535")
+    again = tmp_path / "again.tar"
+    write_scratch_image(again, "localhost/pause:test", {"/pause": b"x"}, ["/pause"], "65535:65535")
+    other = tmp_path / "other.tar"
+    write_scratch_image(other, "localhost/pause:test", {"/pause": b"y"}, ["/pause"], "65535:65535")
+    digest = archive_digest(archive)
+    assert digest.startswith("sha256:")
+    assert archive_digest(again) == digest  # the pause image is rebuilt every session: the same bytes each time
+    assert archive_digest(other) != digest
+    listing = (
+        "REF                  TYPE                                                 DIGEST  SIZE    PLATFORMS LABELS\n"
+        f"localhost/pause:test application/vnd.oci.image.manifest.v1+json {digest} 1.4 MiB linux/amd64 -\n"
+    )
+    assert listed_images(listing) == {"localhost/pause:test": digest}
+    assert listed_images(listing.splitlines()[0]) == {}
+
+
+def test_the_store_keeps_the_most_recently_used_images_of_each_repository_and_their_id_references() -> None:
+    runtime = [f"localhost/skiff-runtime:0.1.0-{n}" for n in "abcde"]
+    used = {name: float(t) for t, name in enumerate(runtime)} | {"localhost/pause:skiff": 9.0}
+    present = {name: f"sha256:{i}" for i, name in enumerate(runtime)}
+    present |= {"localhost/pause:skiff": "sha256:p", "localhost/stray:1": "sha256:s"}
+    present |= {f"sha256:config{i}": f"sha256:{i}" for i in range(5)} | {"sha256:configp": "sha256:p"}
+    stale = stale_images(used, present, keep=3)
+    assert stale == sorted([runtime[0], runtime[1], "localhost/stray:1", "sha256:config0", "sha256:config1"])
+    kept = {name: digest for name, digest in present.items() if name not in stale}
+    assert stale_images(used, kept, keep=3) == []

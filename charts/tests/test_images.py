@@ -272,3 +272,60 @@ def test_check_names_the_packages_to_install_when_tools_are_missing(tmp_path: Pa
     assert done.returncode == 1
     assert "missing: buildah podman skopeo mmdebstrap runc" in done.stderr
     assert "apt-get install -y buildah podman skopeo mmdebstrap runc" in done.stderr
+
+
+def script_env(root: Path, cache: Path, *args: str, keep: int = 4) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(root / "scripts" / "images.sh"), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, "SKIFF_CACHE": str(cache), "SKIFF_IMAGES_KEEP": str(keep)},
+    )
+
+
+def test_tags_and_archives_are_keyed_by_inputs_so_checkouts_share_a_cache_side_by_side(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    found = []
+    for checkout in ("a", "b"):
+        root = tmp_path / checkout
+        for tree in ("runtime/src", "operator/src"):
+            shutil.copytree(REPO / tree, root / tree, ignore=shutil.ignore_patterns("__pycache__"))
+        for file in ("scripts/images.sh", "runtime/Dockerfile", "operator/Dockerfile", "pyproject.toml", "uv.lock"):
+            (root / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / file, root / file)
+        (root / "README.md").write_text(f"readme of {checkout}\n")
+        if checkout == "b":
+            with (root / "runtime/src/skiff_runtime/codec.py").open("a") as source:
+                source.write("# b's change\n")
+        hashes = input_hashes(root, cache)
+        env = dict(line.split("=", 1) for line in script_env(root, cache, "env").stdout.splitlines())
+        version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+        for name in ("runtime", "operator"):
+            assert env[f"{name.upper()}_IMAGE"] == f"localhost/skiff-{name}:{version}-{hashes[name]}"
+            assert env[f"{name.upper()}_ARCHIVE"] == str(cache / "images" / f"{name}-{hashes[name]}.oci.tar")
+        found.append(env)
+    a, b = found
+    assert a["RUNTIME_IMAGE"] != b["RUNTIME_IMAGE"]
+    assert a["RUNTIME_ARCHIVE"] != b["RUNTIME_ARCHIVE"]
+
+
+def test_prune_keeps_the_newest_archives_of_each_image(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    archives = cache / "images"
+    archives.mkdir(parents=True)
+    for age, name in enumerate(["runtime-" + h for h in "abcdef"] + ["operator-" + h for h in "xy"]):
+        archive = archives / f"{name}.oci.tar"
+        archive.write_bytes(b"x")
+        os.utime(archive, (1_000_000 - age * 60, 1_000_000 - age * 60))  # a is the newest
+    (archives / "runtime.oci.tar").write_bytes(b"an archive of an older images.sh: not its to prune")
+    script_env(REPO, cache, "prune", keep=3)
+    assert sorted(p.name for p in archives.iterdir() if p.suffix == ".tar") == [
+        "operator-x.oci.tar",
+        "operator-y.oci.tar",
+        "runtime-a.oci.tar",
+        "runtime-b.oci.tar",
+        "runtime-c.oci.tar",
+        "runtime.oci.tar",
+    ]

@@ -1,0 +1,109 @@
+"""The operator as it ships: installed with Helm, running as a pod on the real node from the operator image
+(scripts/images.sh, imported into containerd), logged in as the chart's ServiceAccount through the `kubernetes`
+Service (kube-proxy to the node's address, forwarded to the API server); it brings a real model to Ready and the
+model answers through its ClusterIP.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster import Kubectl, eventually
+from e2e.helm import CHART, Helm
+from e2e.images import Images
+from e2e.node import NODE_NAME, RealNode, pod_placement
+from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
+from e2e.traffic import (
+    answered_by,
+    write_sample_model,
+)
+from skiff_operator.render import contract
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+RELEASE = "skiff"
+MODEL = "in-cluster"
+
+
+@pytest.fixture
+def released(real_node: RealNode, kube: Kubectl, helm: Helm, crd: dict[str, Any]) -> Iterator[tuple[str, Path]]:
+    """A restricted namespace with the chart installed in it (the operator pod on the real node, Running), and the
+    directory behind its claim "models"."""
+    if not real_node.running:  # test_real_node.py's last test stops the node
+        real_node.start()
+    namespace = f"e2e-operator-pod-{uuid.uuid4().hex[:6]}"
+    models = create_real_namespace(kube, real_node, namespace)
+    built = Images.from_script()
+    repository, tag = built.operator.rsplit(":", 1)
+    placement = pod_placement()
+    values = {
+        "image.repository": f'"{repository}"',
+        "image.tag": f'"{tag}"',
+        "image.pullPolicy": '"Never"',
+        "watchNamespaces": f'["{namespace}"]',
+        "crds.install": "false",
+        "nodeSelector": json.dumps(placement["nodeSelector"]),
+        "tolerations": json.dumps(placement["tolerations"]),
+        "admissionPolicy.allowedImagePrefixes": '["localhost/"]',
+    }
+    args = ["install", RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "180s"]
+    for key, value in values.items():
+        args += ["--set-json", f"{key}={value}"]
+    started = time.monotonic()
+    try:
+        helm.run(*args, timeout=240)
+        print(f"helm install --wait (operator pod Running on {NODE_NAME}): {time.monotonic() - started:.1f}s")
+        yield namespace, models
+    finally:
+        for pod in kube.items("pod", namespace, "app.kubernetes.io/component=operator"):
+            log = real_node.container_log(namespace, pod["metadata"]["name"], "operator")
+            print(f"---- operator pod log ----\n{log[-20000:]}")
+        helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "120s", check=False)
+        delete_real_namespace(kube, namespace)
+
+
+def test_the_helm_installed_operator_pod_serves_a_model_on_the_real_node(
+    released: tuple[str, Path], kube: Kubectl, real_node: RealNode
+) -> None:
+    namespace, models = released
+    (pod,) = kube.items("pod", namespace, "app.kubernetes.io/component=operator")
+    assert pod["spec"]["nodeName"] == NODE_NAME
+    assert pod["spec"]["serviceAccountName"] == RELEASE
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["containerID"].startswith("containerd://")
+    assert status["image"].endswith(Images.from_script().operator)
+    assert kube.get("endpointslice", "kubernetes", "-n", "default")["endpoints"][0]["addresses"] == [
+        real_node.network.node_ip
+    ]
+
+    write_sample_model(models / "sample-cnn" / "v1")
+    model = real_model(namespace, MODEL, "pvc://models/sample-cnn/v1", Images.from_script().runtime)
+    model["spec"]["routing"] = {"mode": "Service"}
+    applied = time.monotonic()
+    kube.apply(model)
+    done = kube.attempt("wait", "--for=condition=Ready", f"inferencemodel/{MODEL}", "-n", namespace, "--timeout=240s")
+    if done.returncode != 0:
+        print(kube.run("get", "inferencemodel,deployment,pod,event", "-n", namespace, "-o", "yaml")[-20000:])
+        raise AssertionError(f"{MODEL} not Ready: {done.stderr}")
+    print(f"kubectl apply -> Ready with the operator in a pod: {time.monotonic() - applied:.1f}s")
+    cluster_ip = kube.get("service", MODEL, "-n", namespace)["spec"]["clusterIP"]
+
+    def answer() -> str | None:
+        try:
+            return answered_by(f"{cluster_ip}:{contract.GRPC_PORT}", MODEL)
+        except Exception:  # kube-proxy writes the endpoint a second after it turns ready
+            return None
+
+    assert eventually(answer, timeout=30, interval=0.5, what=f"an answer from {cluster_ip}") == "v1"
+    operator_log = real_node.container_log(namespace, pod["metadata"]["name"], "operator")
+    forbidden = [line for line in operator_log.splitlines() if " 403" in line or "forbidden" in line.lower()]
+    assert forbidden == [], forbidden[:5]
+    stored = kube.get("inferencemodel", MODEL, "-n", namespace)
+    assert stored["status"]["observedGeneration"] == stored["metadata"]["generation"]
