@@ -150,6 +150,5 @@ def real_node(kube: Kubectl, pytestconfig: pytest.Config) -> Iterator[RealNode]:
     try:
         yield node
     finally:
-        node.stop()
-        left = node.leftovers()
+        left = node.stop()  # measured under the host lock: another session's node cannot be mistaken for ours
         assert not left, f"the real node left these on the machine: {left}"

@@ -554,6 +554,7 @@ class RealNode:
         self._nft_before: set[str] = set()
         self._store_clean = False
         self.timings: dict[str, float] = {}
+        self._left_at_stop: list[str] = []
 
     # -- start
 
@@ -879,11 +880,13 @@ class RealNode:
 
     # -- stop
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
         """Pods stopped by the kubelet (CNI DEL: veth, netns, address), then every process, rule, link, cgroup and
-        directory of the node removed; idempotent. Errors are logged and the next step runs regardless."""
+        directory of the node removed; idempotent. Errors are logged and the next step runs regardless. Returns
+        leftovers() as measured before the host lock is released: afterwards another session's node may own the
+        machine's rules and links, and would be reported as ours."""
         if self._lock is None:
-            return
+            return list(self._left_at_stop)
         started = time.monotonic()
         steps = (
             self._drain_node,
@@ -905,11 +908,13 @@ class RealNode:
                 step()
             except Exception as error:  # teardown goes on; leftovers() reports what stayed
                 self.log(f"real node teardown: {getattr(step, '__name__', 'step')} failed: {error}")
+        self._left_at_stop = self.leftovers()
         self._lock.close()
         self._lock = None
         _LIVE.discard(self)
         self.timings["stop"] = time.monotonic() - started
         self.log(f"real node stopped and removed in {self.timings['stop']:.1f}s")
+        return list(self._left_at_stop)
 
     def _drain_node(self) -> None:
         if "kubelet" not in self._processes or self._processes["kubelet"].poll() is not None:

@@ -413,6 +413,5 @@ def test_gateway_split_through_traefik_is_exact_per_request_and_matches_the_stat
 
 
 def test_stopping_the_node_leaves_nothing_behind(served: Served, kube: Kubectl, real_node: RealNode) -> None:
-    real_node.stop()
-    assert real_node.leftovers() == []
+    assert real_node.stop() == []
     assert kube.get_or_none("node", NODE_NAME, "default") is None

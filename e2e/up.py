@@ -175,8 +175,7 @@ def serve_node(state_dir: Path) -> int:
         (state_dir / NODE_INFO).unlink(missing_ok=True)
         if traefik is not None:
             traefik.stop()
-        node.stop()
-        left = node.leftovers()
+        left = node.stop()
         print(f"real node stopped; left on the machine: {left or 'nothing'}", flush=True)
 
 
