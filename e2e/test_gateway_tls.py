@@ -324,7 +324,6 @@ def test_traefik_refuses_a_backend_the_policys_ca_did_not_sign_until_the_operato
         print(f"with another CA in the policy: {error.code().name} {error.details()!r}; {failures}/10 more failed")
         assert failures == 10
         assert error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
-        assert "certificate" in setup.traefik.log().lower()
     finally:
         setup.operator.start()
     # The operator, level-based, writes the model's CA back on its first reconcile; requests answer again.
