@@ -95,9 +95,19 @@ def models_volume(kube: Kubectl, real_node: RealNode, namespace: str) -> None:
     kube.run("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", namespace, "--timeout=60s")
 
 
+def authority(model: str) -> str:
+    """The hostname a model's route matches. Two GRPCRoutes without hostnames on one listener both match every
+    request (gRPC inference names the model in the message, not the path): Traefik builds only the first one's
+    router and logs that the other serves the same rule."""
+    return f"{model}.example"
+
+
 def gateway_model(namespace: str, name: str, image: str, tls: bool) -> dict[str, Any]:
     body = real_model(namespace, name, "pvc://models/sample-cnn/v1", image)
-    body["spec"]["routing"] = {"gateways": [{"name": GATEWAY, "sectionName": LISTENER}]}
+    body["spec"]["routing"] = {
+        "gateways": [{"name": GATEWAY, "sectionName": LISTENER}],
+        "hostnames": [authority(name)],
+    }
     if tls:
         body["spec"]["tls"] = {"mode": "SelfSigned"}
     return body
@@ -144,15 +154,24 @@ def setup(
         kube.run("delete", "persistentvolume", f"{namespace}-models", "--wait=false", "--ignore-not-found")
 
 
-def infer(target: str, model: str, ca_file: Path | None = None, server_name: str | None = None) -> np.ndarray:
-    """One inference on a new channel without gRPC's retries (a failure shows at once); the model's only output."""
+def client(target: str, authority: str | None = None, ca_file: Path | None = None, server_name: str | None = None) -> (
+    SkiffClient
+):  # fmt: skip
+    """SkiffClient on a channel of its own, without gRPC's retries (a failure shows at once); `authority` is the
+    :authority (the host a gateway's route matches), `server_name` the name the certificate is checked for."""
+    options = [("grpc.default_authority", authority)] if authority else []
     if ca_file is None:
-        channel = grpc.insecure_channel(target)
+        channel = grpc.insecure_channel(target, options=options)
     else:
-        options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+        options += [("grpc.ssl_target_name_override", server_name)] if server_name else []
         channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(ca_file.read_bytes()), options=options)
-    with SkiffClient(target, timeout_s=10, channel=channel) as client:
-        (output,) = client.infer(model, ONE).values()
+    return SkiffClient(target, timeout_s=10, channel=channel)
+
+
+def infer(target: str, model: str, **options: Any) -> np.ndarray:
+    """One inference on a new channel; the model's only output."""
+    with client(target, **options) as one:
+        (output,) = one.infer(model, ONE).values()
         return np.asarray(output)
 
 
@@ -161,7 +180,7 @@ def first_answer(setup: Setup, model: str) -> np.ndarray:
 
     def answer() -> np.ndarray | None:
         try:
-            return infer(setup.gateway, model)
+            return infer(setup.gateway, model, authority=authority(model))
         except grpc.RpcError:
             return None
 
@@ -261,23 +280,23 @@ def test_latency_through_traefik_and_kube_proxy_vs_direct_to_the_pod(setup: Setu
     paths: dict[str, tuple[str, str, dict[str, Any]]] = {
         "plaintext, direct to the pod": (PLAIN_MODEL, f"{pod_ip(kube, namespace, PLAIN_MODEL)}:{port}", {}),
         "plaintext, ClusterIP (kube-proxy)": (PLAIN_MODEL, f"{_cluster_ip(kube, namespace, PLAIN_MODEL)}:{port}", {}),
-        "plaintext, Traefik": (PLAIN_MODEL, setup.gateway, {}),
+        "plaintext, Traefik": (PLAIN_MODEL, setup.gateway, {"authority": authority(PLAIN_MODEL)}),
         "TLS, direct to the pod": (TLS_MODEL, f"{pod_ip(kube, namespace, TLS_MODEL)}:{port}", ca),
         "TLS, ClusterIP (kube-proxy)": (TLS_MODEL, f"{_cluster_ip(kube, namespace, TLS_MODEL)}:{port}", ca),
-        "TLS to the pod, Traefik (h2c in)": (TLS_MODEL, setup.gateway, {}),
+        "TLS to the pod, Traefik (h2c in)": (TLS_MODEL, setup.gateway, {"authority": authority(TLS_MODEL)}),
     }
-    clients = {name: SkiffClient(target, timeout_s=10, **tls) for name, (_, target, tls) in paths.items()}
+    clients = {name: client(target, **options) for name, (_, target, options) in paths.items()}
     samples: dict[str, list[float]] = {name: [] for name in paths}
     try:
-        for name, client in clients.items():  # warm up: connections made, first-request costs paid
-            latency_ms(lambda c=client, m=paths[name][0]: c.infer(m, ONE), 20)  # type: ignore[misc]
+        for name, each in clients.items():  # warm up: connections made, first-request costs paid
+            latency_ms(lambda c=each, m=paths[name][0]: c.infer(m, ONE), 20)  # type: ignore[misc]
         for _ in range(LATENCY_ROUNDS):
-            for name, client in clients.items():
+            for name, each in clients.items():
                 model = paths[name][0]
-                samples[name] += latency_ms(lambda c=client, m=model: c.infer(m, ONE), LATENCY_BATCH)  # type: ignore[misc]
+                samples[name] += latency_ms(lambda c=each, m=model: c.infer(m, ONE), LATENCY_BATCH)  # type: ignore[misc]
     finally:
-        for client in clients.values():
-            client.close()
+        for each in clients.values():
+            each.close()
     table = {name: (statistics.median(s), percentile(s, 0.99)) for name, s in samples.items()}
     direct = {"plaintext": table["plaintext, direct to the pod"], "TLS": table["TLS, direct to the pod"]}
     lines = [f"{'path':<36} {'p50 ms':>7} {'p99 ms':>7} {'+p50 vs direct':>15}"]
@@ -314,7 +333,7 @@ def test_traefik_refuses_a_backend_the_policys_ca_did_not_sign_until_the_operato
 
         def refused() -> grpc.RpcError | None:
             try:
-                infer(setup.gateway, TLS_MODEL)
+                infer(setup.gateway, TLS_MODEL, authority=authority(TLS_MODEL))
             except grpc.RpcError as error:
                 return error
             return None
