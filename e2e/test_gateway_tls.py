@@ -204,9 +204,9 @@ def first_answer(setup: Setup, model: str, kube: Kubectl) -> np.ndarray:
     errors: list[str] = []
     host = TLS_HOST if model == TLS_MODEL else authority(model)
 
-    def answer() -> np.ndarray | None:
+    def answer() -> list[np.ndarray] | None:  # a list: an array's truth value is ambiguous
         try:
-            return infer(setup.gateway, model, authority=host)
+            return [infer(setup.gateway, model, authority=host)]
         except grpc.RpcError as error:
             errors.append(f"{error.code().name}: {error.details()}")
             return None
@@ -218,7 +218,7 @@ def first_answer(setup: Setup, model: str, kube: Kubectl) -> np.ndarray:
         statuses = {kind: [(o["metadata"]["name"], o.get("status")) for o in items] for kind, items in seen.items()}
         raise AssertionError(f"{error}; last errors {errors[-3:]}; {statuses}") from error
     setup.first_answers.setdefault(model, time.monotonic() - setup.applied_at)
-    return result
+    return result[0]
 
 
 def pod_ip(kube: Kubectl, namespace: str, model: str) -> str:
