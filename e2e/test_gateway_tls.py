@@ -153,7 +153,6 @@ def setup(
     port = free_port()
     kube.apply(gateway_manifests(namespace, GATEWAY, port))
     traefik = Traefik(kube, port, scratch / "traefik.log")
-    traefik.argv = [arg for arg in traefik.argv if not arg.startswith("--log.level")] + ["--log.level=DEBUG"]
     operator = OperatorProcess(kube, namespace, scratch / "operator.log")
     image = Images.from_script().runtime
     try:
@@ -374,6 +373,7 @@ def test_traefik_refuses_a_backend_the_policys_ca_did_not_sign_until_the_operato
         failures = sum(refused() is not None for _ in range(10))
         print(f"with another CA in the policy: {error.code().name} {error.details()!r}; {failures}/10 more failed")
         assert failures == 10
+        assert "x509: certificate signed by unknown authority" in setup.traefik.log()  # logged at ERR
         assert error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
     finally:
         setup.operator.start()
