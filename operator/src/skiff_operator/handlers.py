@@ -227,7 +227,12 @@ async def _reconcile_later(
             outcome = await reconcile(body, shared.kube, _now())
             if patch_changes(body.get("status"), outcome.status):  # unchanged: no write, no watch event
                 await shared.kube.patch_status(namespace, name, outcome.status)
-        _post_events(body, outcome)
+        # Posted in a handler's context: a reconcile scheduled before the first handler ran after a start (a pod
+        # event in the initial list) has none, and its Events were lost (LookupError; found by test_gateway_tls).
+        if shared.posting_context is not None:
+            shared.posting_context.copy().run(_post_events, body, outcome)
+        else:
+            _post_events(body, outcome)
         retry_after_s = outcome.retry_after_s
         if retry_after_s is not None:
             logger.warning("%s/%s: %s", namespace, name, _ready_message(outcome.status))
