@@ -23,6 +23,8 @@ ALL_RULE_RESOURCES = {
     "networkpolicies",
     "certificates",
     "grpcroutes",
+    "backendtlspolicies",
+    "configmaps",
 }
 NAMESPACES_READ = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
 CRD_READ = {

@@ -23,6 +23,8 @@ from skiff_operator.kube import (
     pod_state,
     translate_error,
 )
+from skiff_operator.spec import parse_inference_model
+from tests.conftest import stored_body
 
 
 def test_deployment_state_reads_status_and_progressing_reason() -> None:
@@ -231,3 +233,72 @@ async def test_whether_a_crd_is_served_is_read_once_per_cache_period(monkeypatch
         assert await kube.crd_serves(name, "v1")
     await runner.cleanup()
     assert reads == [name, name]
+
+
+async def test_backend_tls_children_are_listed_read_and_deleted_by_their_own_paths() -> None:
+    """Against a small HTTP server: with backend TLS, the model's ConfigMaps and BackendTLSPolicies are listed
+    (label-selected) with the GRPCRoute, whose status.parents come back as its RouteState; a lookup and a delete
+    go to each kind's own path."""
+    uid = "uid-1"
+    owner = [{"apiVersion": "skiff.dev/v1alpha1", "kind": "InferenceModel", "name": "demo", "uid": uid,
+              "controller": True}]  # fmt: skip
+    labels = {"skiff.dev/model": "demo"}
+
+    def item(name: str, **extra: object) -> dict[str, object]:
+        return {"metadata": {"name": name, "namespace": "ml", "labels": labels, "ownerReferences": owner}, **extra}
+
+    route = item("demo", status={"parents": [{"parentRef": {"name": "public"}, "controllerName": "x",
+                                              "conditions": [{"type": "Accepted", "status": "False",
+                                                              "reason": "NoMatchingParent"}]}]})  # fmt: skip
+    lists = {
+        "/apis/apps/v1/namespaces/ml/deployments": [],
+        "/api/v1/namespaces/ml/services": [],
+        "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies": [],
+        "/api/v1/namespaces/ml/configmaps": [item("demo-backend-ca", data={"ca.crt": "x"})],
+        "/apis/gateway.networking.k8s.io/v1/namespaces/ml/grpcroutes": [route],
+        "/apis/gateway.networking.k8s.io/v1/namespaces/ml/backendtlspolicies": [item("demo-v1")],
+    }
+    requests: list[tuple[str, str, str]] = []
+
+    async def serve(request: web.Request) -> web.Response:
+        requests.append((request.method, request.path, request.query.get("labelSelector", "")))
+        if request.method == "GET" and request.path in lists:
+            return web.json_response({"kind": "List", "apiVersion": "v1", "metadata": {}, "items": lists[request.path]})
+        if request.method == "GET":
+            return web.json_response({"kind": "Status", "code": 404, "message": "not found"}, status=404)
+        return web.json_response({"kind": "Status", "status": "Success"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{path:.*}", serve)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    body = {"apiVersion": "skiff.dev/v1alpha1", "kind": "InferenceModel",
+            "metadata": {"name": "demo", "namespace": "ml", "uid": uid, "generation": 1},
+            "spec": {"versions": [{"name": "v1", "modelUri": "pvc://models/a"}]}}  # fmt: skip
+    model = parse_inference_model(stored_body(body))
+    async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
+        kube = Kube(api)
+        owned = {(c.kind, c.name): c for c in await kube.list_owned(model, routes=True, backend_tls=True)}
+        assert set(owned) == {("ConfigMap", "demo-backend-ca"), ("GRPCRoute", "demo"), ("BackendTLSPolicy", "demo-v1")}
+        state = owned[("GRPCRoute", "demo")].route
+        assert state is not None
+        (parent,) = state.parents
+        assert parent.gateway == "ml/public"
+        assert parent.accepted is not None
+        assert parent.accepted.reason == "NoMatchingParent"
+        assert await kube.find_occupants("ml", uid, [("BackendTLSPolicy", "other"), ("ConfigMap", "other")]) == ()
+        for child in owned.values():
+            await kube.delete_child("ml", child)
+    await runner.cleanup()
+    assert all(selector == "skiff.dev/model=demo" for method, path, selector in requests if path in lists)
+    assert ("GET", "/apis/gateway.networking.k8s.io/v1/namespaces/ml/backendtlspolicies/other", "") in requests
+    assert ("GET", "/api/v1/namespaces/ml/configmaps/other", "") in requests
+    deleted = {path for method, path, _ in requests if method == "DELETE"}
+    assert deleted == {
+        "/api/v1/namespaces/ml/configmaps/demo-backend-ca",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/ml/grpcroutes/demo",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/ml/backendtlspolicies/demo-v1",
+    }

@@ -13,6 +13,7 @@ from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.ownership import Occupant, controller_of, occupant
 from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.reconcile import REJECTED_RETRY_S, reconcile
+from skiff_operator.route_status import route_state
 from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState
@@ -61,11 +62,16 @@ class FakeCluster:
     async def crd_serves(self, name: str, version: str) -> bool:
         return self.gateway_api and (name, version) == (GRPC_ROUTE_CRD, "v1")
 
-    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
-        """What exists and the model controls: Deployments, Services, NetworkPolicies (and GRPCRoutes)."""
+    async def list_owned(
+        self, model: InferenceModel, *, routes: bool, backend_tls: bool = False
+    ) -> tuple[OwnedChild, ...]:
+        """What exists and the model controls: Deployments, Services, NetworkPolicies (and GRPCRoutes, and
+        BackendTLSPolicies and ConfigMaps)."""
         owned = []
+        listed = {"Deployment", "Service", "NetworkPolicy"} | ({GRPC_ROUTE_KIND} if routes else set())
+        listed |= {"BackendTLSPolicy", "ConfigMap"} if backend_tls else set()
         for (kind, name), manifest in sorted(self.objects.items()):
-            if kind not in ("Deployment", "Service", "NetworkPolicy") and not (routes and kind == GRPC_ROUTE_KIND):
+            if kind not in listed:
                 continue
             labels = manifest["metadata"].get("labels") or {}
             if controller_of(manifest).uid != model.ref.uid or labels.get("skiff.dev/model") != model.ref.name:
@@ -80,6 +86,7 @@ class FakeCluster:
                     ready_replicas=state.ready_replicas if state else 0,
                     progress_deadline_exceeded=bool(state and state.progress_deadline_exceeded),
                     headless=kind == "Service" and manifest["spec"].get("clusterIP") == "None",
+                    route=route_state(manifest) if kind == GRPC_ROUTE_KIND else None,
                 )
             )
         return tuple(owned)

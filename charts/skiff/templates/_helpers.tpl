@@ -122,9 +122,13 @@ are exactly what it calls; e2e/test_install.py runs the operator with only these
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, list, create, patch, delete]
-# Per-request traffic splits between versions.
+# Per-request traffic splits between versions; with TLS, how the gateway verifies the pods (a BackendTLSPolicy per
+# version Service, and a ConfigMap with only the CA certificate it references).
 - apiGroups: [gateway.networking.k8s.io]
-  resources: [grpcroutes]
+  resources: [grpcroutes, backendtlspolicies]
+  verbs: [get, list, create, patch, delete]
+- apiGroups: [""]
+  resources: [configmaps]
   verbs: [get, list, create, patch, delete]
 {{- end }}
 

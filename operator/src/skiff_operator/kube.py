@@ -20,10 +20,12 @@ from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.ownership import Holder, Occupant, StoredSecret, controller_of, occupant
 from skiff_operator.prometheus import Counts, ExpositionError, MetricsScrape, add, parse_exposition
+from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_API_VERSION, BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND
 from skiff_operator.render.contract import CONTAINER_NAME, METRICS_PORT
 from skiff_operator.render.network_policy import NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND
-from skiff_operator.render.route import GATEWAY_GROUP, GRPC_ROUTE_API_VERSION
+from skiff_operator.render.route import GRPC_ROUTE_API_VERSION
 from skiff_operator.render.service import HEADLESS
+from skiff_operator.route_status import route_state
 from skiff_operator.routing import GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState, StatusEvent
@@ -51,7 +53,10 @@ EVENT_MESSAGE_LIMIT = 1024  # the API server refuses longer Event messages
 _CUSTOM_PLURALS = {
     ("cert-manager.io/v1", "Certificate"): "certificates",
     (GRPC_ROUTE_API_VERSION, GRPC_ROUTE_KIND): "grpcroutes",
+    (BACKEND_TLS_POLICY_API_VERSION, BACKEND_TLS_POLICY_KIND): "backendtlspolicies",
 }
+# Custom children listed, looked up and pruned by kind: kind -> apiVersion (the plural is in _CUSTOM_PLURALS).
+_CUSTOM_CHILDREN = {GRPC_ROUTE_KIND: GRPC_ROUTE_API_VERSION, BACKEND_TLS_POLICY_KIND: BACKEND_TLS_POLICY_API_VERSION}
 
 
 class DeadlineApiClient(client.ApiClient):
@@ -105,6 +110,7 @@ class Kube:
             ("apps/v1", "Deployment"): self._apps.patch_namespaced_deployment,
             ("v1", "Service"): self._core.patch_namespaced_service,
             ("v1", "Secret"): self._core.patch_namespaced_secret,
+            ("v1", CONFIG_MAP_KIND): self._core.patch_namespaced_config_map,
             (NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND): self._networking.patch_namespaced_network_policy,
         }
         if (manifest["apiVersion"], kind) in _CUSTOM_PLURALS:
@@ -172,9 +178,12 @@ class Kube:
             raise translate_error(error, "CustomResourceDefinition", name) from error
         return crd_serves_version(self._api.sanitize_for_serialization(crd), version)
 
-    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]:
-        """Deployments, Services, NetworkPolicies (and GRPCRoutes when `routes`) labelled for the model and
-        controlled by it. Label-selected, so the API server sends only the model's own objects."""
+    async def list_owned(
+        self, model: InferenceModel, *, routes: bool, backend_tls: bool = False
+    ) -> tuple[OwnedChild, ...]:
+        """Deployments, Services, NetworkPolicies (GRPCRoutes when `routes`, BackendTLSPolicies and ConfigMaps when
+        `backend_tls`) labelled for the model and controlled by it. Label-selected, so the API server sends only
+        the model's own objects."""
         namespace = model.ref.namespace
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
         serialize = self._api.sanitize_for_serialization
@@ -183,6 +192,8 @@ class Kube:
             "Service": self._core.list_namespaced_service,
             NETWORK_POLICY_KIND: self._networking.list_namespaced_network_policy,
         }
+        if backend_tls:
+            typed[CONFIG_MAP_KIND] = self._core.list_namespaced_config_map
 
         async def typed_list(kind: str) -> list[dict[str, Any]]:
             async with _translated_errors(kind, selector):
@@ -190,15 +201,19 @@ class Kube:
             # Items of a typed list carry no kind; set it from the list they came from.
             return [{**serialize(item), "kind": kind} for item in listed.items]
 
-        async def route_list() -> list[dict[str, Any]]:
-            async with _translated_errors(GRPC_ROUTE_KIND, selector):
+        async def custom_list(kind: str) -> list[dict[str, Any]]:
+            group, version, plural = _custom_child(kind)
+            async with _translated_errors(kind, selector):
                 found = await self._custom.list_namespaced_custom_object(
-                    GATEWAY_GROUP, "v1", namespace, "grpcroutes", label_selector=selector
+                    group, version, namespace, plural, label_selector=selector
                 )
-            return [{**item, "kind": GRPC_ROUTE_KIND} for item in found.get("items", [])]
+            return [{**item, "kind": kind} for item in found.get("items", [])]
 
+        custom = [
+            kind for kind, wanted in ((GRPC_ROUTE_KIND, routes), (BACKEND_TLS_POLICY_KIND, backend_tls)) if wanted
+        ]
         # At once: the lists are independent, and a reconcile's latency is the sum of its sequential requests.
-        lists = await asyncio.gather(*(typed_list(kind) for kind in typed), *((route_list(),) if routes else ()))
+        lists = await asyncio.gather(*(typed_list(kind) for kind in typed), *(custom_list(kind) for kind in custom))
         raw = [item for listed in lists for item in listed]
         return tuple(owned_child(item) for item in raw if owned_by(item, model.ref.uid))
 
@@ -212,14 +227,14 @@ class Kube:
             "Deployment": self._apps.read_namespaced_deployment,
             "Service": self._core.read_namespaced_service,
             NETWORK_POLICY_KIND: self._networking.read_namespaced_network_policy,
+            CONFIG_MAP_KIND: self._core.read_namespaced_config_map,
         }
 
         async def look_up(kind: str, name: str) -> Occupant | None:
             try:
-                if kind == GRPC_ROUTE_KIND:
-                    found = await self._custom.get_namespaced_custom_object(
-                        GATEWAY_GROUP, "v1", namespace, "grpcroutes", name
-                    )
+                if kind in _CUSTOM_CHILDREN:
+                    group, version, plural = _custom_child(kind)
+                    found = await self._custom.get_namespaced_custom_object(group, version, namespace, plural, name)
                 elif kind in readers:
                     found = self._api.sanitize_for_serialization(await readers[kind](name, namespace))
                 else:
@@ -257,10 +272,11 @@ class Kube:
                 await self._apps.delete_namespaced_deployment(child.name, namespace)
             elif child.kind == "Service":
                 await self._core.delete_namespaced_service(child.name, namespace)
-            elif child.kind == GRPC_ROUTE_KIND:
-                await self._custom.delete_namespaced_custom_object(
-                    GATEWAY_GROUP, "v1", namespace, "grpcroutes", child.name
-                )
+            elif child.kind == CONFIG_MAP_KIND:
+                await self._core.delete_namespaced_config_map(child.name, namespace)
+            elif child.kind in _CUSTOM_CHILDREN:
+                group, version, plural = _custom_child(child.kind)
+                await self._custom.delete_namespaced_custom_object(group, version, namespace, plural, child.name)
             elif child.kind == NETWORK_POLICY_KIND:
                 await self._networking.delete_namespaced_network_policy(child.name, namespace)
             else:
@@ -418,6 +434,13 @@ class Kube:
             await self._custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}, **options
             )
+
+
+def _custom_child(kind: str) -> tuple[str, str, str]:
+    """(group, version, plural) of a custom child kind (GRPCRoute, BackendTLSPolicy)."""
+    api_version = _CUSTOM_CHILDREN[kind]
+    group, version = api_version.split("/")
+    return group, version, _CUSTOM_PLURALS[(api_version, kind)]
 
 
 @contextlib.asynccontextmanager
@@ -589,7 +612,8 @@ def crd_serves_version(crd: Mapping[str, Any], version: str) -> bool:
 
 
 def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
-    """A listed Deployment, Service, GRPCRoute or NetworkPolicy -> what routing and pruning need."""
+    """A listed Deployment, Service, GRPCRoute, NetworkPolicy, BackendTLSPolicy or ConfigMap -> what routing and
+    pruning need."""
     metadata = manifest.get("metadata") or {}
     kind = str(manifest.get("kind", ""))
     status = manifest.get("status") or {}
@@ -603,6 +627,7 @@ def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
         ready_replicas=int(status.get("readyReplicas") or 0) if kind == "Deployment" else 0,
         progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
         headless=kind == "Service" and (manifest.get("spec") or {}).get("clusterIP") == HEADLESS,
+        route=route_state(manifest) if kind == GRPC_ROUTE_KIND else None,
     )
 
 

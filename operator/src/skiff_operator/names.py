@@ -44,6 +44,11 @@ def tls_ca_secret_name(model: str) -> str:
     return fit_name(model, "tls-ca")
 
 
+def backend_ca_config_map_name(model: str) -> str:
+    """The ConfigMap with the CA bundle (ca.crt only) a gateway verifies the pods with (BackendTLSPolicy)."""
+    return fit_name(model, "backend-ca")
+
+
 def selector_labels(model: str, version: str | None = None) -> dict[str, str]:
     """The labels a Service or Deployment selects pods by (stable for a Deployment's lifetime)."""
     labels = {MODEL_LABEL: fit_name(model)}

@@ -11,10 +11,12 @@ from typing import Any, Protocol
 
 from skiff_operator import names
 from skiff_operator.auth import check_auth
+from skiff_operator.certs import CA_CERT_KEY
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.ownership import name_conflict_message
 from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.render import render_deployment, render_version_service
+from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_CRD
 from skiff_operator.render.network_policy import render_network_policy
 from skiff_operator.rollout import (
     RolloutDecision,
@@ -24,10 +26,14 @@ from skiff_operator.rollout import (
     stable_versions,
     with_rollout_traffic,
 )
+from skiff_operator.route_status import route_acceptance, route_events
 from skiff_operator.routing import (
     GRPC_ROUTE_CRD,
+    GRPC_ROUTE_KIND,
+    Mode,
     RoutingCluster,
     RoutingPlan,
+    choose_mode,
     plan_routing,
     previous_traffic,
     prune,
@@ -35,7 +41,7 @@ from skiff_operator.routing import (
     services_to_recreate,
     version_services_headless,
 )
-from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
+from skiff_operator.spec import InferenceModel, SpecError, TLSMode, parse_inference_model
 from skiff_operator.status import (
     ChildStates,
     Problem,
@@ -146,7 +152,7 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     if rollout is not None:  # the rollout's split is the desired one now; spec.traffic is left as written
         model = with_rollout_traffic(model, rollout)
     try:
-        plan = await _plan_routing(body, model, cluster, now)
+        plan = await _plan_routing(body, model, tls, cluster, now)
     except ApplyRejected as error:  # e.g. no RBAC to read CRDs or list children: say so, do not crash-loop
         return _blocked(generation, Problem(Reason.APPLY_FAILED, str(error)), previous, now)
     # The model as it runs now: the applied split and the provider's replicas (see skiff_operator.routing).
@@ -158,7 +164,7 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
         if version.model_uri.claim not in missing:
             manifests.append(render_deployment(running, version))
         manifests.append(render_version_service(running, version, headless=headless))
-    manifests += plan.manifests  # the model Service, then the GRPCRoute (Gateway mode)
+    manifests += plan.manifests  # backend TLS (Gateway mode with TLS), the model Service, then the GRPCRoute
     policy = render_network_policy(admit_scraper(model, cluster.operator_namespace))
     if policy is not None:
         manifests.append(policy)
@@ -178,8 +184,11 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     try:
         for service in services_to_recreate(plan.owned, manifests):  # clusterIP is immutable: delete, then apply
             await cluster.delete_child(model.ref.namespace, service)
-        # The applies are independent: at once. What they return (the objects as stored) saves a re-read.
-        stored = await asyncio.gather(*(cluster.apply(manifest) for manifest in manifests))
+        # The applies are independent, so at once, except that the GRPCRoute goes last: it may send traffic only
+        # once what it points at (the Services, a BackendTLSPolicy) exists. What they return saves a re-read.
+        routes = [m for m in manifests if m["kind"] == GRPC_ROUTE_KIND]
+        stored = await asyncio.gather(*(cluster.apply(m) for m in manifests if m["kind"] != GRPC_ROUTE_KIND))
+        stored += await asyncio.gather(*(cluster.apply(m) for m in routes))
         # Only after the new split is applied: a removed version goes once drained, a route once unused.
         deleted = prune(plan.owned, rendered, {v.name for v in model.spec.versions}, plan.keep_versions)
         for child in deleted:
@@ -193,22 +202,41 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     status = summarize_status(running, children, previous_conditions=previous, now=now)
     status = add_traffic_status(status, model, plan, previous_conditions=previous, now=now)
     status = add_rollout_status(status, model, rollout, body.get("status"), previous_conditions=previous, now=now)
-    events = (
+    events = [
         *transition_events(previous, status["conditions"]),
         *traffic_events(model, previous_traffic(body.get("status")), plan, deleted),
         *(rollout.events if rollout is not None else ()),
-    )
+    ]
+    told = {event.reason for event in events}  # a refused route may have made Degraded's Event already
+    events += [e for e in route_events(previous, route_acceptance(model, plan)) if e.reason not in told]
     return _with_tls(Outcome(status, tuple(events), tuple(applied)), tls)
 
 
 async def _plan_routing(
-    body: Mapping[str, Any], model: InferenceModel, cluster: Cluster, now: datetime.datetime
+    body: Mapping[str, Any], model: InferenceModel, tls: TLSState, cluster: Cluster, now: datetime.datetime
 ) -> RoutingPlan:
     """Reads what routing depends on (is the Gateway API served, which children run and how ready they are,
-    what the last reconcile applied) and decides the split, the replicas and the routing manifests."""
+    what the last reconcile applied, with TLS the CA a gateway verifies the pods with) and decides the split, the
+    replicas and the routing manifests."""
     served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
-    owned = await cluster.list_owned(model, routes=served)
-    return plan_routing(model, owned, previous_traffic(body.get("status")), grpc_route_served=served, now=now)
+    backend_tls = served and await cluster.crd_serves(BACKEND_TLS_POLICY_CRD, "v1")
+    owned = await cluster.list_owned(model, routes=served, backend_tls=backend_tls)
+    ca_bundle = None
+    gateway = choose_mode(model.spec.routing, served).mode is Mode.GATEWAY
+    if backend_tls and gateway and tls.mode is not TLSMode.DISABLED and tls.secret_name:
+        secret = await cluster.read_secret(model.ref.namespace, tls.secret_name)  # after the TLS step wrote it
+        ca_bundle = secret.data.get(CA_CERT_KEY) if secret is not None else None
+    previous = previous_traffic(body.get("status"))
+    return plan_routing(
+        model,
+        owned,
+        previous,
+        grpc_route_served=served,
+        now=now,
+        backend_tls_served=backend_tls,
+        ca_bundle=ca_bundle,
+        certificate_names=tls.certificate.dns_names if tls.certificate is not None else (),
+    )
 
 
 async def _decide_rollout(

@@ -19,16 +19,24 @@ from typing import Any, Protocol
 
 from skiff_operator import names
 from skiff_operator.ownership import Occupant
+from skiff_operator.render.backend_tls import (
+    BACKEND_TLS_POLICY_CRD,
+    BACKEND_TLS_POLICY_KIND,
+    CONFIG_MAP_KIND,
+    render_backend_ca_config_map,
+    render_backend_tls_policies,
+)
 from skiff_operator.render.network_policy import NETWORK_POLICY_KIND
 from skiff_operator.render.route import GATEWAY_GROUP, ParentGateway, render_grpc_route
 from skiff_operator.render.service import HEADLESS, render_model_service
-from skiff_operator.spec import InferenceModel, Routing, RoutingMode, TrafficShare
+from skiff_operator.spec import InferenceModel, Routing, RoutingMode, TLSMode, TrafficShare
 from skiff_operator.traffic import TOTAL, TrafficDecision, VersionTraffic, apportion_replicas, decide_traffic
 
 GRPC_ROUTE_CRD = f"grpcroutes.{GATEWAY_GROUP}"
 GRPC_ROUTE_KIND = "GRPCRoute"
-# Model-wide children deleted once no longer rendered (the routing mode changed, the NetworkPolicy was turned off).
-PRUNED_WHEN_NOT_RENDERED = frozenset({GRPC_ROUTE_KIND, NETWORK_POLICY_KIND})
+# Children deleted once no longer rendered (the routing mode changed, TLS or the NetworkPolicy was turned off, a
+# version left the route).
+PRUNED_WHEN_NOT_RENDERED = frozenset({GRPC_ROUTE_KIND, NETWORK_POLICY_KIND, BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND})
 
 
 class Mode(enum.StrEnum):
@@ -70,8 +78,37 @@ def _gateway_label(namespace: str | None, name: str) -> str:
 
 
 @dataclass(frozen=True)
+class GatewayCondition:
+    """A condition of a Gateway API object as its controller wrote it."""
+
+    status: str
+    reason: str
+    message: str
+    observed_generation: int
+
+
+@dataclass(frozen=True)
+class ParentState:
+    """One entry of a GRPCRoute's status.parents: a gateway's verdict on the route."""
+
+    gateway: str  # "namespace/name", with "/listener" when the parentRef names one
+    controller: str
+    accepted: GatewayCondition | None
+    resolved_refs: GatewayCondition | None
+
+
+@dataclass(frozen=True)
+class RouteState:
+    """A GRPCRoute's metadata.generation and status.parents."""
+
+    generation: int
+    parents: tuple[ParentState, ...] = ()
+
+
+@dataclass(frozen=True)
 class OwnedChild:
-    """A Deployment, Service, GRPCRoute or NetworkPolicy controlled by the model (as kube.list_owned reads it)."""
+    """A Deployment, Service, GRPCRoute, NetworkPolicy, BackendTLSPolicy or ConfigMap controlled by the model (as
+    kube.list_owned reads it)."""
 
     kind: str
     name: str
@@ -79,6 +116,7 @@ class OwnedChild:
     ready_replicas: int = 0
     progress_deadline_exceeded: bool = False  # Deployment condition Progressing, reason ProgressDeadlineExceeded
     headless: bool = False  # a Service with spec.clusterIP None
+    route: RouteState | None = None  # a GRPCRoute: what the gateways wrote in its status
 
 
 @dataclass(frozen=True)
@@ -271,9 +309,12 @@ class RoutingPlan:
     inputs: tuple[VersionTraffic, ...]
     decision: TrafficDecision
     replicas: Mapping[str, int]  # per version in the spec
-    manifests: tuple[dict[str, Any], ...]  # the model Service, then routing objects (none if the mode cannot work)
+    # The CA ConfigMap and BackendTLSPolicies (Gateway mode with TLS), the model Service, then the GRPCRoute (none
+    # if the mode cannot work).
+    manifests: tuple[dict[str, Any], ...]
     delete_versions: frozenset[str]  # removed, drained versions whose children go now
     not_ready_since: Mapping[str, datetime.datetime]
+    backend_tls_problem: str | None = None  # Gateway mode with TLS, and the gateway cannot be told how to verify
 
     @property
     def keep_versions(self) -> frozenset[str]:
@@ -288,7 +329,12 @@ def plan_routing(
     *,
     grpc_route_served: bool,
     now: datetime.datetime,
+    backend_tls_served: bool = False,
+    ca_bundle: bytes | None = None,
+    certificate_names: Sequence[str] = (),
 ) -> RoutingPlan:
+    """`backend_tls_served`: the BackendTLSPolicy CRD serves v1; `ca_bundle`: ca.crt of the model's TLS Secret;
+    `certificate_names`: the DNS names in its tls.crt."""
     choice = choose_mode(model.spec.routing, grpc_route_served)
     provider = PROVIDERS[choice.mode]
     inputs, since = version_traffic(model, owned, previous, now)
@@ -298,8 +344,42 @@ def plan_routing(
     manifests = provider.manifests(model, decision)
     if choice.problem is not None:  # a route the API server cannot take: keep the model Service only
         manifests = [m for m in manifests if m["kind"] == "Service"]
+    backend_tls, problem = plan_backend_tls(
+        model, manifests, decision.applied, backend_tls_served, ca_bundle, certificate_names
+    )
     delete = frozenset() if provider.holds_removal(model, ready) else decision.removable
-    return RoutingPlan(choice, tuple(owned), inputs, decision, replicas, tuple(manifests), delete, since)
+    plan = RoutingPlan(choice, tuple(owned), inputs, decision, replicas, (*backend_tls, *manifests), delete, since)
+    return dataclasses.replace(plan, backend_tls_problem=problem)
+
+
+def plan_backend_tls(
+    model: InferenceModel,
+    manifests: Sequence[Mapping[str, Any]],
+    weights: Mapping[str, int],
+    served: bool,
+    ca_bundle: bytes | None,
+    certificate_names: Sequence[str] = (),
+) -> tuple[list[dict[str, Any]], str | None]:
+    """With TLS on and a GRPCRoute among `manifests`: the CA ConfigMap and a BackendTLSPolicy per routed version
+    (applied before the route, so the gateway never speaks cleartext to a TLS port), or why the gateway cannot be
+    told how to verify the pods. Nothing otherwise."""
+    tls = model.spec.tls
+    if tls.mode is TLSMode.DISABLED or not any(m["kind"] == GRPC_ROUTE_KIND for m in manifests):
+        return [], None
+    if not served:
+        return [], (
+            f"spec.tls is on and a gateway routes to the pods, which needs a BackendTLSPolicy to speak TLS to them, "
+            f"but {BACKEND_TLS_POLICY_CRD} (v1) is not installed: install the Gateway API standard channel v1.4 or "
+            "later, or set spec.routing.mode Service"
+        )
+    if not ca_bundle:
+        secret = tls.secret_name or names.tls_secret_name(model.ref.name)
+        return [], (
+            f"Secret {secret!r} has no ca.crt, so a gateway cannot verify the pods' certificate: add the CA "
+            "certificate that signed tls.crt to it as ca.crt"
+        )
+    policies = render_backend_tls_policies(model, weights, certificate_names)
+    return [render_backend_ca_config_map(model, ca_bundle), *policies], None
 
 
 def prune(
@@ -344,7 +424,9 @@ class RoutingCluster(Protocol):
 
     async def crd_serves(self, name: str, version: str) -> bool: ...
 
-    async def list_owned(self, model: InferenceModel, *, routes: bool) -> tuple[OwnedChild, ...]: ...
+    async def list_owned(
+        self, model: InferenceModel, *, routes: bool, backend_tls: bool = False
+    ) -> tuple[OwnedChild, ...]: ...
 
     async def find_occupants(
         self, namespace: str, uid: str, wanted: Collection[tuple[str, str]]

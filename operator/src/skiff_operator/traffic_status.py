@@ -9,6 +9,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from skiff_operator.route_status import route_acceptance
 from skiff_operator.routing import GRPC_ROUTE_KIND, Mode, OwnedChild, PreviousTraffic, RoutingPlan, service_targets
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import DEGRADED, PROGRESSING, Condition, Reason, StatusEvent, render_conditions
@@ -24,6 +25,7 @@ class TrafficReason(enum.StrEnum):
     PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
     DRAINING = "Draining"
     GATEWAY_API_MISSING = "GatewayAPIMissing"
+    BACKEND_TLS_UNAVAILABLE = "BackendTLSUnavailable"  # Gateway mode with TLS: no BackendTLSPolicy can be made
     # SplitApproximated: whether whole pods can give spec.traffic (Service mode) or a route splits per request
     REPLICA_ROUNDING = "ReplicaRounding"
     REPLICAS_GIVE_SPLIT = "ReplicasGiveSplit"
@@ -122,23 +124,27 @@ def add_traffic_status(
 ) -> dict[str, Any]:
     """`status` (from status.summarize_status) with status.traffic, the split in effect in trafficSplit (the
     route's weights in Gateway mode, the ready pods' shares in Service mode), the Progressing/Degraded conditions
-    a traffic hold, a drain or an unusable mode changes, and SplitApproximated."""
+    a traffic hold, a drain, an unusable mode or a refused route changes, SplitApproximated, and in Gateway mode
+    RouteAccepted."""
     result = dict(status)
     result["traffic"] = render_traffic_status(model, plan)
     in_effect = result["traffic"]["podSplit"] or format_split(plan.decision.applied, split_names(model, plan))
     result["trafficSplit"] = in_effect
     current = {c["type"]: c for c in result.get("conditions", [])}
-    overrides = traffic_conditions(plan, current)
+    route = route_acceptance(model, plan)
+    overrides = traffic_conditions(plan, current, route)
     generation = model.ref.generation
     replaced = {c.type: render_conditions([c], previous_conditions, generation, now)[0] for c in overrides}
     result["conditions"] = [replaced.get(c["type"], c) for c in result.get("conditions", [])]
-    approximation = split_approximation(model, plan.choice.mode)
-    result["conditions"].append(render_conditions([approximation], previous_conditions, generation, now)[0])
+    added = [split_approximation(model, plan.choice.mode), *([route] if route is not None else [])]
+    result["conditions"] += render_conditions(added, previous_conditions, generation, now)
     return result
 
 
-def traffic_conditions(plan: RoutingPlan, current: Mapping[str, Mapping[str, Any]]) -> list[Condition]:
-    """Progressing and Degraded as traffic changes them (only the ones that change)."""
+def traffic_conditions(
+    plan: RoutingPlan, current: Mapping[str, Mapping[str, Any]], route: Condition | None = None
+) -> list[Condition]:
+    """Progressing and Degraded as traffic changes them (only the ones that change); `route` is RouteAccepted."""
     by_reason: dict[HoldReason, list[str]] = {}
     for hold in plan.decision.holds:
         by_reason.setdefault(hold.reason, []).append(hold.message)
@@ -148,6 +154,10 @@ def traffic_conditions(plan: RoutingPlan, current: Mapping[str, Mapping[str, Any
     problems: list[tuple[str, str]] = []
     if plan.choice.problem is not None:
         problems.append((TrafficReason.GATEWAY_API_MISSING, plan.choice.problem))
+    if plan.backend_tls_problem is not None:
+        problems.append((TrafficReason.BACKEND_TLS_UNAVAILABLE, plan.backend_tls_problem))
+    if route is not None and route.status == "False":
+        problems.append((str(route.reason), route.message))
     if HoldReason.PROGRESS_DEADLINE_EXCEEDED in by_reason:
         message = "; ".join(by_reason[HoldReason.PROGRESS_DEADLINE_EXCEEDED])
         result.append(Condition(PROGRESSING, "False", TrafficReason.PROGRESS_DEADLINE_EXCEEDED, message))

@@ -1,0 +1,136 @@
+"""Reads what the gateways wrote in a model's GRPCRoute (status.parents) into its RouteAccepted condition. Pure.
+
+A route the API server stored can still be refused by the gateway it names (no such listener, a listener that
+admits no GRPCRoutes from this namespace, a hostname mismatch, a backend it cannot resolve); the route's status is
+the only place that says so, and a user reads the model, not the route.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from skiff_operator.routing import GRPC_ROUTE_KIND, GatewayCondition, Mode, ParentState, RouteState, RoutingPlan
+from skiff_operator.spec import InferenceModel
+from skiff_operator.status import Condition, StatusEvent
+
+ROUTE_ACCEPTED = "RouteAccepted"
+_ACCEPTED = "Accepted"
+_RESOLVED_REFS = "ResolvedRefs"
+
+
+class RouteReason(enum.StrEnum):
+    """Reasons of RouteAccepted (and of Degraded and the Event when a gateway refuses the route)."""
+
+    ACCEPTED = "RouteAccepted"
+    PENDING = "RoutePending"
+    NOT_ACCEPTED = "RouteNotAccepted"
+    REFS_NOT_RESOLVED = "RouteRefsNotResolved"
+
+
+# What to do, per reason (Gateway API's) a gateway gives for not accepting a route or not resolving its backends.
+_HINTS = {
+    "NoMatchingParent": "spec.routing.gateways must name a Gateway and a listener (sectionName) it has",
+    "NotAllowedByListeners": "the listener's allowedRoutes must admit GRPCRoutes from the model's namespace",
+    "NoMatchingListenerHostname": "spec.routing.hostnames must match the listener's hostname",
+    "UnsupportedValue": "the gateway does not support a value in the route; see its message",
+    "RefNotPermitted": "a backend reference is refused (a BackendTLSPolicy's CA reference, or a ReferenceGrant)",
+    "BackendNotFound": "a version Service is missing; the operator recreates it at its next reconcile",
+    "InvalidKind": "a backend reference has a kind the gateway does not support",
+}
+
+
+def parent_label(namespace: str, name: str, section: str | None) -> str:
+    """How a route parent is named in messages and matched: namespace/name[/listener]."""
+    return f"{namespace}/{name}" + (f"/{section}" if section else "")
+
+
+def route_state(manifest: Mapping[str, Any]) -> RouteState:
+    """A GRPCRoute as the API returns it -> its generation and each gateway's Accepted and ResolvedRefs."""
+    metadata = manifest.get("metadata") or {}
+    namespace = str(metadata.get("namespace", ""))
+    parents = []
+    for entry in (manifest.get("status") or {}).get("parents") or []:
+        ref = entry.get("parentRef") or {}
+        conditions = {c.get("type"): c for c in entry.get("conditions") or [] if isinstance(c, Mapping)}
+        parents.append(
+            ParentState(
+                gateway=parent_label(
+                    str(ref.get("namespace") or namespace), str(ref.get("name", "")), ref.get("sectionName")
+                ),
+                controller=str(entry.get("controllerName", "")),
+                accepted=_condition(conditions.get(_ACCEPTED)),
+                resolved_refs=_condition(conditions.get(_RESOLVED_REFS)),
+            )
+        )
+    return RouteState(int(metadata.get("generation") or 0), tuple(parents))
+
+
+def _condition(raw: Mapping[str, Any] | None) -> GatewayCondition | None:
+    if raw is None:
+        return None
+    return GatewayCondition(
+        str(raw.get("status", "Unknown")),
+        str(raw.get("reason", "")),
+        str(raw.get("message", "")),
+        int(raw.get("observedGeneration") or 0),
+    )
+
+
+def route_acceptance(model: InferenceModel, plan: RoutingPlan) -> Condition | None:
+    """RouteAccepted in Gateway mode: True once every gateway the model names accepted the current route and
+    resolved its backends; False with the gateway's reason and what to do when one refused; Unknown while one has
+    not reported (on this generation). None when no route is rendered."""
+    route = next((m for m in plan.manifests if m["kind"] == GRPC_ROUTE_KIND), None)
+    if plan.choice.mode is not Mode.GATEWAY or route is None:
+        return None
+    name = route["metadata"]["name"]
+    owned = next((c for c in plan.owned if c.kind == GRPC_ROUTE_KIND and c.name == name), None)
+    state = owned.route if owned is not None and owned.route is not None else RouteState(0)
+    namespace = model.ref.namespace
+    wanted = [parent_label(g.namespace or namespace, g.name, g.section_name) for g in model.spec.routing.gateways]
+    reports = {parent.gateway: parent for parent in state.parents}
+    refused, pending, accepted = [], [], []
+    for gateway in wanted:
+        parent = reports.get(gateway)
+        if parent is None or parent.accepted is None or parent.accepted.observed_generation < state.generation:
+            pending.append(gateway)
+        elif parent.accepted.status != "True":
+            refused.append((RouteReason.NOT_ACCEPTED, _refusal(name, gateway, "did not accept", parent.accepted)))
+        elif parent.resolved_refs is not None and parent.resolved_refs.status == "False":
+            verb = "accepted but cannot resolve the backends of"
+            refused.append((RouteReason.REFS_NOT_RESOLVED, _refusal(name, gateway, verb, parent.resolved_refs)))
+        else:
+            accepted.append(gateway)
+    if refused:
+        return Condition(ROUTE_ACCEPTED, "False", refused[0][0], "; ".join(message for _, message in refused))
+    if pending:
+        message = (
+            f"waiting for {', '.join(pending)} to report on GRPCRoute {name} (status.parents); if this lasts, check "
+            "that a gateway controller runs for the Gateway's GatewayClass"
+        )
+        return Condition(ROUTE_ACCEPTED, "Unknown", RouteReason.PENDING, message)
+    return Condition(
+        ROUTE_ACCEPTED, "True", RouteReason.ACCEPTED, f"GRPCRoute {name} accepted by {', '.join(accepted)}"
+    )
+
+
+def _refusal(route: str, gateway: str, verb: str, condition: GatewayCondition) -> str:
+    said = f"{condition.reason}: {condition.message}" if condition.message else condition.reason
+    hint = _HINTS.get(condition.reason, "see the gateway's message and the Gateway's status")
+    return f"gateway {gateway} {verb} GRPCRoute {route} ({said}); {hint}"
+
+
+def route_events(previous: Sequence[Mapping[str, Any]], condition: Condition | None) -> list[StatusEvent]:
+    """A Warning when a gateway starts refusing the route (or refuses it for another reason), a Normal Event when
+    it accepts the route again."""
+    if condition is None:
+        return []
+    before = next((c for c in previous if c.get("type") == ROUTE_ACCEPTED), None)
+    old = (before.get("status"), before.get("reason")) if before else (None, None)
+    if condition.status == "False" and old != (condition.status, str(condition.reason)):
+        return [StatusEvent("Warning", str(condition.reason), condition.message)]
+    if condition.status == "True" and old[0] == "False":
+        return [StatusEvent("Normal", str(condition.reason), condition.message)]
+    return []

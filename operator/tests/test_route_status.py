@@ -1,0 +1,138 @@
+"""route_status: what the gateways wrote in the GRPCRoute's status.parents becomes RouteAccepted (True, False with
+the gateway's reason and what to do, Unknown while a gateway has not reported on the current generation), a
+Degraded reason and an Event."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from skiff_operator.route_status import ROUTE_ACCEPTED, route_acceptance, route_events, route_state
+from skiff_operator.routing import OwnedChild, PreviousTraffic, RoutingPlan, plan_routing
+from skiff_operator.spec import parse_inference_model
+from skiff_operator.status import Condition
+from skiff_operator.traffic_status import add_traffic_status
+
+NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
+Body = Callable[..., dict[str, Any]]
+GATEWAYS = [{"name": "public", "namespace": "infra", "sectionName": "grpc"}]
+
+
+def route(generation: int, *parents: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "demo", "namespace": "ml", "generation": generation},
+        "status": {"parents": list(parents)},
+    }
+
+
+def parent(
+    accepted: tuple[str, str, str], resolved: tuple[str, str, str] = ("True", "ResolvedRefs", ""), generation: int = 2,
+    section: str | None = "grpc",
+) -> dict[str, Any]:  # fmt: skip
+    ref = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "public", "namespace": "infra"}
+    if section:
+        ref["sectionName"] = section
+    conditions = [
+        {"type": kind, "status": status, "reason": reason, "message": message, "observedGeneration": generation}
+        for kind, (status, reason, message) in (("Accepted", accepted), ("ResolvedRefs", resolved))
+    ]
+    return {"parentRef": ref, "controllerName": "traefik.io/gateway-controller", "conditions": conditions}
+
+
+def plan_with(make_body: Body, stored: dict[str, Any] | None, gateways: list[dict[str, Any]] = GATEWAYS) -> tuple[
+    Any, RoutingPlan
+]:  # fmt: skip
+    model = parse_inference_model(make_body(routing={"gateways": gateways}))
+    owned = [OwnedChild("GRPCRoute", "demo", None, route=route_state(stored))] if stored is not None else []
+    return model, plan_routing(model, owned, PreviousTraffic(), grpc_route_served=True, now=NOW)
+
+
+@pytest.mark.parametrize(
+    ("stored", "status", "reason", "words"),
+    [
+        (None, "Unknown", "RoutePending", ["waiting for infra/public/grpc", "GatewayClass"]),
+        (route(2), "Unknown", "RoutePending", ["waiting for infra/public/grpc"]),
+        (route(3, parent(("True", "Accepted", ""))), "Unknown", "RoutePending", ["to report"]),  # stale: generation 2
+        (route(2, parent(("True", "Accepted", ""))), "True", "RouteAccepted", ["accepted by infra/public/grpc"]),
+        (
+            route(2, parent(("False", "NoMatchingParent", ""))),
+            "False",
+            "RouteNotAccepted",
+            ["gateway infra/public/grpc did not accept GRPCRoute demo (NoMatchingParent)", "sectionName"],
+        ),
+        (
+            route(2, parent(("False", "NotAllowedByListeners", "kind not allowed"))),
+            "False",
+            "RouteNotAccepted",
+            ["(NotAllowedByListeners: kind not allowed)", "allowedRoutes"],
+        ),
+        (
+            route(2, parent(("True", "Accepted", ""), ("False", "RefNotPermitted", "Cannot apply BackendTLSPolicy"))),
+            "False",
+            "RouteRefsNotResolved",
+            ["cannot resolve the backends", "Cannot apply BackendTLSPolicy", "CA reference"],
+        ),
+        (route(2, parent(("False", "SomethingNew", "odd"))), "False", "RouteNotAccepted", ["the Gateway's status"]),
+        # A verdict on another listener of the same Gateway is not one on the listener the model names.
+        (route(2, parent(("True", "Accepted", ""), section=None)), "Unknown", "RoutePending", ["waiting"]),
+    ],
+)
+def test_route_accepted_follows_what_the_gateway_wrote(
+    make_body: Body, stored: dict[str, Any] | None, status: str, reason: str, words: list[str]
+) -> None:
+    model, plan = plan_with(make_body, stored)
+    condition = route_acceptance(model, plan)
+    assert condition is not None
+    assert (condition.type, condition.status, str(condition.reason)) == (ROUTE_ACCEPTED, status, reason)
+    for word in words:
+        assert word in condition.message, condition.message
+
+
+def test_every_named_gateway_must_accept(make_body: Body) -> None:
+    gateways = [*GATEWAYS, {"name": "internal"}]
+    accepted = parent(("True", "Accepted", ""))
+    model, plan = plan_with(make_body, route(2, accepted), gateways)
+    condition = route_acceptance(model, plan)
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("Unknown", "RoutePending")
+    assert "ml/internal" in condition.message
+
+
+def test_no_condition_without_a_route(make_body: Body) -> None:
+    model = parse_inference_model(make_body())
+    plan = plan_routing(model, [], PreviousTraffic(), grpc_route_served=True, now=NOW)
+    assert route_acceptance(model, plan) is None
+
+
+def test_a_refused_route_makes_the_model_degraded(make_body: Body) -> None:
+    model, plan = plan_with(make_body, route(2, parent(("False", "NoMatchingParent", ""))))
+    base = {
+        "conditions": [
+            {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": ""},
+            {"type": "Progressing", "status": "False", "reason": "RolloutComplete", "message": ""},
+        ]
+    }
+    status = add_traffic_status(base, model, plan, previous_conditions=[], now=NOW)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == ("True", "RouteNotAccepted")
+    assert conditions[ROUTE_ACCEPTED]["status"] == "False"
+    assert "NoMatchingParent" in conditions["Degraded"]["message"]
+
+
+def test_events_when_the_route_is_refused_and_accepted_again() -> None:
+    refused = Condition(ROUTE_ACCEPTED, "False", "RouteNotAccepted", "gateway infra/public did not accept")
+    accepted = Condition(ROUTE_ACCEPTED, "True", "RouteAccepted", "accepted by infra/public")
+    pending = Condition(ROUTE_ACCEPTED, "Unknown", "RoutePending", "waiting")
+    before_refused = [{"type": ROUTE_ACCEPTED, "status": "False", "reason": "RouteNotAccepted"}]
+    before_accepted = [{"type": ROUTE_ACCEPTED, "status": "True", "reason": "RouteAccepted"}]
+    (warning,) = route_events(before_accepted, refused)
+    assert (warning.type, warning.reason, warning.message) == ("Warning", "RouteNotAccepted", refused.message)
+    assert route_events(before_refused, refused) == []  # told once
+    (normal,) = route_events(before_refused, accepted)
+    assert (normal.type, normal.reason) == ("Normal", "RouteAccepted")
+    assert route_events([], accepted) == []
+    assert route_events(before_accepted, pending) == []
+    assert route_events([], None) == []
