@@ -103,8 +103,9 @@ def namespace(kube: Kubectl, crd: dict[str, Any], request: pytest.FixtureRequest
 
 @pytest.fixture
 def claims(kube: Kubectl, namespace: str) -> list[str]:
-    """The claims the examples' modelUris name ("models", "fraud-models"), Bound."""
-    names = ["models", "fraud-models"]
+    """The claims the examples mount (modelUris: "models", "fraud-models"; gpu.yaml's TensorRT engine cache:
+    "ernie-trt-cache"), Bound."""
+    names = ["models", "fraud-models", "ernie-trt-cache"]
     create_model_claims(kube, namespace, names)
     return names
 

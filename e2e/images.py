@@ -98,13 +98,15 @@ def pod_run_flags(
     *,
     claim_roots: Mapping[str, Path] | None = None,
     published: Mapping[int, int] | None = None,
+    fields: Mapping[str, str] | None = None,
 ) -> list[str]:
     """`podman run` flags for a pod's only container, mechanically:
     - the pod's runAsUser/runAsGroup -> --user; readOnlyRootFilesystem -> --read-only; allowPrivilegeEscalation
       false -> no-new-privileges; capabilities.drop -> --cap-drop (seccomp RuntimeDefault is podman's default);
     - an emptyDir -> a tmpfs at its mountPath (writable, exec, like the kubelet's directory); a
       PersistentVolumeClaim -> its root in `claim_roots` (plus subPath), bind-mounted read-only when the mount is;
-    - env -> -e, unchanged; command -> --entrypoint (the image's PATH finds it), args follow the image;
+    - env -> -e, unchanged (a fieldRef from `fields`); command -> --entrypoint (the image's PATH finds it), args
+      follow the image;
     - each containerPort -> published on 127.0.0.1 at `published[port]`, in podman's own network namespace; with
       `published` None, the host's network (the container then reaches a control plane on 127.0.0.1).
     Anything else (Secrets, other volume kinds) raises: this test does not pretend to map it."""
@@ -129,7 +131,10 @@ def pod_run_flags(
         else:
             raise ValueError(f"volume {mount['name']}: only emptyDir and persistentVolumeClaim are mapped here")
     for variable in container.get("env", []):
-        flags += ["--env", f"{variable['name']}={variable['value']}"]
+        # The downward API (valueFrom.fieldRef) from `fields` (fieldPath -> value), as the kubelet fills it in.
+        field = variable.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        value = variable["value"] if field is None else (fields or {})[field]
+        flags += ["--env", f"{variable['name']}={value}"]
     if published is None:
         flags += ["--network", "host"]
     else:

@@ -235,7 +235,7 @@ def test_operator_image_runs_as_the_chart_deploys_it_and_brings_a_model_to_ready
     ]
     assert sum(a != b for a, b in zip(args, spec["args"], strict=True)) == 1, spec["args"]
     assert f"--namespace={namespace}" in args
-    flags = pod_run_flags(pod)
+    flags = pod_run_flags(pod, fields={"metadata.namespace": namespace})
     assert "--read-only" in flags
     assert "1000:1000" in flags
 

@@ -73,12 +73,14 @@ def test_the_helm_installed_operator_pod_serves_a_model_on_the_real_node(
     released: tuple[str, Path], kube: Kubectl, real_node: RealNode
 ) -> None:
     namespace, models = released
-    (pod,) = kube.items("pod", namespace, "app.kubernetes.io/component=operator")
-    assert pod["spec"]["nodeName"] == NODE_NAME
-    assert pod["spec"]["serviceAccountName"] == RELEASE
-    (status,) = pod["status"]["containerStatuses"]
-    assert status["containerID"].startswith("containerd://")
-    assert status["image"].endswith(Images.from_script().operator)
+    pods = kube.items("pod", namespace, "app.kubernetes.io/component=operator")
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]  # the chart's default: a leader and a standby
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == NODE_NAME
+        assert pod["spec"]["serviceAccountName"] == RELEASE
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["containerID"].startswith("containerd://")
+        assert status["image"].endswith(Images.from_script().operator)
     assert kube.get("endpointslice", "kubernetes", "-n", "default")["endpoints"][0]["addresses"] == [
         real_node.network.node_ip
     ]
@@ -102,7 +104,7 @@ def test_the_helm_installed_operator_pod_serves_a_model_on_the_real_node(
             return None
 
     assert eventually(answer, timeout=30, interval=0.5, what=f"an answer from {cluster_ip}") == "v1"
-    operator_log = real_node.container_log(namespace, pod["metadata"]["name"], "operator")
+    operator_log = "\n".join(real_node.container_log(namespace, p["metadata"]["name"], "operator") for p in pods)
     forbidden = [line for line in operator_log.splitlines() if " 403" in line or "forbidden" in line.lower()]
     assert forbidden == [], forbidden[:5]
     stored = kube.get("inferencemodel", MODEL, "-n", namespace)

@@ -14,8 +14,15 @@ from e2e.faults import AuditLog, Request, count_by_verb_and_resource
 from e2e.harness import OperatorProcess, load_example, wait_model_ready
 
 # A reconcile in steady state: GET the model, GET its claim, LIST its Deployments, Services and NetworkPolicies,
-# 4 server-side applies (their answers carry the Deployment's status: no second list), LIST its Pods.
-REQUESTS_PER_RECONCILE = 9
+# 4 server-side applies (their answers carry the Deployment's status: no second list), LIST its Pods: 10.
+REQUESTS_PER_RECONCILE = 10
+# Where the Gateway API is served (other tests of the session may have installed its CRDs), a reconcile also lists
+# the model's GRPCRoutes (a route left from Gateway mode is pruned), and where BackendTLSPolicy is served too, its
+# BackendTLSPolicies and CA ConfigMaps: by CRD, the lists it adds.
+GATEWAY_LISTS = {
+    "grpcroutes.gateway.networking.k8s.io": ("grpcroutes",),
+    "backendtlspolicies.gateway.networking.k8s.io": ("backendtlspolicies", "configmaps"),
+}
 # Besides reconciles: the ownership lookups of a new model's 4 names (once), a status patch per change, an Event
 # per transition, and the FailedScheduling list while a pod is Pending.
 ONCE_PER_MODEL = 4
@@ -79,7 +86,12 @@ def test_one_model_costs_a_bounded_number_of_requests_and_an_idle_operator_none(
     status_writes = by.get(("patch", "inferencemodels/status"), 0)
     events = by.get(("create", "events"), 0)
     assert status_writes <= reconciles
-    bound = REQUESTS_PER_RECONCILE * reconciles + ONCE_PER_MODEL + status_writes + events + reconciles
+    served = [crd for crd in GATEWAY_LISTS if kube.get_or_none("crd", crd, "default") is not None]
+    gateway_lists = [resource for crd in served for resource in GATEWAY_LISTS[crd]]
+    for resource in gateway_lists:  # listed once per reconcile, like the Deployments
+        assert by.get(("list", resource), 0) == reconciles, (resource, by)
+    per_reconcile = REQUESTS_PER_RECONCILE + len(gateway_lists)
+    bound = per_reconcile * reconciles + ONCE_PER_MODEL + status_writes + events + reconciles
     assert len(requests) <= bound, by
 
     # Idle: no resync due, nothing changed. Not one request besides the watches.

@@ -44,7 +44,7 @@ from e2e.harness import OPERATOR, create_model_claims, free_port, install_crd
 STATE_DIR = REPO / ".cache" / "up"
 CLUSTER_NAME = "skiff-up"
 NAMESPACE = "default"
-CLAIMS = ["models", "fraud-models"]  # the claims manifests/examples/*.yaml mount
+CLAIMS = ["models", "fraud-models", "ernie-trt-cache"]  # the claims manifests/examples/*.yaml mount
 OPERATOR_ARGS = ("run", "--all-namespaces", "--standalone")
 CANARY_PATCH = '{"spec":{"traffic":[{"version":"v1","percent":50},{"version":"v2","percent":50}]}}'
 GATEWAY = "public"  # in NAMESPACE, accepting routes from every namespace; Traefik serves it on 127.0.0.1

@@ -131,10 +131,11 @@ class Kube:
         name = manifest["metadata"]["name"]
         options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY_CONTENT_TYPE}
         async with _translated_errors(manifest["kind"], name):
-            stored: dict[str, Any] = await self._custom.patch_namespaced_custom_object(
+            stored: dict[str, Any] | None = await self._custom.patch_namespaced_custom_object(
                 group, version, manifest["metadata"]["namespace"], plural, name, dict(manifest), **options
             )
-        return stored
+        # The generated client maps only 200 to a body for custom objects: an apply that creates (201) returns None.
+        return stored if isinstance(stored, dict) else dict(manifest)
 
     async def read_secret(self, namespace: str, name: str) -> StoredSecret | None:
         """A Secret's data (decoded), type and controller; None when it does not exist. Callers never log or
@@ -308,7 +309,7 @@ class Kube:
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
         versions_by_label = {names.fit_name(v.name): v.name for v in model.spec.versions}
         serialize = self._api.sanitize_for_serialization
-        deployments = [item for item in applied if item.get("kind") == "Deployment"]
+        deployments = [item for item in applied if isinstance(item, Mapping) and item.get("kind") == "Deployment"]
         async with _translated_errors("Deployment", selector):
             if not deployments_cover(deployments, versions_by_label):
                 listed = await self._apps.list_namespaced_deployment(namespace, label_selector=selector)
