@@ -186,11 +186,13 @@ def count_split(kube: Kubectl, target: str, split: tuple[int, int], step: Steps)
     )
 
     def applied() -> bool:
-        """Traefik reads the route a moment after the status says it: 20 requests (one connection, weighted round
-        robin) give v1 within 15 points of its share once it has."""
+        """Traefik reads the route (and a new version's endpoints) a moment after the status says it: 20 requests
+        (one connection, weighted round robin) give v1 within 15 points of its share, and reach exactly the
+        versions with a share, once it has (a 90/10 answered only by v1 is Traefik without v2 yet)."""
         with contextlib.suppress(Exception):  # no answer yet: Traefik is updating
             sample = answers_per_version(target, CANARY, clients=1, requests=20)
-            return abs(sample["v1"] * 5 - split[0]) <= 15 and (split[0] > 0 or sample["v1"] == 0)
+            reached = all((sample[v] > 0) == (share > 0) for v, share in zip(("v1", "v2"), split, strict=True))
+            return abs(sample["v1"] * 5 - split[0]) <= 15 and reached
         return False
 
     eventually(applied, timeout=60, interval=0.5, what=f"the gateway to apply {wanted}")
