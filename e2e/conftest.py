@@ -20,9 +20,11 @@ import yaml
 from e2e.cluster import (
     BUILD_HINT,
     Kubectl,
+    LocalControlPlane,
     cluster,
     controlplane_built,
     eventually,
+    local_control_plane,
     missing_simulated_nodes,
     user_kubeconfig,
 )
@@ -99,6 +101,16 @@ def namespace(kube: Kubectl, crd: dict[str, Any], request: pytest.FixtureRequest
     yield name
     kube.run("delete", "namespace", name, "--wait=false", "--ignore-not-found")
     kube.run("delete", "persistentvolume", "-l", f"skiff.dev/e2e-namespace={name}", "--wait=false")
+
+
+@pytest.fixture
+def plane(kube: Kubectl) -> LocalControlPlane:
+    """The local control plane this session started: its audit log and its API server process (tests that count
+    requests or kill the API server need one)."""
+    found = local_control_plane(kube)
+    if found is None:
+        pytest.fail("this test needs the local control plane's audit log and processes (unset SKIFF_E2E_KUBECONFIG)")
+    return found
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Kubectl, LocalControlPlane, eventually, local_control_plane
+from e2e.cluster import Kubectl, LocalControlPlane, eventually
 from e2e.faults import (
     AdmissionFaults,
     AuditLog,
@@ -35,15 +35,6 @@ READY_BOUND_S = 240  # measured 67 s on 2 shared cores (other engineers' tests r
 IDLE_WINDOW_S = 60
 RESYNC_S = 60  # the operator's documented default (--resync-seconds)
 REQUESTS_PER_RECONCILE = 11  # 10: GET model, claim; LIST Deployments, Services, NetworkPolicies, Pods; 4 applies
-
-
-@pytest.fixture
-def plane(kube: Kubectl) -> LocalControlPlane:
-    """The local control plane: killing its API server or reading its audit log needs one started here."""
-    found = local_control_plane(kube)
-    if found is None:
-        pytest.fail("fault tests need the local control plane (unset SKIFF_E2E_KUBECONFIG)")
-    return found
 
 
 def _alive(operator: OperatorProcess) -> None:

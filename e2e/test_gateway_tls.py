@@ -19,8 +19,6 @@ from __future__ import annotations
 import datetime
 import json
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,12 +31,13 @@ import numpy as np
 import pytest
 
 from e2e.cluster import Kubectl, eventually
-from e2e.conftest import RESTRICTED
 from e2e.gateway import LISTENER, Traefik, gateway_manifests, install_gateway_api
 from e2e.harness import OperatorProcess, condition, free_port, secret_data, wait_model_ready
 from e2e.images import Images
 from e2e.node import RealNode
+from e2e.real_models import create_real_namespace, delete_real_namespace
 from e2e.test_real_node import INPUT, real_model
+from e2e.traffic import write_sample_model
 from skiff_operator import certs
 from skiff_operator.render import contract
 from skiff_runtime.client import SkiffClient
@@ -63,43 +62,6 @@ class Setup:
     scratch: Path
     applied_at: float  # time.monotonic() when the InferenceModels were applied
     first_answers: dict[str, float] = field(default_factory=dict)  # model -> seconds from apply to first answer
-
-
-def models_volume(kube: Kubectl, real_node: RealNode, namespace: str) -> None:
-    """A sample model on a hostPath PersistentVolume the node can mount, claimed as "models" in `namespace`."""
-    models = real_node.shared_dir(namespace)
-    sample = models / "sample-cnn" / "v1"
-    subprocess.run([sys.executable, "-m", "skiff_runtime.samples", "conv", str(sample)], check=True, timeout=300)
-    volume = f"{namespace}-models"
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume, "labels": {"skiff.dev/e2e-namespace": namespace}},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "persistentVolumeReclaimPolicy": "Retain",
-                "hostPath": {"path": str(models), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": "models"},
-            },
-        }
-    )
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "models", "namespace": namespace},
-            "spec": {
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "volumeName": volume,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        }
-    )
-    kube.run("wait", "--for=jsonpath={.status.phase}=Bound", "pvc/models", "-n", namespace, "--timeout=60s")
 
 
 def authority(model: str) -> str:
@@ -139,15 +101,7 @@ def setup(
     real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Setup]:
     namespace = f"e2e-gateway-tls-{uuid.uuid4().hex[:6]}"
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": namespace, "labels": {RESTRICTED: "restricted", "skiff.dev/e2e": "true"}},
-        }
-    )
-    eventually(lambda: kube.get_or_none("serviceaccount", "default", namespace), timeout=60, what="serviceaccount")
-    models_volume(kube, real_node, namespace)
+    write_sample_model(create_real_namespace(kube, real_node, namespace) / "sample-cnn" / "v1")
     install_gateway_api(kube)  # before the operator starts: it reads which Gateway API CRDs are served
     scratch = tmp_path_factory.mktemp("gateway-tls")
     port = free_port()
@@ -172,8 +126,7 @@ def setup(
             print(
                 f"---- {model} runtime log ----\n{real_node.container_log(namespace, f'{model}-*', 'runtime')[-3000:]}"
             )
-        kube.run("delete", "namespace", namespace, "--wait=false", "--ignore-not-found")
-        kube.run("delete", "persistentvolume", f"{namespace}-models", "--wait=false", "--ignore-not-found")
+        delete_real_namespace(kube, namespace)
 
 
 def client(target: str, authority: str | None = None, ca_file: Path | None = None, server_name: str | None = None) -> (

@@ -9,9 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from e2e.cluster import Kubectl, LocalControlPlane, eventually, local_control_plane
+from e2e.cluster import Kubectl, LocalControlPlane, eventually
 from e2e.faults import AuditLog, count_by_verb_and_resource
 from e2e.harness import OperatorProcess
 
@@ -19,14 +17,6 @@ MODELS = 5
 LEASE = "skiff-e2e"
 TAKEOVER_BOUND_S = 15  # lease duration 10 s + one retry period (2 s), with room for a loaded machine
 FINISH_BOUND_S = 15  # from the takeover to every model Ready
-
-
-@pytest.fixture
-def plane(kube: Kubectl) -> LocalControlPlane:
-    found = local_control_plane(kube)
-    if found is None:
-        pytest.fail("the leader election test reads the local control plane's audit log (unset SKIFF_E2E_KUBECONFIG)")
-    return found
 
 
 def _model(namespace: str, index: int) -> dict[str, Any]:

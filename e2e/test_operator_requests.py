@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import Kubectl, LocalControlPlane, local_control_plane
+from e2e.cluster import Kubectl, LocalControlPlane
 from e2e.faults import AuditLog, Request, count_by_verb_and_resource
 from e2e.harness import OperatorProcess, load_example, wait_model_ready
 
@@ -28,14 +28,6 @@ GATEWAY_LISTS = {
 ONCE_PER_MODEL = 4
 RECONCILES_UNTIL_READY = 4  # measured 2: the create, then the pod's readiness (its events coalesced)
 IDLE_S = 20
-
-
-@pytest.fixture
-def plane(kube: Kubectl) -> LocalControlPlane:
-    found = local_control_plane(kube)
-    if found is None:
-        pytest.fail("request counts need the local control plane's audit log (unset SKIFF_E2E_KUBECONFIG)")
-    return found
 
 
 @pytest.fixture
