@@ -309,7 +309,7 @@ class Kube:
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
         versions_by_label = {names.fit_name(v.name): v.name for v in model.spec.versions}
         serialize = self._api.sanitize_for_serialization
-        deployments = [item for item in applied if isinstance(item, Mapping) and item.get("kind") == "Deployment"]
+        deployments = [item for item in applied if item.get("kind") == "Deployment"]
         async with _translated_errors("Deployment", selector):
             if not deployments_cover(deployments, versions_by_label):
                 listed = await self._apps.list_namespaced_deployment(namespace, label_selector=selector)
