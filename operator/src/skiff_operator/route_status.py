@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skiff_operator.routing import GRPC_ROUTE_KIND, GatewayCondition, Mode, ParentState, RouteState, RoutingPlan
+from skiff_operator.routing import GRPC_ROUTE_KIND, GatewayCondition, ParentState, RouteState, RoutingPlan, route_name
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import Condition, StatusEvent
 
@@ -82,10 +82,9 @@ def route_acceptance(model: InferenceModel, plan: RoutingPlan) -> Condition | No
     """RouteAccepted in Gateway mode: True once every gateway the model names accepted the current route and
     resolved its backends; False with the gateway's reason and what to do when one refused; Unknown while one has
     not reported (on this generation). None when no route is rendered."""
-    route = next((m for m in plan.manifests if m["kind"] == GRPC_ROUTE_KIND), None)
-    if plan.choice.mode is not Mode.GATEWAY or route is None:
+    name = route_name(model, plan)
+    if name is None:
         return None
-    name = route["metadata"]["name"]
     owned = next((c for c in plan.owned if c.kind == GRPC_ROUTE_KIND and c.name == name), None)
     state = owned.route if owned is not None and owned.route is not None else RouteState(0)
     namespace = model.ref.namespace

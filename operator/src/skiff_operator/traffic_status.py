@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skiff_operator.route_status import route_acceptance
-from skiff_operator.routing import GRPC_ROUTE_KIND, Mode, OwnedChild, PreviousTraffic, RoutingPlan, service_targets
+from skiff_operator.routing import Mode, OwnedChild, PreviousTraffic, RoutingPlan, route_name, service_targets
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import DEGRADED, PROGRESSING, Condition, Reason, StatusEvent, render_conditions
 from skiff_operator.traffic import TOTAL, HoldReason, largest_remainder
@@ -108,9 +108,8 @@ def render_traffic_status(model: InferenceModel, plan: RoutingPlan) -> dict[str,
         "route": None,  # status is merge-patched: None removes a route left from Gateway mode
         "podSplit": format_split(given, split_names(model, plan)) if service_mode else None,
     }
-    route = next((m for m in plan.manifests if m["kind"] == GRPC_ROUTE_KIND), None)
-    if plan.choice.mode is Mode.GATEWAY and route is not None:
-        status["route"] = route["metadata"]["name"]
+    if plan.routes:
+        status["route"] = route_name(model, plan)
     return status
 
 

@@ -1,4 +1,5 @@
-"""Every example CR renders to the committed manifests in operator/tests/golden/ (SKIFF_UPDATE_GOLDEN=1 rewrites)."""
+"""Every example CR renders, through the function production applies from (manifests.render_all on its first
+reconcile's plan), to the committed manifests in operator/tests/golden/ (SKIFF_UPDATE_GOLDEN=1 rewrites)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skiff_operator.render import render_manifests
+from skiff_operator.manifests import render_all
 from skiff_operator.spec import parse_inference_model
+from tests.conftest import first_plan
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parents[1]
@@ -22,7 +24,7 @@ def render_example(path: Path) -> str:
     body = yaml.safe_load(path.read_text())
     body["metadata"]["uid"] = FAKE_UID
     body["metadata"]["generation"] = 1
-    manifests = render_manifests(parse_inference_model(body))
+    manifests = render_all(first_plan(parse_inference_model(body)))
     header = f"# Rendered from manifests/examples/{path.name}; regenerate with SKIFF_UPDATE_GOLDEN=1.\n"
     return header + yaml.safe_dump_all(manifests, sort_keys=False, default_flow_style=False)
 

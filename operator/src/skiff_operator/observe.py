@@ -1,0 +1,85 @@
+"""The observe step of a reconcile: one read of everything the plan depends on, gathered into `Observed`."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
+
+from skiff_operator.auth import check_auth
+from skiff_operator.certs import CA_CERT_KEY
+from skiff_operator.errors import ApplyRejected
+from skiff_operator.plan import Observed
+from skiff_operator.prometheus import MetricsScrape
+from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_CRD
+from skiff_operator.rollout import stable_versions
+from skiff_operator.routing import GRPC_ROUTE_CRD, Mode, RoutingCluster, choose_mode
+from skiff_operator.spec import InferenceModel, TLSMode
+from skiff_operator.status import Problem, Reason
+from skiff_operator.tls import TLSCluster, TLSState, reconcile_tls
+
+
+class ObserveCluster(TLSCluster, RoutingCluster, Protocol):
+    """The reads observe makes (kube.Kube in production, a fake in tests)."""
+
+    operator_namespace: str | None  # the operator's own namespace, which scrapes metrics for spec.rollout
+
+    async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]: ...
+
+    async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape: ...
+
+
+async def observe(
+    model: InferenceModel, status: Mapping[str, Any] | None, cluster: ObserveCluster, now: datetime.datetime
+) -> Observed:
+    """Reads, in order, stopping at the first thing that holds the model back (`Observed.blocker`):
+    the TLS step (which also writes the certificate Secrets the pods mount: see skiff_operator.tls), spec.auth's
+    Secret, the claims, the rollout's metrics, whether the Gateway API kinds are served, the owned children and,
+    for a gateway that must verify the pods, the CA the TLS step left in the Secret."""
+    try:
+        tls = await reconcile_tls(model, cluster, now)
+    except ApplyRejected as error:
+        return Observed(None, status, Problem(Reason.APPLY_FAILED, str(error)))
+    # While the Secret is missing or bad, the Deployments stay as they are: the pods mount it.
+    if tls.problem is not None:
+        return Observed(tls, status, tls.problem)
+    auth_problem = await check_auth(model, cluster)
+    if auth_problem is not None:
+        return Observed(tls, status, auth_problem)
+    missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
+    try:
+        return await _observe_children(model, status, tls, missing, cluster)
+    except ApplyRejected as error:  # e.g. no RBAC to list pods, read CRDs or list children: say so, do not loop
+        return Observed(tls, status, Problem(Reason.APPLY_FAILED, str(error)))
+
+
+async def _observe_children(
+    model: InferenceModel,
+    status: Mapping[str, Any] | None,
+    tls: TLSState,
+    missing: frozenset[str],
+    cluster: ObserveCluster,
+) -> Observed:
+    rollout = model.spec.rollout
+    scrape = None
+    if rollout is not None:
+        scrape = await cluster.scrape_metrics(model, {rollout.candidate, *stable_versions(rollout, model.spec.traffic)})
+    served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
+    backend_tls = served and await cluster.crd_serves(BACKEND_TLS_POLICY_CRD, "v1")
+    owned = await cluster.list_owned(model, routes=served, backend_tls=backend_tls)
+    ca_bundle = None
+    gateway = choose_mode(model.spec.routing, served).mode is Mode.GATEWAY
+    if backend_tls and gateway and tls.mode is not TLSMode.DISABLED and tls.secret_name:
+        secret = await cluster.read_secret(model.ref.namespace, tls.secret_name)  # after the TLS step wrote it
+        ca_bundle = secret.data.get(CA_CERT_KEY) if secret is not None else None
+    return Observed(
+        tls,
+        status,
+        missing_claims=missing,
+        grpc_route_served=served,
+        backend_tls_served=backend_tls,
+        owned=owned,
+        ca_bundle=ca_bundle,
+        scrape=scrape,
+        operator_namespace=cluster.operator_namespace,
+    )
