@@ -41,6 +41,8 @@ class Outcome:
     # Set when an apply failed: the status above says so (Ready=False, the server's message) and the caller
     # tries again after this many seconds, with the same status written first.
     retry_after_s: float | None = None
+    # A version became ready during the pass: reconcile() runs a second pass at once (summary.traffic_lags_readiness).
+    traffic_lags_readiness: bool = False
 
 
 # A refused apply (quota exceeded, denied by an admission policy) may succeed once someone changes the quota or
@@ -56,23 +58,11 @@ async def reconcile(body: Mapping[str, Any], cluster: Cluster, now: datetime.dat
     at once: otherwise status would say Ready while no traffic reaches it until the next watch event.
     """
     outcome = await _reconcile_once(body, cluster, now)
-    if outcome.retry_after_s is not None or not traffic_lags_readiness(outcome.status):
+    if outcome.retry_after_s is not None or not outcome.traffic_lags_readiness:
         return outcome
     second = await _reconcile_once({**body, "status": outcome.status}, cluster, now)
     return dataclasses.replace(
         second, events=(*outcome.events, *second.events), applied=(*outcome.applied, *second.applied)
-    )
-
-
-def traffic_lags_readiness(status: Mapping[str, Any]) -> bool:
-    """A version wants traffic and has ready pods, yet the split applied in this pass gave it none."""
-    ready = {v.get("name"): int(v.get("readyReplicas") or 0) for v in status.get("versions") or []}
-    traffic = status.get("traffic") or {}
-    return any(
-        int(v.get("desiredPercent") or 0) > 0
-        and int(v.get("appliedPercent") or 0) == 0
-        and ready.get(v.get("name"), 0) > 0
-        for v in traffic.get("versions") or []
     )
 
 
@@ -116,7 +106,12 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
     )
     summary = summarize(plan, children, applied.deleted, previous, now)  # 5. pure
     names_applied = tuple(f"{m['kind']}/{m['metadata']['name']}" for m in manifests)
-    return Outcome(summary.status, summary.events, (*_tls_applied(tls), *names_applied))
+    return Outcome(
+        summary.status,
+        summary.events,
+        (*_tls_applied(tls), *names_applied),
+        traffic_lags_readiness=summary.traffic_lags_readiness,
+    )
 
 
 @dataclass(frozen=True)

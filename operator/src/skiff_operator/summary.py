@@ -15,8 +15,10 @@ from skiff_operator.status import (
     ChildStates,
     Problem,
     StatusEvent,
+    VersionSummary,
     summarize_blocked,
     summarize_status,
+    summarize_versions,
     transition_events,
 )
 from skiff_operator.tls import TLSState, render_tls_status
@@ -29,6 +31,8 @@ class Summary:
 
     status: dict[str, Any]
     events: tuple[StatusEvent, ...]
+    # A version became ready during the pass (after the split was decided): route to it now, not at the next event.
+    traffic_lags_readiness: bool = False
 
 
 def summarize(
@@ -53,7 +57,18 @@ def summarize(
     ]
     told = {event.reason for event in events}  # a refused route may have made Degraded's Event already
     events += [e for e in route_events(conditions, route_acceptance(model, plan.routing)) if e.reason not in told]
-    return _with_tls(Summary(status, tuple(events)), plan.tls)
+    lags = traffic_lags_readiness(plan, summarize_versions(plan.running, children))
+    return _with_tls(Summary(status, tuple(events), lags), plan.tls)
+
+
+def traffic_lags_readiness(plan: Plan, versions: Sequence[VersionSummary]) -> bool:
+    """A version wants traffic and has ready pods now, yet the split applied in this pass gave it none."""
+    ready = {v.name: v.ready for v in versions}
+    applied = plan.routing.decision.applied
+    return any(
+        entry.desired > 0 and applied.get(entry.name, 0) == 0 and ready.get(entry.name, 0) > 0
+        for entry in plan.routing.inputs
+    )
 
 
 def summarize_problem(
@@ -76,4 +91,5 @@ def _with_tls(summary: Summary, tls: TLSState | None) -> Summary:
     """Adds `.status.tls` and the certificate Events (first), once the TLS step ran."""
     if tls is None:
         return summary
-    return Summary({**summary.status, "tls": render_tls_status(tls)}, (*tls.events, *summary.events))
+    status = {**summary.status, "tls": render_tls_status(tls)}
+    return Summary(status, (*tls.events, *summary.events), summary.traffic_lags_readiness)
