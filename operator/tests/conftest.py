@@ -14,7 +14,7 @@ import yaml
 from skiff_operator.plan import Observed, Plan, make_plan
 from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.spec import InferenceModel
-from skiff_operator.tls import TLSState
+from skiff_operator.tls import TLSObserved
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / "skiff.dev_inferencemodels.yaml"
@@ -78,11 +78,13 @@ def make_body() -> Callable[..., dict[str, Any]]:
 
 def first_plan(model: InferenceModel, now: datetime.datetime = FIRST_PASS) -> Plan:
     """The plan of a model's first reconcile, as the operator installed by manifests/install.yaml makes it on a
-    cluster without the Gateway API: nothing of the model exists yet, the Secrets TLS needs are in place, and a
+    cluster without the Gateway API: nothing of the model exists yet (SelfSigned TLS issues its Secrets), and a
     rollout's first scrape finds no pods."""
     observed = Observed(
-        TLSState(model.spec.tls.mode),
+        TLSObserved(),
         scrape=MetricsScrape() if model.spec.rollout is not None else None,
         operator_namespace=OPERATOR_NAMESPACE,
     )
-    return make_plan(model, observed, now)
+    plan = make_plan(model, observed, now)
+    assert isinstance(plan, Plan), plan
+    return plan

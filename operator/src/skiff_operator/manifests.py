@@ -5,22 +5,32 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from skiff_operator.plan import Plan
+from skiff_operator.plan import Held, Plan
 from skiff_operator.render.backend_tls import render_backend_ca_config_map, render_backend_tls_policies
 from skiff_operator.render.deployment import render_deployment
 from skiff_operator.render.network_policy import render_network_policy
 from skiff_operator.render.route import ParentGateway, render_grpc_route
 from skiff_operator.render.service import render_model_service, render_version_service
-from skiff_operator.routing import Mode, RoutingPlan
+from skiff_operator.render.tls import CERTIFICATE_KIND
+from skiff_operator.routing import GRPC_ROUTE_KIND, Mode, RoutingPlan
 from skiff_operator.spec import InferenceModel
 
+# Applied before the rest (the pods mount the Secrets; cert-manager writes one from the Certificate), and checked
+# for ownership by skiff_operator.tls against what it read.
+FIRST_KINDS = frozenset({"Secret", CERTIFICATE_KIND})
+# Applied after the rest: a GRPCRoute may send traffic only once what it points at exists.
+LAST_KINDS = frozenset({GRPC_ROUTE_KIND})
 
-def render_all(plan: Plan) -> list[dict[str, Any]]:
-    """Per version its Deployment (unless its claim is missing: then whatever runs now stays) and Service, then
-    the CA ConfigMap and BackendTLSPolicies (Gateway mode with TLS), the model Service, the GRPCRoute (Gateway
-    mode), and the NetworkPolicy (unless turned off). The GRPCRoute is applied last (skiff_operator.reconcile)."""
+
+def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
+    """The TLS step's Secrets or Certificate (SelfSigned: only those that must change), then per version its
+    Deployment (unless its claim is missing: then whatever runs now stays) and Service, the CA ConfigMap and
+    BackendTLSPolicies (Gateway mode with TLS), the model Service, the GRPCRoute (Gateway mode), and the
+    NetworkPolicy (unless turned off). A held plan renders the TLS step's objects only."""
+    if isinstance(plan, Held):
+        return list(plan.tls.manifests) if plan.tls is not None else []
     running = plan.running
-    manifests: list[dict[str, Any]] = []
+    manifests: list[dict[str, Any]] = list(plan.tls.manifests)
     for version in running.spec.versions:
         # Without its volume a pod would sit in ContainerCreating; keep whatever runs now and report instead.
         if version.model_uri.claim not in plan.missing_claims:

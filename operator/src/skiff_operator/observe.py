@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from skiff_operator.auth import check_auth
-from skiff_operator.certs import CA_CERT_KEY
 from skiff_operator.errors import ApplyRejected
 from skiff_operator.plan import Observed
 from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_CRD
 from skiff_operator.rollout import stable_versions
-from skiff_operator.routing import GRPC_ROUTE_CRD, Mode, RoutingCluster, choose_mode
-from skiff_operator.spec import InferenceModel, TLSMode
+from skiff_operator.routing import GRPC_ROUTE_CRD, RoutingCluster
+from skiff_operator.spec import InferenceModel
 from skiff_operator.status import Problem, Reason
-from skiff_operator.tls import TLSCluster, TLSState, reconcile_tls
+from skiff_operator.tls import TLSCluster, TLSObserved, observe_tls
 
 
 class ObserveCluster(TLSCluster, RoutingCluster, Protocol):
@@ -29,20 +27,14 @@ class ObserveCluster(TLSCluster, RoutingCluster, Protocol):
     async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape: ...
 
 
-async def observe(
-    model: InferenceModel, status: Mapping[str, Any] | None, cluster: ObserveCluster, now: datetime.datetime
-) -> Observed:
-    """Reads, in order, stopping at the first thing that holds the model back (`Observed.blocker`):
-    the TLS step (which also writes the certificate Secrets the pods mount: see skiff_operator.tls), spec.auth's
-    Secret, the claims, the rollout's metrics, whether the Gateway API kinds are served, the owned children and,
-    for a gateway that must verify the pods, the CA the TLS step left in the Secret."""
+async def observe(model: InferenceModel, status: Mapping[str, Any] | None, cluster: ObserveCluster) -> Observed:
+    """Reads, in order, stopping at the first thing that holds the model back (`Observed.blocker`): the Secrets
+    (and Certificate) spec.tls uses, spec.auth's Secret, the claims, the rollout's metrics, whether the Gateway
+    API kinds are served, and the owned children. Writes nothing."""
     try:
-        tls = await reconcile_tls(model, cluster, now)
+        tls = await observe_tls(model, cluster)
     except ApplyRejected as error:
         return Observed(None, status, Problem(Reason.APPLY_FAILED, str(error)))
-    # While the Secret is missing or bad, the Deployments stay as they are: the pods mount it.
-    if tls.problem is not None:
-        return Observed(tls, status, tls.problem)
     auth_problem = await check_auth(model, cluster)
     if auth_problem is not None:
         return Observed(tls, status, auth_problem)
@@ -56,7 +48,7 @@ async def observe(
 async def _observe_children(
     model: InferenceModel,
     status: Mapping[str, Any] | None,
-    tls: TLSState,
+    tls: TLSObserved,
     missing: frozenset[str],
     cluster: ObserveCluster,
 ) -> Observed:
@@ -67,11 +59,6 @@ async def _observe_children(
     served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
     backend_tls = served and await cluster.crd_serves(BACKEND_TLS_POLICY_CRD, "v1")
     owned = await cluster.list_owned(model, routes=served, backend_tls=backend_tls)
-    ca_bundle = None
-    gateway = choose_mode(model.spec.routing, served).mode is Mode.GATEWAY
-    if backend_tls and gateway and tls.mode is not TLSMode.DISABLED and tls.secret_name:
-        secret = await cluster.read_secret(model.ref.namespace, tls.secret_name)  # after the TLS step wrote it
-        ca_bundle = secret.data.get(CA_CERT_KEY) if secret is not None else None
     return Observed(
         tls,
         status,
@@ -79,7 +66,6 @@ async def _observe_children(
         grpc_route_served=served,
         backend_tls_served=backend_tls,
         owned=owned,
-        ca_bundle=ca_bundle,
         scrape=scrape,
         operator_namespace=cluster.operator_namespace,
     )

@@ -19,7 +19,7 @@ from skiff_operator.routing import (
 )
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import Problem
-from skiff_operator.tls import TLSState
+from skiff_operator.tls import TLSObserved, TLSState, plan_tls
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,13 @@ class Observed:
     """Everything one reconcile read before deciding (skiff_operator.observe gathers it); no I/O after this
     but the applies, the ownership look-up of names not listed here, and the read of the children's status."""
 
-    tls: TLSState | None  # None when the TLS step itself was refused (then `blocker` says so)
+    tls: TLSObserved | None  # None when reading it was refused (then `blocker` says so)
     status: Mapping[str, Any] | None = None  # .status as the previous reconcile wrote it
-    blocker: Problem | None = None  # TLS, auth or a refused read: nothing else is planned
+    blocker: Problem | None = None  # spec.auth's Secret, or a refused read: the children are not changed
     missing_claims: frozenset[str] = frozenset()  # PersistentVolumeClaims named by spec.versions that do not exist
     grpc_route_served: bool = False
     backend_tls_served: bool = False
     owned: tuple[OwnedChild, ...] = ()  # the children, as listed by label before anything is applied
-    ca_bundle: bytes | None = None  # ca.crt of the model's TLS Secret, read when a gateway must verify the pods
     scrape: MetricsScrape | None = None  # the versions' metrics, read when spec.rollout is set
     operator_namespace: str | None = None  # the namespace that scrapes the pods' metrics for spec.rollout
 
@@ -50,15 +49,32 @@ class Plan:
     rollout: RolloutDecision | None
     missing_claims: frozenset[str]  # versions whose claim is missing keep their Deployment as it is
     policy_model: InferenceModel  # the model the NetworkPolicy is rendered from (admits the scraper)
-    tls: TLSState | None
+    tls: TLSState  # the Secret the pods mount, and the Secrets or Certificate to write first
 
     @property
     def headless_versions(self) -> bool:
         return version_services_headless(self.routing.choice.mode)
 
 
-def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime) -> Plan:
-    """Decides the rollout's step, the split, the replicas and what TLS the gateway needs. Pure."""
+@dataclass(frozen=True)
+class Held:
+    """A plan that leaves the children as they are: `problem` says why; the TLS step's writes still happen."""
+
+    problem: Problem
+    tls: TLSState | None  # None when TLS could not be read
+
+
+def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime) -> Plan | Held:
+    """Decides TLS (a problem there holds the rest: the pods mount its Secret), then the rollout's step, the
+    split, the replicas and what TLS the gateway needs. No I/O (SelfSigned issues keys: skiff_operator.tls)."""
+    if observed.tls is None:
+        assert observed.blocker is not None  # observe() sets one when TLS could not be read
+        return Held(observed.blocker, None)
+    tls = plan_tls(model, observed.tls, now)
+    if tls.problem is not None:
+        return Held(tls.problem, tls)
+    if observed.blocker is not None:
+        return Held(observed.blocker, tls)
     rollout = (
         decide_model_rollout(model, observed.status, observed.scrape, now)
         if model.spec.rollout is not None and observed.scrape is not None
@@ -66,7 +82,6 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
     )
     if rollout is not None:  # the rollout's split is the desired one now; spec.traffic is left as written
         model = with_rollout_traffic(model, rollout)
-    tls = observed.tls
     routing = plan_routing(
         model,
         observed.owned,
@@ -74,8 +89,8 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
         grpc_route_served=observed.grpc_route_served,
         now=now,
         backend_tls_served=observed.backend_tls_served,
-        ca_bundle=observed.ca_bundle,
-        certificate_names=tls.certificate.dns_names if tls is not None and tls.certificate is not None else (),
+        ca_bundle=tls.ca_bundle,
+        certificate_names=tls.certificate.dns_names if tls.certificate is not None else (),
     )
     return Plan(
         model=model,

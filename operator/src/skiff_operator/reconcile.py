@@ -11,11 +11,11 @@ from typing import Any, Protocol
 
 from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
-from skiff_operator.manifests import render_all
+from skiff_operator.manifests import FIRST_KINDS, LAST_KINDS, render_all
 from skiff_operator.observe import ObserveCluster, observe
 from skiff_operator.ownership import name_conflict_message
-from skiff_operator.plan import Plan, make_plan
-from skiff_operator.routing import GRPC_ROUTE_KIND, OwnedChild, prune, services_to_recreate
+from skiff_operator.plan import Held, Plan, make_plan
+from skiff_operator.routing import OwnedChild, prune, services_to_recreate
 from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
 from skiff_operator.status import ChildStates, Problem, Reason, StatusEvent
 from skiff_operator.summary import Summary, summarize, summarize_problem
@@ -84,17 +84,19 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
         reason = Reason(error.reason) if error.reason in known else Reason.INVALID_SPEC
         return _held(summarize_problem(generation, Problem(reason, error.message), None, previous, now))
 
-    observed = await observe(model, previous, cluster, now)  # 1. one read (and the TLS step's Secrets)
-    tls = observed.tls
-    if observed.blocker is not None:
-        return _held(summarize_problem(generation, observed.blocker, tls, previous, now), tls)
+    observed = await observe(model, previous, cluster)  # 1. one read
     plan = make_plan(model, observed, now)  # 2. pure
     manifests = render_all(plan)  # 3. pure: every manifest applied below
+    if isinstance(plan, Held):  # the children stay as they are; the TLS step's Secrets are written
+        return await _hold(generation, plan.problem, plan.tls, manifests, cluster, previous, now)
+    tls = plan.tls
     # 4. apply: ownership first (a name held by an object this model does not control is never written), then
-    # every manifest (routes last), then prune.
+    # every manifest (TLS first, routes last), then prune.
     conflict = await check_ownership(plan, manifests, cluster)
     if conflict is not None:
-        return _held(summarize_problem(generation, conflict, tls, previous, now), tls)
+        return await _hold(
+            generation, conflict, tls, [m for m in manifests if m["kind"] in FIRST_KINDS], cluster, previous, now
+        )
     try:
         applied = await apply_plan(plan, manifests, cluster)
     except ApplyRejected as error:
@@ -105,11 +107,10 @@ async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: dateti
         await cluster.read_children(model, applied.stored), missing_claims=plan.missing_claims
     )
     summary = summarize(plan, children, applied.deleted, previous, now)  # 5. pure
-    names_applied = tuple(f"{m['kind']}/{m['metadata']['name']}" for m in manifests)
     return Outcome(
         summary.status,
         summary.events,
-        (*_tls_applied(tls), *names_applied),
+        _names(manifests),
         traffic_lags_readiness=summary.traffic_lags_readiness,
     )
 
@@ -136,7 +137,8 @@ async def check_ownership(plan: Plan, manifests: Sequence[Mapping[str, Any]], cl
     label-selected list returned are the model's; only the others are looked up. A refused look-up is
     ApplyFailed (no RBAC, say so; do not crash-loop)."""
     ref = plan.model.ref
-    unknown = rendered_names(plan, manifests) - {(child.kind, child.name) for child in plan.routing.owned}
+    checked = [m for m in manifests if m["kind"] not in FIRST_KINDS]  # the TLS step checked its own
+    unknown = rendered_names(plan, checked) - {(child.kind, child.name) for child in plan.routing.owned}
     try:
         conflicts = await cluster.find_occupants(ref.namespace, ref.uid, unknown) if unknown else ()
     except ApplyRejected as error:
@@ -145,18 +147,20 @@ async def check_ownership(plan: Plan, manifests: Sequence[Mapping[str, Any]], cl
 
 
 async def apply_plan(plan: Plan, manifests: Sequence[Mapping[str, Any]], cluster: Cluster) -> Applied:
-    """Recreates the Services whose ClusterIP-or-headless changed, applies every manifest at once except the
-    GRPCRoute, which goes last (it may send traffic only once what it points at exists), and only after the new
-    split is applied prunes the children of a drained version and routes no longer rendered. What the applies
-    return saves a re-read."""
+    """Recreates the Services whose ClusterIP-or-headless changed, applies the TLS step's objects, then every
+    other manifest at once except the GRPCRoute, which goes last (it may send traffic only once what it points at
+    exists), and only after the new split is applied prunes the children of a drained version and routes no
+    longer rendered. What the applies return saves a re-read."""
     model = plan.model
     namespace = model.ref.namespace
     owned = plan.routing.owned
     for service in services_to_recreate(owned, manifests):  # clusterIP is immutable: delete, then apply
         await cluster.delete_child(namespace, service)
-    routes = [m for m in manifests if m["kind"] == GRPC_ROUTE_KIND]
-    stored = await asyncio.gather(*(cluster.apply(m) for m in manifests if m["kind"] != GRPC_ROUTE_KIND))
-    stored += await asyncio.gather(*(cluster.apply(m) for m in routes))
+    for manifest in (m for m in manifests if m["kind"] in FIRST_KINDS):  # the pods mount them: before the rest
+        await cluster.apply(manifest)
+    middle = [m for m in manifests if m["kind"] not in FIRST_KINDS | LAST_KINDS]
+    stored = await asyncio.gather(*(cluster.apply(m) for m in middle))
+    stored += await asyncio.gather(*(cluster.apply(m) for m in manifests if m["kind"] in LAST_KINDS))
     rendered = rendered_names(plan, manifests)
     deleted = prune(owned, rendered, {v.name for v in model.spec.versions}, plan.routing.keep_versions)
     for child in deleted:
@@ -164,13 +168,33 @@ async def apply_plan(plan: Plan, manifests: Sequence[Mapping[str, Any]], cluster
     return Applied(tuple(stored), tuple(deleted))
 
 
-def _held(summary: Summary, tls: TLSState | None = None) -> Outcome:
-    """The outcome of a pass that stopped before applying its plan (the TLS step's Secrets are applied)."""
-    return Outcome(summary.status, summary.events, _tls_applied(tls))
+async def _hold(
+    generation: int,
+    problem: Problem,
+    tls: TLSState | None,
+    manifests: Sequence[Mapping[str, Any]],
+    cluster: Cluster,
+    previous: Mapping[str, Any] | None,
+    now: datetime.datetime,
+) -> Outcome:
+    """A pass that leaves the children as they are: applies `manifests` (the TLS step's) and says why."""
+    try:
+        for manifest in manifests:
+            await cluster.apply(manifest)
+    except ApplyRejected as error:
+        return _apply_failed(generation, str(error), REJECTED_RETRY_S, previous, now, tls)
+    except ClusterUnavailable as error:
+        return _apply_failed(generation, str(error), error.retry_after_s, previous, now, tls)
+    return _held(summarize_problem(generation, problem, tls, previous, now), _names(manifests))
 
 
-def _tls_applied(tls: TLSState | None) -> tuple[str, ...]:
-    return tls.applied if tls is not None else ()
+def _held(summary: Summary, applied: tuple[str, ...] = ()) -> Outcome:
+    return Outcome(summary.status, summary.events, applied)
+
+
+def _names(manifests: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """ "Kind/name" of each manifest."""
+    return tuple(f"{m['kind']}/{m['metadata']['name']}" for m in manifests)
 
 
 def _apply_failed(
@@ -183,5 +207,5 @@ def _apply_failed(
 ) -> Outcome:
     """Ready=False with the API server's message, and a retry after `retry_after_s`."""
     problem = Problem(Reason.APPLY_FAILED, f"{message} (retrying in {retry_after_s:g}s)")
-    outcome = _held(summarize_problem(generation, problem, tls, previous, now), tls)
+    outcome = _held(summarize_problem(generation, problem, tls, previous, now))
     return dataclasses.replace(outcome, retry_after_s=retry_after_s)
