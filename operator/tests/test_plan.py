@@ -7,31 +7,38 @@ from typing import Any
 
 from skiff_operator.plan import Held, Observed, Plan, make_plan
 from skiff_operator.routing import Mode
-from skiff_operator.spec import parse_inference_model
+from skiff_operator.spec import TLSMode, parse_inference_model
 from skiff_operator.status import Problem, Reason
-from skiff_operator.tls import TLSObserved
+from skiff_operator.tls import TLSObserved, TLSState
 from tests.conftest import FIRST_PASS
 
 Body = Callable[..., dict[str, Any]]
-AUTH = Problem(Reason.AUTH_SECRET_MISSING, "spec.auth.tokenSecretName: Secret 'tokens' not found")
+REFUSED = Problem(Reason.APPLY_FAILED, "persistentvolumeclaims is forbidden")
 
 
 def test_a_tls_problem_holds_before_an_auth_problem(make_body: Body) -> None:
-    model = parse_inference_model(make_body(tls={"mode": "Secret", "secretName": "mine"}))
-    plan = make_plan(model, Observed(TLSObserved(), blocker=AUTH), FIRST_PASS)
+    body = make_body(tls={"mode": "Secret", "secretName": "mine"}, auth={"tokenSecretName": "tokens"})
+    plan = make_plan(parse_inference_model(body), Observed(TLSObserved()), FIRST_PASS)
     assert isinstance(plan, Held)
     assert plan.problem.reason is Reason.TLS_SECRET_MISSING
     assert plan.tls is not None
     assert plan.tls.manifests == ()  # the user's Secret is never written
 
 
-def test_a_blocker_holds_the_children_but_tls_still_writes(make_body: Body) -> None:
-    model = parse_inference_model(make_body(tls={"mode": "SelfSigned"}))
-    plan = make_plan(model, Observed(TLSObserved(), blocker=AUTH), FIRST_PASS)
+def test_a_missing_token_secret_holds_the_children_but_tls_still_writes(make_body: Body) -> None:
+    model = parse_inference_model(make_body(tls={"mode": "SelfSigned"}, auth={"tokenSecretName": "tokens"}))
+    plan = make_plan(model, Observed(TLSObserved()), FIRST_PASS)
     assert isinstance(plan, Held)
-    assert plan.problem is AUTH
+    assert plan.problem.reason is Reason.AUTH_SECRET_MISSING
     assert plan.tls is not None
     assert [m["metadata"]["name"] for m in plan.tls.manifests] == ["demo-tls-ca", "demo-tls"]
+
+
+def test_a_refused_read_holds_before_spec_auth(make_body: Body) -> None:
+    model = parse_inference_model(make_body(auth={"tokenSecretName": "tokens"}))
+    assert make_plan(model, Observed(TLSObserved(), blocker=REFUSED), FIRST_PASS) == Held(
+        REFUSED, TLSState(TLSMode.DISABLED)
+    )
 
 
 def test_unreadable_tls_is_held_with_the_read_error(make_body: Body) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
-from skiff_operator.auth import check_auth
 from skiff_operator.errors import ApplyRejected
+from skiff_operator.ownership import StoredSecret
 from skiff_operator.plan import Observed
 from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_CRD
@@ -28,19 +28,18 @@ class ObserveCluster(TLSCluster, RoutingCluster, Protocol):
 
 
 async def observe(model: InferenceModel, status: Mapping[str, Any] | None, cluster: ObserveCluster) -> Observed:
-    """Reads, in order, stopping at the first thing that holds the model back (`Observed.blocker`): the Secrets
-    (and Certificate) spec.tls uses, spec.auth's Secret, the claims, the rollout's metrics, whether the Gateway
-    API kinds are served, and the owned children. Writes nothing."""
+    """Reads, in order: the Secrets (and Certificate) spec.tls uses, spec.auth's Secret, the claims, the
+    rollout's metrics, whether the Gateway API kinds are served, and the owned children. Writes nothing. A refused
+    read ends it (`Observed.blocker`)."""
     try:
         tls = await observe_tls(model, cluster)
     except ApplyRejected as error:
         return Observed(None, status, Problem(Reason.APPLY_FAILED, str(error)))
-    auth_problem = await check_auth(model, cluster)
-    if auth_problem is not None:
-        return Observed(tls, status, auth_problem)
-    missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
     try:
-        return await _observe_children(model, status, tls, missing, cluster)
+        auth = model.spec.auth
+        token = await cluster.read_secret(model.ref.namespace, auth.token_secret_name) if auth else None
+        missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
+        return await _observe_children(model, status, tls, token, missing, cluster)
     except ApplyRejected as error:  # e.g. no RBAC to list pods, read CRDs or list children: say so, do not loop
         return Observed(tls, status, Problem(Reason.APPLY_FAILED, str(error)))
 
@@ -49,6 +48,7 @@ async def _observe_children(
     model: InferenceModel,
     status: Mapping[str, Any] | None,
     tls: TLSObserved,
+    token: StoredSecret | None,
     missing: frozenset[str],
     cluster: ObserveCluster,
 ) -> Observed:
@@ -62,6 +62,7 @@ async def _observe_children(
     return Observed(
         tls,
         status,
+        auth_secret=token,
         missing_claims=missing,
         grpc_route_served=served,
         backend_tls_served=backend_tls,

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from skiff_operator.auth import auth_problem
+from skiff_operator.ownership import StoredSecret
 from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.rollout import RolloutDecision, admit_scraper, decide_model_rollout, with_rollout_traffic
 from skiff_operator.routing import (
@@ -29,7 +31,8 @@ class Observed:
 
     tls: TLSObserved | None  # None when reading it was refused (then `blocker` says so)
     status: Mapping[str, Any] | None = None  # .status as the previous reconcile wrote it
-    blocker: Problem | None = None  # spec.auth's Secret, or a refused read: the children are not changed
+    blocker: Problem | None = None  # a refused read: the children are not changed
+    auth_secret: StoredSecret | None = None  # the token Secret spec.auth names (None: absent, or no spec.auth)
     missing_claims: frozenset[str] = frozenset()  # PersistentVolumeClaims named by spec.versions that do not exist
     grpc_route_served: bool = False
     backend_tls_served: bool = False
@@ -65,16 +68,18 @@ class Held:
 
 
 def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime) -> Plan | Held:
-    """Decides TLS (a problem there holds the rest: the pods mount its Secret), then the rollout's step, the
-    split, the replicas and what TLS the gateway needs. No I/O (SelfSigned issues keys: skiff_operator.tls)."""
+    """Decides TLS, then whether a refused read or spec.auth holds the children (the pods mount its Secret),
+    then the rollout's step, the split, the replicas and what TLS the gateway needs. No I/O (SelfSigned issues
+    keys here: skiff_operator.tls)."""
     if observed.tls is None:
         assert observed.blocker is not None  # observe() sets one when TLS could not be read
         return Held(observed.blocker, None)
     tls = plan_tls(model, observed.tls, now)
     if tls.problem is not None:
         return Held(tls.problem, tls)
-    if observed.blocker is not None:
-        return Held(observed.blocker, tls)
+    problem = observed.blocker or auth_problem(model, observed.auth_secret)
+    if problem is not None:
+        return Held(problem, tls)
     rollout = (
         decide_model_rollout(model, observed.status, observed.scrape, now)
         if model.spec.rollout is not None and observed.scrape is not None
