@@ -1,4 +1,4 @@
-"""The plan of one reconcile: a pure function from the InferenceModel and what was observed to what must run."""
+"""The plan of one reconcile: from the InferenceModel and what was observed to what must run, with no I/O."""
 
 from __future__ import annotations
 
