@@ -147,17 +147,17 @@ async def check_ownership(plan: Plan, manifests: Sequence[Mapping[str, Any]], cl
 
 
 async def apply_plan(plan: Plan, manifests: Sequence[Mapping[str, Any]], cluster: Cluster) -> Applied:
-    """Recreates the Services whose ClusterIP-or-headless changed, applies the TLS step's objects, then every
-    other manifest at once except the GRPCRoute, which goes last (it may send traffic only once what it points at
+    """Applies the TLS step's objects, recreates the Services whose ClusterIP-or-headless changed, then applies
+    every other manifest at once except the GRPCRoute, which goes last (it may send traffic only once what it points at
     exists), and only after the new split is applied prunes the children of a drained version and routes no
     longer rendered. What the applies return saves a re-read."""
     model = plan.model
     namespace = model.ref.namespace
     owned = plan.routing.owned
-    for service in services_to_recreate(owned, manifests):  # clusterIP is immutable: delete, then apply
-        await cluster.delete_child(namespace, service)
     for manifest in (m for m in manifests if m["kind"] in FIRST_KINDS):  # the pods mount them: before the rest
         await cluster.apply(manifest)
+    for service in services_to_recreate(owned, manifests):  # clusterIP is immutable: delete, then apply
+        await cluster.delete_child(namespace, service)
     middle = [m for m in manifests if m["kind"] not in FIRST_KINDS | LAST_KINDS]
     stored = await asyncio.gather(*(cluster.apply(m) for m in middle))
     stored += await asyncio.gather(*(cluster.apply(m) for m in manifests if m["kind"] in LAST_KINDS))
@@ -193,7 +193,7 @@ def _held(summary: Summary, applied: tuple[str, ...] = ()) -> Outcome:
 
 
 def _names(manifests: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """ "Kind/name" of each manifest."""
+    """The "Kind/name" of each manifest."""
     return tuple(f"{m['kind']}/{m['metadata']['name']}" for m in manifests)
 
 

@@ -80,7 +80,7 @@ class TLSState:
 
     @property
     def applied(self) -> tuple[str, ...]:
-        """ "Kind/name" of what this step writes."""
+        """The "Kind/name" of what this step writes."""
         return tuple(f"{m['kind']}/{m['metadata']['name']}" for m in self.manifests)
 
 
