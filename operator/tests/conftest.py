@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,17 @@ from typing import Any
 import pytest
 import yaml
 
+from skiff_operator.plan import Observed, Plan, make_plan
+from skiff_operator.prometheus import MetricsScrape
+from skiff_operator.spec import InferenceModel
+from skiff_operator.tls import TLSObserved
+
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / "skiff.dev_inferencemodels.yaml"
 EXAMPLES_DIR = REPO / "manifests" / "examples"
 FAKE_UID = "3f1c5a9e-0000-4000-8000-000000000001"
+FIRST_PASS = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
+OPERATOR_NAMESPACE = "skiff-system"  # manifests/install.yaml
 
 
 def example_paths() -> list[Path]:
@@ -66,3 +74,17 @@ def make_body() -> Callable[..., dict[str, Any]]:
         return stored_body(raw)
 
     return build
+
+
+def first_plan(model: InferenceModel, now: datetime.datetime = FIRST_PASS) -> Plan:
+    """The plan of a model's first reconcile, as the operator installed by manifests/install.yaml makes it on a
+    cluster without the Gateway API: nothing of the model exists yet (SelfSigned TLS issues its Secrets), and a
+    rollout's first scrape finds no pods."""
+    observed = Observed(
+        TLSObserved(),
+        scrape=MetricsScrape() if model.spec.rollout is not None else None,
+        operator_namespace=OPERATOR_NAMESPACE,
+    )
+    plan = make_plan(model, observed, now)
+    assert isinstance(plan, Plan), plan
+    return plan

@@ -13,7 +13,6 @@ from skiff_operator.prometheus import Counts
 from skiff_operator.rollout import (
     Observation,
     Role,
-    RolloutReason,
     RolloutState,
     Verdict,
     decide_rollout,
@@ -22,6 +21,7 @@ from skiff_operator.rollout import (
     rollout_traffic,
 )
 from skiff_operator.spec import Analysis, RolloutSpec, RolloutStep, TrafficShare
+from skiff_operator.status import Reason
 
 T0 = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 BOUNDS = ("0.005", "0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "+Inf")
@@ -62,7 +62,7 @@ def run(ticks: list[Tick], rollout: RolloutSpec = ROLLOUT, stored: Any = None) -
 
 
 P, W, R = Verdict.PROGRESSING, Verdict.WAITING, Verdict.ROLLED_BACK
-Why = RolloutReason
+Why = Reason
 
 
 def test_a_good_candidate_is_promoted_through_every_step() -> None:
@@ -76,7 +76,7 @@ def test_a_good_candidate_is_promoted_through_every_step() -> None:
             (600, counts(9000), counts(3000)),
         ]
     ) == [
-        (P, Why.STARTED, 0, 10, ["RolloutStarted"]),
+        (P, Why.ROLLOUT_STARTED, 0, 10, ["RolloutStarted"]),
         (P, Why.IN_STEP, 0, 10, []),
         (P, Why.STEP_PASSED, 1, 50, ["RolloutStepPassed"]),
         (P, Why.IN_STEP, 1, 50, []),
@@ -169,7 +169,7 @@ def test_a_counter_that_went_down_restarts_the_step_window() -> None:
             (62, counts(200), counts(800)),
         ]
     )
-    assert [r[1] for r in results] == [Why.STARTED, Why.COUNTERS_RESET, Why.LOW_TRAFFIC, Why.STEP_PASSED]
+    assert [r[1] for r in results] == [Why.ROLLOUT_STARTED, Why.COUNTERS_RESET, Why.LOW_TRAFFIC, Why.STEP_PASSED]
 
 
 def test_pause_holds_the_step_and_resume_continues() -> None:
@@ -224,7 +224,13 @@ def test_a_new_candidate_revision_starts_the_rollout_again() -> None:
     rolled_back = render_rollout_status(
         RolloutState("v2", "old-image", 1, T0, 0, R, Why.ERROR_RATIO_EXCEEDED, "", {}), 2
     )
-    assert run([(10, counts(0), counts(0))], stored=rolled_back)[0] == (P, Why.STARTED, 0, 10, ["RolloutStarted"])
+    assert run([(10, counts(0), counts(0))], stored=rolled_back)[0] == (
+        P,
+        Why.ROLLOUT_STARTED,
+        0,
+        10,
+        ["RolloutStarted"],
+    )
 
 
 def test_steps_edited_mid_rollout_apply_their_share() -> None:

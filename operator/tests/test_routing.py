@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from skiff_operator.manifests import render_routing
 from skiff_operator.reconcile import reconcile
 from skiff_operator.routing import (
     Mode,
@@ -18,6 +19,7 @@ from skiff_operator.routing import (
     plan_routing,
     previous_traffic,
     prune,
+    routed_model,
     service_targets,
     services_to_recreate,
     version_services_headless,
@@ -127,7 +129,7 @@ def test_gateway_mode_renders_a_route_with_the_applied_weights(make_body: Body) 
     model = parse_inference_model(canary_body(make_body, 90, 10, routing={"gateways": GATEWAYS}))
     owned = [OwnedChild("Deployment", "fraud-v1", "v1", 3), OwnedChild("Deployment", "fraud-v2", "v2", 1)]
     plan = plan_routing(model, owned, PreviousTraffic({"v1": 100}), grpc_route_served=True, now=NOW)
-    service, route = plan.manifests
+    service, route = render_routing(routed_model(model, plan.decision.applied), plan)
     assert route["kind"] == "GRPCRoute"
     assert [(b["name"], b["weight"]) for b in route["spec"]["rules"][0]["backendRefs"]] == [
         ("fraud-v1", 90),
@@ -143,7 +145,7 @@ def test_gateway_mode_model_service_follows_the_applied_not_the_desired_split(ma
     owned = [OwnedChild("Deployment", "fraud-v1", "v1", 3), OwnedChild("Deployment", "fraud-v2", "v2", 0)]
     plan = plan_routing(model, owned, PreviousTraffic({"v1": 100}), grpc_route_served=True, now=NOW)
     assert plan.decision.applied == {"v1": 100, "v2": 0}  # v2 not ready: v1 keeps it all
-    service, route = plan.manifests
+    service, route = render_routing(routed_model(model, plan.decision.applied), plan)
     assert service["spec"]["selector"] == {"skiff.dev/model": "fraud", "skiff.dev/version": "v1"}
     assert [b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]] == [100, 0]
     assert plan.replicas["v1"] == 3  # carries more than asked (0%): keeps its ready pods
@@ -151,8 +153,9 @@ def test_gateway_mode_model_service_follows_the_applied_not_the_desired_split(ma
 
 def test_gateway_mode_without_the_gateway_api_renders_no_route(make_body: Body) -> None:
     body = canary_body(make_body, 90, 10, routing={"mode": "Gateway", "gateways": GATEWAYS})
-    plan = plan_routing(parse_inference_model(body), [], PreviousTraffic(), grpc_route_served=False, now=NOW)
-    assert [m["kind"] for m in plan.manifests] == ["Service"]
+    model = parse_inference_model(body)
+    plan = plan_routing(model, [], PreviousTraffic(), grpc_route_served=False, now=NOW)
+    assert [m["kind"] for m in render_routing(model, plan)] == ["Service"]
     assert plan.choice.problem is not None
 
 
@@ -176,7 +179,7 @@ def test_service_mode_apportions_replicas_and_never_drops_ready_pods_early(
     plan = plan_routing(model, owned, previous, grpc_route_served=True, now=NOW)  # no gateways named: Service
     assert plan.choice.mode is Mode.SERVICE
     assert plan.replicas == replicas
-    (service,) = plan.manifests
+    (service,) = render_routing(model, plan)
     assert service["spec"]["selector"] == {"skiff.dev/model": "fraud"}
 
 

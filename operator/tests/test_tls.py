@@ -17,7 +17,7 @@ from skiff_operator import certs
 from skiff_operator.ownership import Holder, StoredSecret, controller_of
 from skiff_operator.reconcile import reconcile
 from skiff_operator.spec import parse_inference_model
-from skiff_operator.tls import reconcile_tls
+from skiff_operator.tls import observe_tls, plan_tls
 from tests.test_reconcile import FakeCluster, condition
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
@@ -284,7 +284,8 @@ async def test_mutual_tls_needs_the_client_ca_secret(make_body: Body) -> None:
 
 async def test_disabled_reads_no_secret(make_body: Body) -> None:
     cluster = TLSFakeCluster()
-    state = await reconcile_tls(parse_inference_model(make_body()), cluster, NOW)
+    model = parse_inference_model(make_body())
+    state = plan_tls(model, await observe_tls(model, cluster), NOW)
     assert (state.problem, state.applied, cluster.reads) == (None, (), [])
     outcome = await reconcile(make_body(), cluster, NOW)
     assert outcome.status["tls"] == {"mode": "Disabled", "secretName": None, "notAfter": None, "dnsNames": None}

@@ -1,28 +1,21 @@
-"""The auth step of a reconcile: the token Secret spec.auth names must exist, hold a token and not be a
-service-account token; until it does, the Deployments stay as they are (their pods could not start)."""
+"""spec.auth in a reconcile: the token Secret it names must exist, hold a token and not be a service-account
+token; until it does, the Deployments stay as they are (their pods could not start). `auth_problem` is pure."""
 
 from __future__ import annotations
-
-from typing import Protocol
 
 from skiff_operator.ownership import StoredSecret, refused_secret_message
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import Problem, Reason
 
 
-class AuthCluster(Protocol):
-    async def read_secret(self, namespace: str, name: str) -> StoredSecret | None: ...
-
-
-async def check_auth(model: InferenceModel, cluster: AuthCluster) -> Problem | None:
-    """What holds the model back on spec.auth; None when there is nothing to check or all is well. The token's
-    value is never read into a message."""
+def auth_problem(model: InferenceModel, secret: StoredSecret | None) -> Problem | None:
+    """What holds the model back on spec.auth, given its token Secret as read (None: absent); None when there
+    is nothing to check or all is well. The token's value is never read into a message."""
     auth = model.spec.auth
     if auth is None:
         return None
     namespace = model.ref.namespace
     where = f"spec.auth.tokenSecretName: Secret {auth.token_secret_name!r}"
-    secret = await cluster.read_secret(namespace, auth.token_secret_name)
     if secret is None:
         return Problem(
             Reason.AUTH_SECRET_MISSING,

@@ -29,7 +29,7 @@ from typing import Any
 
 from skiff_operator.prometheus import Counts, MetricsScrape, quantile, subtract
 from skiff_operator.spec import InferenceModel, RolloutSpec, TrafficShare, Version
-from skiff_operator.status import Condition, StatusEvent, render_conditions
+from skiff_operator.status import Condition, Reason, StatusEvent, render_conditions
 from skiff_operator.traffic import TOTAL, largest_remainder
 
 P99 = 0.99
@@ -44,20 +44,22 @@ class Verdict(enum.StrEnum):
     ROLLED_BACK = "RolledBack"
 
 
-class RolloutReason(enum.StrEnum):
-    """Reasons of status.rollout, its Events and the RolledBack condition; docs/canary.md explains each."""
-
-    STARTED = "RolloutStarted"
-    IN_STEP = "InStep"
-    STEP_PASSED = "StepPassed"
-    LOW_TRAFFIC = "LowTraffic"
-    METRICS_UNAVAILABLE = "MetricsUnavailable"
-    COUNTERS_RESET = "CountersReset"
-    PAUSED = "Paused"
-    PROMOTED = "Promoted"
-    ERROR_RATIO_EXCEEDED = "ErrorRatioExceeded"
-    LATENCY_RATIO_EXCEEDED = "LatencyRatioExceeded"
-    ABORTED = "Aborted"
+# The reasons status.rollout may carry (all members of status.Reason); anything else read back is unreadable.
+ROLLOUT_REASONS = frozenset(
+    {
+        Reason.ROLLOUT_STARTED,
+        Reason.IN_STEP,
+        Reason.STEP_PASSED,
+        Reason.LOW_TRAFFIC,
+        Reason.METRICS_UNAVAILABLE,
+        Reason.COUNTERS_RESET,
+        Reason.ROLLOUT_PAUSED,
+        Reason.PROMOTED,
+        Reason.ERROR_RATIO_EXCEEDED,
+        Reason.LATENCY_RATIO_EXCEEDED,
+        Reason.ABORTED,
+    }
+)
 
 
 class Role(enum.StrEnum):
@@ -66,20 +68,18 @@ class Role(enum.StrEnum):
 
 
 # Which transitions are worth an Event, and of which type (the others show in status only).
-EVENT_TYPES: Mapping[RolloutReason, str] = {
-    RolloutReason.STARTED: "Normal",
-    RolloutReason.STEP_PASSED: "Normal",
-    RolloutReason.LOW_TRAFFIC: "Normal",
-    RolloutReason.PAUSED: "Normal",
-    RolloutReason.PROMOTED: "Normal",
-    RolloutReason.METRICS_UNAVAILABLE: "Warning",
-    RolloutReason.ERROR_RATIO_EXCEEDED: "Warning",
-    RolloutReason.LATENCY_RATIO_EXCEEDED: "Warning",
-    RolloutReason.ABORTED: "Warning",
+EVENT_TYPES: Mapping[Reason, str] = {
+    Reason.ROLLOUT_STARTED: "Normal",
+    Reason.STEP_PASSED: "Normal",
+    Reason.LOW_TRAFFIC: "Normal",
+    Reason.ROLLOUT_PAUSED: "Normal",
+    Reason.PROMOTED: "Normal",
+    Reason.METRICS_UNAVAILABLE: "Warning",
+    Reason.ERROR_RATIO_EXCEEDED: "Warning",
+    Reason.LATENCY_RATIO_EXCEEDED: "Warning",
+    Reason.ABORTED: "Warning",
 }
-ROLLED_BACK_REASONS = frozenset(
-    {RolloutReason.ERROR_RATIO_EXCEEDED, RolloutReason.LATENCY_RATIO_EXCEEDED, RolloutReason.ABORTED}
-)
+ROLLED_BACK_REASONS = frozenset({Reason.ERROR_RATIO_EXCEEDED, Reason.LATENCY_RATIO_EXCEEDED, Reason.ABORTED})
 _FINAL = frozenset({Verdict.PROMOTED, Verdict.ROLLED_BACK})
 
 
@@ -108,7 +108,7 @@ class RolloutState:
     step_started_at: datetime.datetime
     weight: int  # the candidate's share, percent
     verdict: Verdict
-    reason: RolloutReason
+    reason: Reason
     message: str
     baseline: Mapping[Role, Counts] = field(default_factory=dict)
     analysis: tuple[Side, ...] = ()
@@ -163,7 +163,7 @@ def decide_rollout(
     fresh = (
         previous is None
         or (previous.candidate, previous.revision) != (rollout.candidate, revision)
-        or (previous.reason is RolloutReason.ABORTED and not rollout.abort)
+        or (previous.reason is Reason.ABORTED and not rollout.abort)
     )
     if fresh or previous is None:
         state = _start(rollout, observed, revision, now)
@@ -179,11 +179,11 @@ def _next_state(
 ) -> RolloutState:
     steps = len(rollout.steps)
     if rollout.abort:
-        if state.reason is RolloutReason.ABORTED:
+        if state.reason is Reason.ABORTED:
             return state
         where = "after promotion" if state.verdict is Verdict.PROMOTED else f"at step {_step_label(state, steps)}"
         return _rolled_back(
-            state, RolloutReason.ABORTED, f"spec.rollout.abort is set: {rollout.candidate} rolled back to 0% {where}"
+            state, Reason.ABORTED, f"spec.rollout.abort is set: {rollout.candidate} rolled back to 0% {where}"
         )
     if state.verdict in _FINAL:
         return state
@@ -193,10 +193,10 @@ def _next_state(
     if rollout.paused:
         where = f"{state.weight}% (step {_step_label(state, steps)})"
         message = f"spec.rollout.paused is set: {rollout.candidate} stays at {where}"
-        return replace(state, verdict=Verdict.PAUSED, reason=RolloutReason.PAUSED, message=message)
+        return replace(state, verdict=Verdict.PAUSED, reason=Reason.ROLLOUT_PAUSED, message=message)
     if observed.candidate is None or observed.stable is None:
         message = f"cannot read the metrics to judge step {_step_label(state, steps)}: {observed.problem or 'no data'}"
-        return replace(state, verdict=Verdict.WAITING, reason=RolloutReason.METRICS_UNAVAILABLE, message=message)
+        return replace(state, verdict=Verdict.WAITING, reason=Reason.METRICS_UNAVAILABLE, message=message)
     candidate = subtract(observed.candidate, state.baseline.get(Role.CANDIDATE, Counts()))
     stable_delta = subtract(observed.stable, state.baseline.get(Role.STABLE, Counts()))
     if candidate is None or stable_delta is None:
@@ -205,9 +205,7 @@ def _next_state(
             "counts again from now"
         )
         baseline = {Role.CANDIDATE: observed.candidate, Role.STABLE: observed.stable}
-        return replace(
-            state, baseline=baseline, verdict=Verdict.WAITING, reason=RolloutReason.COUNTERS_RESET, message=message
-        )
+        return replace(state, baseline=baseline, verdict=Verdict.WAITING, reason=Reason.COUNTERS_RESET, message=message)
     analysis = rollout.analysis
     sides = (
         _side(Role.CANDIDATE, (rollout.candidate,), candidate, analysis.error_codes),
@@ -221,18 +219,18 @@ def _next_state(
             f"error ratio {mine.error_ratio:.4f} > maxErrorRatio {analysis.max_error_ratio:g} at step "
             f"{_step_label(state, steps)} ({state.weight}%); {rollout.candidate} rolled back to 0%: {numbers}"
         )
-        return _rolled_back(state, RolloutReason.ERROR_RATIO_EXCEEDED, message)
+        return _rolled_back(state, Reason.ERROR_RATIO_EXCEEDED, message)
     pause_s = rollout.steps[state.step].pause_s
     left = pause_s - (now - state.step_started_at).total_seconds()
     if left > 0:
         message = f"step {_step_label(state, steps)} at {state.weight}%, {left:.0f}s of its pause left: {numbers}"
-        return replace(state, verdict=Verdict.PROGRESSING, reason=RolloutReason.IN_STEP, message=message)
+        return replace(state, verdict=Verdict.PROGRESSING, reason=Reason.IN_STEP, message=message)
     if mine.requests < analysis.min_requests:
         message = (
             f"{rollout.candidate} served {mine.requests} of the {analysis.min_requests} requests step "
             f"{_step_label(state, steps)} needs; waiting at {state.weight}%"
         )
-        return replace(state, verdict=Verdict.WAITING, reason=RolloutReason.LOW_TRAFFIC, message=message)
+        return replace(state, verdict=Verdict.WAITING, reason=Reason.LOW_TRAFFIC, message=message)
     if theirs.requests >= analysis.min_requests and mine.p99_s is not None and theirs.p99_s:
         ratio = mine.p99_s / theirs.p99_s
         if ratio > analysis.max_p99_latency_ratio:
@@ -240,7 +238,7 @@ def _next_state(
                 f"p99 latency ratio {ratio:.2f} > maxP99LatencyRatio {analysis.max_p99_latency_ratio:g} at step "
                 f"{_step_label(state, steps)} ({state.weight}%); {rollout.candidate} rolled back to 0%: {numbers}"
             )
-            return _rolled_back(state, RolloutReason.LATENCY_RATIO_EXCEEDED, message)
+            return _rolled_back(state, Reason.LATENCY_RATIO_EXCEEDED, message)
     return _passed(rollout, state, observed, now, numbers)
 
 
@@ -253,7 +251,7 @@ def _start(rollout: RolloutSpec, observed: Observation, revision: str, now: date
         step_started_at=now,
         weight=weight,
         verdict=Verdict.PROGRESSING,
-        reason=RolloutReason.STARTED,
+        reason=Reason.ROLLOUT_STARTED,
         message=f"rolling out {rollout.candidate}: step 1/{len(rollout.steps)} at {weight}%",
         baseline=_baseline(observed),
     )
@@ -266,10 +264,10 @@ def _passed(
     done = f"step {_step_label(state, steps)} at {state.weight}% passed ({numbers})"
     following = state.step + 1
     if following >= steps:
-        verdict, reason, weight = Verdict.PROMOTED, RolloutReason.PROMOTED, TOTAL
+        verdict, reason, weight = Verdict.PROMOTED, Reason.PROMOTED, TOTAL
         message = f"{done}; {rollout.candidate} promoted to 100%"
     else:
-        verdict, reason, weight = Verdict.PROGRESSING, RolloutReason.STEP_PASSED, rollout.steps[following].weight
+        verdict, reason, weight = Verdict.PROGRESSING, Reason.STEP_PASSED, rollout.steps[following].weight
         message = f"{done}; {rollout.candidate} now at {weight}% (step {following + 1}/{steps})"
     return replace(
         state,
@@ -283,7 +281,7 @@ def _passed(
     )
 
 
-def _rolled_back(state: RolloutState, reason: RolloutReason, message: str) -> RolloutState:
+def _rolled_back(state: RolloutState, reason: Reason, message: str) -> RolloutState:
     return replace(state, weight=0, verdict=Verdict.ROLLED_BACK, reason=reason, message=message)
 
 
@@ -441,12 +439,19 @@ def parse_rollout_status(raw: Any) -> RolloutState | None:
             step_started_at=started,
             weight=int(raw["weight"]),
             verdict=Verdict(raw["verdict"]),
-            reason=RolloutReason(raw["reason"]),
+            reason=_rollout_reason(raw["reason"]),
             message=str(raw.get("message", "")),
             baseline=baseline,
         )
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _rollout_reason(raw: Any) -> Reason:
+    reason = Reason(raw)
+    if reason not in ROLLOUT_REASONS:
+        raise ValueError(f"{raw!r} is not a rollout reason")
+    return reason
 
 
 def _stamp(moment: datetime.datetime) -> str:

@@ -7,26 +7,16 @@ the only place that says so, and a user reads the model, not the route.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skiff_operator.routing import GRPC_ROUTE_KIND, GatewayCondition, Mode, ParentState, RouteState, RoutingPlan
+from skiff_operator.routing import GRPC_ROUTE_KIND, GatewayCondition, ParentState, RouteState, RoutingPlan, route_name
 from skiff_operator.spec import InferenceModel
-from skiff_operator.status import Condition, StatusEvent
+from skiff_operator.status import Condition, Reason, StatusEvent
 
 ROUTE_ACCEPTED = "RouteAccepted"
 _ACCEPTED = "Accepted"
 _RESOLVED_REFS = "ResolvedRefs"
-
-
-class RouteReason(enum.StrEnum):
-    """Reasons of RouteAccepted (and of Degraded and the Event when a gateway refuses the route)."""
-
-    ACCEPTED = "RouteAccepted"
-    PENDING = "RoutePending"
-    NOT_ACCEPTED = "RouteNotAccepted"
-    REFS_NOT_RESOLVED = "RouteRefsNotResolved"
 
 
 # What to do, per reason (Gateway API's) a gateway gives for not accepting a route or not resolving its backends.
@@ -82,10 +72,9 @@ def route_acceptance(model: InferenceModel, plan: RoutingPlan) -> Condition | No
     """RouteAccepted in Gateway mode: True once every gateway the model names accepted the current route and
     resolved its backends; False with the gateway's reason and what to do when one refused; Unknown while one has
     not reported (on this generation). None when no route is rendered."""
-    route = next((m for m in plan.manifests if m["kind"] == GRPC_ROUTE_KIND), None)
-    if plan.choice.mode is not Mode.GATEWAY or route is None:
+    name = route_name(model, plan)
+    if name is None:
         return None
-    name = route["metadata"]["name"]
     owned = next((c for c in plan.owned if c.kind == GRPC_ROUTE_KIND and c.name == name), None)
     state = owned.route if owned is not None and owned.route is not None else RouteState(0)
     namespace = model.ref.namespace
@@ -97,10 +86,10 @@ def route_acceptance(model: InferenceModel, plan: RoutingPlan) -> Condition | No
         if parent is None or parent.accepted is None or parent.accepted.observed_generation < state.generation:
             pending.append(gateway)
         elif parent.accepted.status != "True":
-            refused.append((RouteReason.NOT_ACCEPTED, _refusal(name, gateway, "did not accept", parent.accepted)))
+            refused.append((Reason.ROUTE_NOT_ACCEPTED, _refusal(name, gateway, "did not accept", parent.accepted)))
         elif parent.resolved_refs is not None and parent.resolved_refs.status == "False":
             verb = "accepted but cannot resolve the backends of"
-            refused.append((RouteReason.REFS_NOT_RESOLVED, _refusal(name, gateway, verb, parent.resolved_refs)))
+            refused.append((Reason.ROUTE_REFS_NOT_RESOLVED, _refusal(name, gateway, verb, parent.resolved_refs)))
         else:
             accepted.append(gateway)
     if refused:
@@ -110,9 +99,9 @@ def route_acceptance(model: InferenceModel, plan: RoutingPlan) -> Condition | No
             f"waiting for {', '.join(pending)} to report on GRPCRoute {name} (status.parents); if this lasts, check "
             "that a gateway controller runs for the Gateway's GatewayClass"
         )
-        return Condition(ROUTE_ACCEPTED, "Unknown", RouteReason.PENDING, message)
+        return Condition(ROUTE_ACCEPTED, "Unknown", Reason.ROUTE_PENDING, message)
     return Condition(
-        ROUTE_ACCEPTED, "True", RouteReason.ACCEPTED, f"GRPCRoute {name} accepted by {', '.join(accepted)}"
+        ROUTE_ACCEPTED, "True", Reason.ROUTE_ACCEPTED, f"GRPCRoute {name} accepted by {', '.join(accepted)}"
     )
 
 

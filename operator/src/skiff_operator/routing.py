@@ -1,8 +1,8 @@
-"""Routing: which provider enforces a model's traffic split, what the split may be now, and what to apply and
-prune for it. Pure: the children come in as values (kube.py reads them), manifests and decisions go out.
+"""Routing: which provider enforces a model's traffic split, what the split may be now, and what to prune for it.
+Pure: the children come in as values (kube.py reads them), decisions go out (skiff_operator.manifests renders them).
 
 Providers, one table (`PROVIDERS`), one entry per mode; a new one (e.g. an Istio VirtualService) is a class with
-the same three methods and a mode:
+the same two methods and a mode, plus its row in skiff_operator.manifests.ROUTING_RENDERERS:
 - `Gateway`: a GRPCRoute (Gateway API v1) with one weighted backendRef per version Service; exact, per request.
 - `Service`: no route; the model Service selects the pods of every version and the replicas of all versions
   are re-apportioned to the percentages. Clients are balanced per connection, so the split is approximate.
@@ -19,16 +19,10 @@ from typing import Any, Protocol
 
 from skiff_operator import names
 from skiff_operator.ownership import Occupant
-from skiff_operator.render.backend_tls import (
-    BACKEND_TLS_POLICY_CRD,
-    BACKEND_TLS_POLICY_KIND,
-    CONFIG_MAP_KIND,
-    render_backend_ca_config_map,
-    render_backend_tls_policies,
-)
+from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_CRD, BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND
 from skiff_operator.render.network_policy import NETWORK_POLICY_KIND
-from skiff_operator.render.route import GATEWAY_GROUP, ParentGateway, render_grpc_route
-from skiff_operator.render.service import HEADLESS, render_model_service
+from skiff_operator.render.route import GATEWAY_GROUP
+from skiff_operator.render.service import HEADLESS
 from skiff_operator.spec import InferenceModel, Routing, RoutingMode, TLSMode, TrafficShare
 from skiff_operator.traffic import TOTAL, TrafficDecision, VersionTraffic, apportion_replicas, decide_traffic
 
@@ -204,16 +198,12 @@ def version_traffic(
 
 
 class Provider(Protocol):
-    """Enforces a split: the replicas each version runs with, and the model-wide manifests (Service, routes)."""
+    """Enforces a split: the replicas each version runs with (skiff_operator.manifests renders its objects)."""
 
     mode: Mode
 
     def replicas(self, model: InferenceModel, decision: TrafficDecision, ready: Mapping[str, int]) -> dict[str, int]:
         """Replicas per version in the spec."""
-        ...
-
-    def manifests(self, model: InferenceModel, decision: TrafficDecision) -> list[dict[str, Any]]:
-        """The model Service and any routing objects, for the applied split."""
         ...
 
     def holds_removal(self, model: InferenceModel, ready: Mapping[str, int]) -> bool:
@@ -228,12 +218,6 @@ class GatewayProvider:
 
     def replicas(self, model: InferenceModel, decision: TrafficDecision, ready: Mapping[str, int]) -> dict[str, int]:
         return _keep_carriers(model, decision, ready, {v.name: v.replicas for v in model.spec.versions})
-
-    def manifests(self, model: InferenceModel, decision: TrafficDecision) -> list[dict[str, Any]]:
-        routing = model.spec.routing
-        parents = [ParentGateway(g.name, g.namespace, g.section_name) for g in routing.gateways]
-        route = render_grpc_route(model, decision.applied, parents, routing.hostnames)
-        return [render_model_service(routed_model(model, decision.applied)), route]
 
     def holds_removal(self, model: InferenceModel, ready: Mapping[str, int]) -> bool:
         return False  # weight 0 in the route: its pods receive nothing
@@ -250,11 +234,6 @@ class ServiceProvider:
             # Still scaling: no version gives up ready pods until every version has its target ready.
             target = {name: max(count, ready.get(name, 0)) for name, count in target.items()}
         return _keep_carriers(model, decision, ready, target)
-
-    def manifests(self, model: InferenceModel, decision: TrafficDecision) -> list[dict[str, Any]]:
-        service = render_model_service(model)
-        service["spec"]["selector"] = names.selector_labels(model.ref.name)
-        return [service]
 
     def holds_removal(self, model: InferenceModel, ready: Mapping[str, int]) -> bool:
         target = service_targets(model)
@@ -301,6 +280,15 @@ def routed_model(model: InferenceModel, applied: Mapping[str, int], replicas: Ma
 
 
 @dataclass(frozen=True)
+class BackendTLS:
+    """Gateway mode with TLS on: what the gateway verifies the pods with (the CA ConfigMap, a BackendTLSPolicy per
+    routed version, rendered by skiff_operator.manifests)."""
+
+    ca_bundle: bytes  # ca.crt of the model's TLS Secret
+    certificate_names: tuple[str, ...]  # the DNS names in its tls.crt
+
+
+@dataclass(frozen=True)
 class RoutingPlan:
     """Everything one reconcile does about traffic."""
 
@@ -309,17 +297,25 @@ class RoutingPlan:
     inputs: tuple[VersionTraffic, ...]
     decision: TrafficDecision
     replicas: Mapping[str, int]  # per version in the spec
-    # The CA ConfigMap and BackendTLSPolicies (Gateway mode with TLS), the model Service, then the GRPCRoute (none
-    # if the mode cannot work).
-    manifests: tuple[dict[str, Any], ...]
     delete_versions: frozenset[str]  # removed, drained versions whose children go now
     not_ready_since: Mapping[str, datetime.datetime]
+    backend_tls: BackendTLS | None = None  # rendered before the route, so the gateway never speaks cleartext
     backend_tls_problem: str | None = None  # Gateway mode with TLS, and the gateway cannot be told how to verify
 
     @property
     def keep_versions(self) -> frozenset[str]:
         """Removed versions whose children stay for now (draining, or held while others scale up)."""
         return frozenset(v.name for v in self.inputs if not v.in_spec) - self.delete_versions
+
+    @property
+    def routes(self) -> bool:
+        """A GRPCRoute is rendered: Gateway mode, and the API server can take it."""
+        return self.choice.mode is Mode.GATEWAY and self.choice.problem is None
+
+
+def route_name(model: InferenceModel, plan: RoutingPlan) -> str | None:
+    """The GRPCRoute this reconcile renders (named as the model Service), or None."""
+    return names.model_service_name(model.ref.name) if plan.routes else None
 
 
 def plan_routing(
@@ -341,45 +337,37 @@ def plan_routing(
     decision = decide_traffic(inputs)
     ready = {v.name: v.ready_replicas for v in inputs}
     replicas = provider.replicas(model, decision, ready)
-    manifests = provider.manifests(model, decision)
-    if choice.problem is not None:  # a route the API server cannot take: keep the model Service only
-        manifests = [m for m in manifests if m["kind"] == "Service"]
-    backend_tls, problem = plan_backend_tls(
-        model, manifests, decision.applied, backend_tls_served, ca_bundle, certificate_names
-    )
     delete = frozenset() if provider.holds_removal(model, ready) else decision.removable
-    plan = RoutingPlan(choice, tuple(owned), inputs, decision, replicas, (*backend_tls, *manifests), delete, since)
-    return dataclasses.replace(plan, backend_tls_problem=problem)
+    plan = RoutingPlan(choice, tuple(owned), inputs, decision, replicas, delete, since)
+    backend_tls, problem = plan_backend_tls(model, plan.routes, backend_tls_served, ca_bundle, certificate_names)
+    return dataclasses.replace(plan, backend_tls=backend_tls, backend_tls_problem=problem)
 
 
 def plan_backend_tls(
     model: InferenceModel,
-    manifests: Sequence[Mapping[str, Any]],
-    weights: Mapping[str, int],
+    routes: bool,
     served: bool,
     ca_bundle: bytes | None,
     certificate_names: Sequence[str] = (),
-) -> tuple[list[dict[str, Any]], str | None]:
-    """With TLS on and a GRPCRoute among `manifests`: the CA ConfigMap and a BackendTLSPolicy per routed version
-    (applied before the route, so the gateway never speaks cleartext to a TLS port), or why the gateway cannot be
-    told how to verify the pods. Nothing otherwise."""
+) -> tuple[BackendTLS | None, str | None]:
+    """With TLS on and a GRPCRoute rendered (`routes`): what the gateway verifies the pods with, or why it cannot
+    be told how. Nothing otherwise."""
     tls = model.spec.tls
-    if tls.mode is TLSMode.DISABLED or not any(m["kind"] == GRPC_ROUTE_KIND for m in manifests):
-        return [], None
+    if tls.mode is TLSMode.DISABLED or not routes:
+        return None, None
     if not served:
-        return [], (
+        return None, (
             f"spec.tls is on and a gateway routes to the pods, which needs a BackendTLSPolicy to speak TLS to them, "
             f"but {BACKEND_TLS_POLICY_CRD} (v1) is not installed: install the Gateway API standard channel v1.4 or "
             "later, or set spec.routing.mode Service"
         )
     if not ca_bundle:
         secret = tls.secret_name or names.tls_secret_name(model.ref.name)
-        return [], (
+        return None, (
             f"Secret {secret!r} has no ca.crt, so a gateway cannot verify the pods' certificate: add the CA "
             "certificate that signed tls.crt to it as ca.crt"
         )
-    policies = render_backend_tls_policies(model, weights, certificate_names)
-    return [render_backend_ca_config_map(model, ca_bundle), *policies], None
+    return BackendTLS(ca_bundle, tuple(certificate_names)), None
 
 
 def prune(

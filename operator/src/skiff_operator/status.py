@@ -23,7 +23,8 @@ _CRASH_REASONS = frozenset({"CrashLoopBackOff", "CreateContainerConfigError", "C
 
 
 class Reason(enum.StrEnum):
-    """Condition reasons, one closed set; docs/operator.md explains each."""
+    """Condition (and Event) reasons, one closed set for every module; docs/operator.md and docs/canary.md explain
+    each."""
 
     ALL_VERSIONS_READY = "AllVersionsReady"
     ROLLING_OUT = "RollingOut"
@@ -52,6 +53,35 @@ class Reason(enum.StrEnum):
     # spec.auth (skiff_operator.auth)
     AUTH_SECRET_MISSING = "AuthSecretMissing"  # noqa: S105
     AUTH_SECRET_INVALID = "AuthSecretInvalid"  # noqa: S105
+    # traffic (skiff_operator.traffic_status); TRAFFIC_SHIFTED and VERSION_DELETED are Event reasons
+    CANARY_NOT_READY = "CanaryNotReady"
+    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+    DRAINING = "Draining"
+    GATEWAY_API_MISSING = "GatewayAPIMissing"
+    BACKEND_TLS_UNAVAILABLE = "BackendTLSUnavailable"  # Gateway mode with TLS: no BackendTLSPolicy can be made
+    # SplitApproximated: whether whole pods can give spec.traffic (Service mode) or a route splits per request
+    REPLICA_ROUNDING = "ReplicaRounding"
+    REPLICAS_GIVE_SPLIT = "ReplicasGiveSplit"
+    PER_REQUEST_SPLIT = "PerRequestSplit"
+    TRAFFIC_SHIFTED = "TrafficShifted"
+    VERSION_DELETED = "VersionDeleted"
+    # RouteAccepted, and Degraded when a gateway refuses the route (skiff_operator.route_status)
+    ROUTE_ACCEPTED = "RouteAccepted"
+    ROUTE_PENDING = "RoutePending"
+    ROUTE_NOT_ACCEPTED = "RouteNotAccepted"
+    ROUTE_REFS_NOT_RESOLVED = "RouteRefsNotResolved"
+    # status.rollout, its Events and RolledBack (skiff_operator.rollout; docs/canary.md explains each)
+    ROLLOUT_STARTED = "RolloutStarted"
+    IN_STEP = "InStep"
+    STEP_PASSED = "StepPassed"
+    LOW_TRAFFIC = "LowTraffic"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    COUNTERS_RESET = "CountersReset"
+    ROLLOUT_PAUSED = "Paused"
+    PROMOTED = "Promoted"
+    ERROR_RATIO_EXCEEDED = "ErrorRatioExceeded"
+    LATENCY_RATIO_EXCEEDED = "LatencyRatioExceeded"
+    ABORTED = "Aborted"
 
 
 # Problems that stop a rollout until something changes (Progressing=False), rather than slow it down.

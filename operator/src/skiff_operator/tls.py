@@ -1,4 +1,5 @@
-"""The TLS step of a reconcile: make sure the certificate Secret the pods mount exists and is good, per spec.tls.mode.
+"""TLS in a reconcile: read the Secrets spec.tls.mode uses (`observe_tls`), decide what the pods mount and which
+Secrets or Certificate to write (`plan_tls`, no I/O); skiff_operator.manifests renders them first.
 
 Level-based like the rest of the reconcile: every run reads what exists, decides, and applies only what must
 change. SelfSigned issues a certificate only when `certs.decide_renewal` says so (missing, past 2/3 of its
@@ -8,9 +9,10 @@ No message, event or status produced here carries key material.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from skiff_operator import certs, names
@@ -44,9 +46,7 @@ CERT_MANAGER_INSTALL = "https://cert-manager.io/docs/installation/"
 
 
 class TLSCluster(Protocol):
-    """What the TLS step needs from the API server (kube.Kube in production, a fake in tests)."""
-
-    async def apply(self, manifest: Mapping[str, Any]) -> object: ...  # what it returns, TLS does not use
+    """What reading TLS needs from the API server (kube.Kube in production, a fake in tests)."""
 
     async def read_secret(self, namespace: str, name: str) -> StoredSecret | None: ...
 
@@ -56,33 +56,72 @@ class TLSCluster(Protocol):
 
 
 @dataclass(frozen=True)
+class TLSObserved:
+    """What exists for the model's TLS: the Secrets its mode reads (None: absent), and for CertManager whether the
+    Certificate CRD is served and who controls an existing Certificate."""
+
+    secrets: Mapping[str, StoredSecret | None] = field(default_factory=dict)
+    certificate_crd_served: bool = False
+    certificate: Holder | None = None
+
+
+@dataclass(frozen=True)
 class TLSState:
-    """Where the model's TLS stands: the Secret the pods mount, its certificate, or the problem holding it."""
+    """Where the model's TLS stands: the Secret the pods mount, its certificate, or the problem holding it, and
+    what to write (Secrets, a Certificate: applied before anything else, even while a problem holds the rest)."""
 
     mode: TLSMode
     secret_name: str | None = None
     certificate: certs.CertificateInfo | None = None
     problem: Problem | None = None
     events: tuple[StatusEvent, ...] = ()
-    applied: tuple[str, ...] = ()  # "Kind/name" of what this step applied
+    manifests: tuple[dict[str, Any], ...] = ()
+    ca_bundle: bytes | None = None  # ca.crt of the Secret the pods mount, as it is once `manifests` are applied
+
+    @property
+    def applied(self) -> tuple[str, ...]:
+        """The "Kind/name" of what this step writes."""
+        return tuple(f"{m['kind']}/{m['metadata']['name']}" for m in self.manifests)
 
 
-async def reconcile_tls(model: InferenceModel, cluster: TLSCluster, now: datetime.datetime) -> TLSState:
-    """Brings the model's certificate Secrets in line with spec.tls. A problem in the returned state means the
-    Deployments must not change (their pods could not start, or would serve a bad certificate)."""
+async def observe_tls(model: InferenceModel, cluster: TLSCluster) -> TLSObserved:
+    """Reads what spec.tls.mode uses: nothing when Disabled."""
+    tls = model.spec.tls
+    namespace = model.ref.namespace
+    wanted: list[str] = []
+    served, certificate = False, None
+    if tls.mode is TLSMode.SELF_SIGNED:
+        wanted = [names.tls_ca_secret_name(model.ref.name), names.tls_secret_name(model.ref.name)]
+    elif tls.mode is TLSMode.SECRET and tls.secret_name:
+        wanted = [tls.secret_name]
+    elif tls.mode is TLSMode.CERT_MANAGER:
+        secret_name = names.tls_secret_name(model.ref.name)
+        served = await cluster.crd_serves(CERTIFICATE_CRD, CERTIFICATE_CRD_VERSION)
+        if served:
+            certificate = await cluster.read_controller(CERT_MANAGER_API_VERSION, "Certificate", namespace, secret_name)
+            wanted = [secret_name]
+    if tls.mode is not TLSMode.DISABLED and tls.client_ca_secret_name:
+        wanted.append(tls.client_ca_secret_name)
+    secrets = {name: await cluster.read_secret(namespace, name) for name in dict.fromkeys(wanted)}
+    return TLSObserved(secrets, served, certificate)
+
+
+def plan_tls(model: InferenceModel, observed: TLSObserved, now: datetime.datetime) -> TLSState:
+    """Decides the model's TLS from what exists. A problem in the returned state means the Deployments must not
+    change (their pods could not start, or would serve a bad certificate). SelfSigned issues keys here (no I/O)."""
     tls = model.spec.tls
     if tls.mode is TLSMode.DISABLED:
         return TLSState(TLSMode.DISABLED)
     if tls.mode is TLSMode.SELF_SIGNED:
-        state = await _self_signed(model, cluster, now)
+        state = _self_signed(model, observed, now)
     elif tls.mode is TLSMode.SECRET:
-        state = await _user_secret(model, cluster, now)
+        state = _user_secret(model, observed, now)
     else:
-        state = await _cert_manager(model, cluster, now)
+        state = _cert_manager(model, observed, now)
     if state.problem is None and tls.client_ca_secret_name:
-        problem = await _client_ca_problem(model, cluster, tls.client_ca_secret_name)
+        problem = _client_ca_problem(model, observed, tls.client_ca_secret_name)
         if problem is not None:
-            state = TLSState(state.mode, state.secret_name, state.certificate, problem, state.events, state.applied)
+            state = dataclasses.replace(state, problem=problem)
     return state
 
 
@@ -97,15 +136,14 @@ def render_tls_status(state: TLSState) -> dict[str, Any]:
     }
 
 
-async def _self_signed(model: InferenceModel, cluster: TLSCluster, now: datetime.datetime) -> TLSState:
-    namespace = model.ref.namespace
+def _self_signed(model: InferenceModel, observed: TLSObserved, now: datetime.datetime) -> TLSState:
     secret_name = names.tls_secret_name(model.ref.name)
     ca_name = names.tls_ca_secret_name(model.ref.name)
     events: list[StatusEvent] = []
-    applied: list[str] = []
+    manifests: list[dict[str, Any]] = []
 
-    stored_ca = await cluster.read_secret(namespace, ca_name)
-    stored_server = await cluster.read_secret(namespace, secret_name)
+    stored_ca = observed.secrets.get(ca_name)
+    stored_server = observed.secrets.get(secret_name)
     conflict = _conflict(model, [("Secret", ca_name, stored_ca), ("Secret", secret_name, stored_server)])
     if conflict is not None:
         return TLSState(TLSMode.SELF_SIGNED, secret_name, problem=conflict)
@@ -114,7 +152,7 @@ async def _self_signed(model: InferenceModel, cluster: TLSCluster, now: datetime
     common_name = f"{model.ref.name} skiff CA"
     chain, step = certs.rotate_ca(stored_chain, common_name, now, permitted=ca_dns_subtrees(model))
     if stored_ca is None or chain.secret_data() != dict(stored_ca.data):
-        applied.append(await _apply(cluster, render_ca_secret(model, chain.secret_data())))
+        manifests.append(render_ca_secret(model, chain.secret_data()))
     events += _ca_events(step, chain, ca_name, secret_name)
     ca, bundle = chain.current, chain.bundle()
 
@@ -131,7 +169,7 @@ async def _self_signed(model: InferenceModel, cluster: TLSCluster, now: datetime
     certificate = stored.get(certs.TLS_CERT_KEY, b"")
     if decision.renew:
         server = certs.issue_server_certificate(ca, wanted, now)
-        applied.append(await _apply(cluster, render_tls_secret(model, server, bundle)))
+        manifests.append(render_tls_secret(model, server, bundle))
         certificate = server.cert_pem
         info = certs.read_certificate(certificate)
         issued = decision.reason is certs.RenewReason.MISSING
@@ -149,7 +187,8 @@ async def _self_signed(model: InferenceModel, cluster: TLSCluster, now: datetime
         secret_name,
         certs.read_certificate(certificate),
         events=tuple(events),
-        applied=tuple(applied),
+        manifests=tuple(manifests),
+        ca_bundle=bundle,
     )
 
 
@@ -182,11 +221,11 @@ def _ca_events(step: certs.CAStep, chain: certs.CAChain, ca_name: str, secret_na
     return []
 
 
-async def _user_secret(model: InferenceModel, cluster: TLSCluster, now: datetime.datetime) -> TLSState:
+def _user_secret(model: InferenceModel, observed: TLSObserved, now: datetime.datetime) -> TLSState:
     secret_name = model.spec.tls.secret_name
     assert secret_name is not None  # parse_tls requires it in mode Secret
     namespace = model.ref.namespace
-    secret = await cluster.read_secret(namespace, secret_name)
+    secret = observed.secrets.get(secret_name)
     if secret is None:
         return TLSState(
             TLSMode.SECRET,
@@ -211,12 +250,13 @@ async def _user_secret(model: InferenceModel, cluster: TLSCluster, now: datetime
                 Reason.TLS_SECRET_INVALID, f"spec.tls.secretName: Secret {secret_name!r}: {'; '.join(problems)}"
             ),
         )
-    return TLSState(TLSMode.SECRET, secret_name, certs.read_certificate(data[certs.TLS_CERT_KEY]))
+    certificate = certs.read_certificate(data[certs.TLS_CERT_KEY])
+    return TLSState(TLSMode.SECRET, secret_name, certificate, ca_bundle=data.get(certs.CA_CERT_KEY))
 
 
-async def _cert_manager(model: InferenceModel, cluster: TLSCluster, now: datetime.datetime) -> TLSState:
+def _cert_manager(model: InferenceModel, observed: TLSObserved, now: datetime.datetime) -> TLSState:
     secret_name = names.tls_secret_name(model.ref.name)
-    if not await cluster.crd_serves(CERTIFICATE_CRD, CERTIFICATE_CRD_VERSION):
+    if not observed.certificate_crd_served:
         return TLSState(
             TLSMode.CERT_MANAGER,
             secret_name,
@@ -226,9 +266,8 @@ async def _cert_manager(model: InferenceModel, cluster: TLSCluster, now: datetim
                 f"cert-manager ({CERT_MANAGER_INSTALL}), or use tls.mode SelfSigned",
             ),
         )
-    namespace = model.ref.namespace
-    certificate = await cluster.read_controller(CERT_MANAGER_API_VERSION, "Certificate", namespace, secret_name)
-    secret = await cluster.read_secret(namespace, secret_name)
+    certificate = observed.certificate
+    secret = observed.secrets.get(secret_name)
     # cert-manager writes the Secret named in the Certificate, whoever made it: one it did not issue for this
     # model's Certificate (no matching annotation) would be taken over through it.
     foreign_secret = secret is not None and secret.annotations.get(CERTIFICATE_NAME_ANNOTATION) != secret_name
@@ -240,7 +279,7 @@ async def _cert_manager(model: InferenceModel, cluster: TLSCluster, now: datetim
     if taken:
         problem = Problem(Reason.NAME_CONFLICT, name_conflict_message(taken))
         return TLSState(TLSMode.CERT_MANAGER, secret_name, problem=problem)
-    applied = (await _apply(cluster, render_certificate(model)),)
+    manifests = (render_certificate(model),)
     stored = secret.data if secret else {}
     # Only what the pods need: a chain through an intermediate would fail a direct check against ca.crt.
     problems = certs.check_tls_secret({k: v for k, v in stored.items() if k != certs.CA_CERT_KEY}, now)
@@ -255,16 +294,20 @@ async def _cert_manager(model: InferenceModel, cluster: TLSCluster, now: datetim
                 f"waiting for cert-manager to issue Certificate {secret_name} (issuer {issuer.kind.value} "
                 f"{issuer.name}) into Secret {secret_name}: {'; '.join(problems)}",
             ),
-            applied=applied,
+            manifests=manifests,
         )
     return TLSState(
-        TLSMode.CERT_MANAGER, secret_name, certs.read_certificate(stored[certs.TLS_CERT_KEY]), applied=applied
+        TLSMode.CERT_MANAGER,
+        secret_name,
+        certs.read_certificate(stored[certs.TLS_CERT_KEY]),
+        manifests=manifests,
+        ca_bundle=stored.get(certs.CA_CERT_KEY),
     )
 
 
-async def _client_ca_problem(model: InferenceModel, cluster: TLSCluster, secret_name: str) -> Problem | None:
+def _client_ca_problem(model: InferenceModel, observed: TLSObserved, secret_name: str) -> Problem | None:
     namespace = model.ref.namespace
-    secret = await cluster.read_secret(namespace, secret_name)
+    secret = observed.secrets.get(secret_name)
     where = f"spec.tls.clientCASecretName: Secret {secret_name!r}"
     if secret is None:
         return Problem(
@@ -291,11 +334,6 @@ def _conflict(model: InferenceModel, written: list[tuple[str, str, StoredSecret 
         if stored is not None and foreign_holder(stored.holder, model.ref.uid)
     ]
     return Problem(Reason.NAME_CONFLICT, name_conflict_message(taken)) if taken else None
-
-
-async def _apply(cluster: TLSCluster, manifest: Mapping[str, Any]) -> str:
-    await cluster.apply(manifest)
-    return f"{manifest['kind']}/{manifest['metadata']['name']}"
 
 
 def _timestamp(moment: datetime.datetime) -> str:

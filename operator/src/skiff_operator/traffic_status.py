@@ -5,33 +5,16 @@ replica counts cannot represent change, and an Event for each shift. Pure."""
 from __future__ import annotations
 
 import datetime
-import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skiff_operator.route_status import route_acceptance
-from skiff_operator.routing import GRPC_ROUTE_KIND, Mode, OwnedChild, PreviousTraffic, RoutingPlan, service_targets
+from skiff_operator.routing import Mode, OwnedChild, PreviousTraffic, RoutingPlan, route_name, service_targets
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import DEGRADED, PROGRESSING, Condition, Reason, StatusEvent, render_conditions
 from skiff_operator.traffic import TOTAL, HoldReason, largest_remainder
 
 SPLIT_APPROXIMATED = "SplitApproximated"
-
-
-class TrafficReason(enum.StrEnum):
-    """Condition and Event reasons about traffic; docs/operator.md explains each."""
-
-    CANARY_NOT_READY = "CanaryNotReady"
-    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
-    DRAINING = "Draining"
-    GATEWAY_API_MISSING = "GatewayAPIMissing"
-    BACKEND_TLS_UNAVAILABLE = "BackendTLSUnavailable"  # Gateway mode with TLS: no BackendTLSPolicy can be made
-    # SplitApproximated: whether whole pods can give spec.traffic (Service mode) or a route splits per request
-    REPLICA_ROUNDING = "ReplicaRounding"
-    REPLICAS_GIVE_SPLIT = "ReplicasGiveSplit"
-    PER_REQUEST_SPLIT = "PerRequestSplit"
-    TRAFFIC_SHIFTED = "TrafficShifted"
-    VERSION_DELETED = "VersionDeleted"
 
 
 # Progressing reasons a traffic hold may replace; anything else (PVCNotFound, RolloutStuck...) says more.
@@ -61,19 +44,19 @@ def split_approximation(model: InferenceModel, mode: Mode) -> Condition:
     order = [v.name for v in model.spec.versions]
     if mode is Mode.GATEWAY:
         message = f"desired {format_split(desired, order)}, split per request by the GRPCRoute"
-        return Condition(SPLIT_APPROXIMATED, "False", TrafficReason.PER_REQUEST_SPLIT, message)
+        return Condition(SPLIT_APPROXIMATED, "False", Reason.PER_REQUEST_SPLIT, message)
     targets = service_targets(model)
     given = pod_split(targets)
     pods = sum(targets.values())
     gap = max((abs(given.get(name, 0) - desired.get(name, 0)) for name in order), default=0)
     message = f"desired {format_split(desired, order)}, {pods} pods give {format_split(given, order)}"
     if gap == 0:
-        return Condition(SPLIT_APPROXIMATED, "False", TrafficReason.REPLICAS_GIVE_SPLIT, message)
+        return Condition(SPLIT_APPROXIMATED, "False", Reason.REPLICAS_GIVE_SPLIT, message)
     message += (
         f": off by up to {gap} percentage points; more replicas give a closer split, "
         "a GRPCRoute (spec.routing, Gateway mode) an exact one"
     )
-    return Condition(SPLIT_APPROXIMATED, "True", TrafficReason.REPLICA_ROUNDING, message)
+    return Condition(SPLIT_APPROXIMATED, "True", Reason.REPLICA_ROUNDING, message)
 
 
 def render_traffic_status(model: InferenceModel, plan: RoutingPlan) -> dict[str, Any]:
@@ -108,9 +91,8 @@ def render_traffic_status(model: InferenceModel, plan: RoutingPlan) -> dict[str,
         "route": None,  # status is merge-patched: None removes a route left from Gateway mode
         "podSplit": format_split(given, split_names(model, plan)) if service_mode else None,
     }
-    route = next((m for m in plan.manifests if m["kind"] == GRPC_ROUTE_KIND), None)
-    if plan.choice.mode is Mode.GATEWAY and route is not None:
-        status["route"] = route["metadata"]["name"]
+    if plan.routes:
+        status["route"] = route_name(model, plan)
     return status
 
 
@@ -153,19 +135,19 @@ def traffic_conditions(
     result: list[Condition] = []
     problems: list[tuple[str, str]] = []
     if plan.choice.problem is not None:
-        problems.append((TrafficReason.GATEWAY_API_MISSING, plan.choice.problem))
+        problems.append((Reason.GATEWAY_API_MISSING, plan.choice.problem))
     if plan.backend_tls_problem is not None:
-        problems.append((TrafficReason.BACKEND_TLS_UNAVAILABLE, plan.backend_tls_problem))
+        problems.append((Reason.BACKEND_TLS_UNAVAILABLE, plan.backend_tls_problem))
     if route is not None and route.status == "False":
         problems.append((str(route.reason), route.message))
     if HoldReason.PROGRESS_DEADLINE_EXCEEDED in by_reason:
         message = "; ".join(by_reason[HoldReason.PROGRESS_DEADLINE_EXCEEDED])
-        result.append(Condition(PROGRESSING, "False", TrafficReason.PROGRESS_DEADLINE_EXCEEDED, message))
-        problems.append((TrafficReason.PROGRESS_DEADLINE_EXCEEDED, message))
+        result.append(Condition(PROGRESSING, "False", Reason.PROGRESS_DEADLINE_EXCEEDED, message))
+        problems.append((Reason.PROGRESS_DEADLINE_EXCEEDED, message))
     elif progressing.get("reason") in _REPLACEABLE_PROGRESS:
         for reason, condition_reason in (
-            (HoldReason.NOT_READY, TrafficReason.CANARY_NOT_READY),
-            (HoldReason.REMOVED, TrafficReason.DRAINING),
+            (HoldReason.NOT_READY, Reason.CANARY_NOT_READY),
+            (HoldReason.REMOVED, Reason.DRAINING),
         ):
             if reason in by_reason:
                 result.append(Condition(PROGRESSING, "True", condition_reason, "; ".join(by_reason[reason])))
@@ -192,11 +174,11 @@ def traffic_events(
         old = format_split(previous.applied, [n for n in order if n in previous.applied], " ") or "none"
         new = format_split(plan.decision.applied, [n for n in order if n in plan.decision.applied], " ")
         mode = f" ({plan.choice.mode} mode)"
-        events.append(StatusEvent("Normal", TrafficReason.TRAFFIC_SHIFTED, f"{old} -> {new}{mode}"))
+        events.append(StatusEvent("Normal", Reason.TRAFFIC_SHIFTED, f"{old} -> {new}{mode}"))
     for version in sorted({child.version for child in deleted if child.version}):
         objects = ", ".join(f"{c.kind}/{c.name}" for c in deleted if c.version == version)
         message = f"version {version} was removed from the spec and has drained; deleted {objects}"
-        events.append(StatusEvent("Normal", TrafficReason.VERSION_DELETED, message))
+        events.append(StatusEvent("Normal", Reason.VERSION_DELETED, message))
     return events
 
 

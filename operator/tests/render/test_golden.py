@@ -1,15 +1,18 @@
-"""Every example CR renders to the committed manifests in operator/tests/golden/ (SKIFF_UPDATE_GOLDEN=1 rewrites)."""
+"""Every example CR renders, through the function production applies from (manifests.render_all on its first
+reconcile's plan), to the committed manifests in operator/tests/golden/ (SKIFF_UPDATE_GOLDEN=1 rewrites)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from skiff_operator.render import render_manifests
+from skiff_operator.manifests import render_all
 from skiff_operator.spec import parse_inference_model
+from tests.conftest import first_plan
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parents[1]
@@ -22,9 +25,16 @@ def render_example(path: Path) -> str:
     body = yaml.safe_load(path.read_text())
     body["metadata"]["uid"] = FAKE_UID
     body["metadata"]["generation"] = 1
-    manifests = render_manifests(parse_inference_model(body))
+    manifests = [_redacted(m) for m in render_all(first_plan(parse_inference_model(body)))]
     header = f"# Rendered from manifests/examples/{path.name}; regenerate with SKIFF_UPDATE_GOLDEN=1.\n"
     return header + yaml.safe_dump_all(manifests, sort_keys=False, default_flow_style=False)
+
+
+def _redacted(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A Secret's values (keys and certificates issued at reconcile time) differ on every run: keys only."""
+    if manifest["kind"] != "Secret":
+        return manifest
+    return {**manifest, "data": dict.fromkeys(manifest["data"], "<issued at reconcile>")}
 
 
 def test_there_are_examples() -> None:

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from skiff_operator.render import render_manifests
+from skiff_operator.manifests import render_all
 from skiff_operator.render.service import render_model_service, render_version_service
 from skiff_operator.spec import parse_inference_model
+from tests.conftest import first_plan
 
 Body = Callable[..., dict[str, Any]]
 
@@ -63,11 +64,11 @@ def test_model_service_selector_follows_traffic(
     assert service["spec"]["selector"] == selector
 
 
-def test_render_manifests_lists_every_child_once(make_body: Body) -> None:
+def test_render_all_lists_every_child_once(make_body: Body) -> None:
     body = make_body(
         name="bert", versions=TWO_VERSIONS, traffic=[{"version": "v1", "percent": 50}, {"version": "v2", "percent": 50}]
     )
-    kinds_and_names = [(m["kind"], m["metadata"]["name"]) for m in render_manifests(parse_inference_model(body))]
+    kinds_and_names = [(m["kind"], m["metadata"]["name"]) for m in render_all(first_plan(parse_inference_model(body)))]
     assert kinds_and_names == [
         ("Deployment", "bert-v1"),
         ("Service", "bert-v1"),

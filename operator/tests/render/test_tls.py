@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from skiff_operator import certs
-from skiff_operator.render import render_manifests
+from skiff_operator.manifests import render_all
 from skiff_operator.render.deployment import CONFIG_HASH_ANNOTATION, render_deployment
 from skiff_operator.render.tls import (
     ca_dns_subtrees,
@@ -21,6 +21,7 @@ from skiff_operator.render.tls import (
     tls_dns_names,
 )
 from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
+from tests.conftest import first_plan
 
 Body = Callable[..., dict[str, Any]]
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
@@ -55,7 +56,7 @@ def config_hash(body: dict[str, Any]) -> str:
 
 def test_san_set_covers_every_service_the_model_renders(make_body: Body) -> None:
     parsed = model(make_body(name="bert", namespace="nlp", **TWO_VERSIONS))
-    services = [m["metadata"]["name"] for m in render_manifests(parsed) if m["kind"] == "Service"]
+    services = [m["metadata"]["name"] for m in render_all(first_plan(parsed)) if m["kind"] == "Service"]
     assert sorted(services) == ["bert", "bert-v1", "bert-v2"]
     names = tls_dns_names(parsed)
     for service in services:

@@ -37,14 +37,15 @@ def render_version_service(model: InferenceModel, version: Version, *, headless:
     return service
 
 
-def render_model_service(model: InferenceModel) -> dict[str, Any]:
+def render_model_service(model: InferenceModel, *, every_version: bool = False) -> dict[str, Any]:
     """The model's stable address.
 
     It selects the one version holding 100% of traffic; a split across several versions selects every pod
-    of the model (per-connection balancing until a GRPCRoute splits per request).
+    of the model (per-connection balancing until a GRPCRoute splits per request). `every_version` (Service mode)
+    selects every pod of the model always: the pods' counts give the split.
     """
     receiving = [share.version for share in model.spec.traffic if share.percent > 0]
-    only = receiving[0] if len(receiving) == 1 else None
+    only = receiving[0] if len(receiving) == 1 and not every_version else None
     selector = names.selector_labels(model.ref.name, only)
     return _render_service(model, names.model_service_name(model.ref.name), None, selector)
 

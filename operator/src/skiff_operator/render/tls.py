@@ -17,6 +17,7 @@ CLIENT_CA_VOLUME = "client-ca"
 TLS_MODE_ANNOTATION = "skiff.dev/tls-mode"
 SECRET_FILE_MODE = 0o440  # owner and group (fsGroup) read; the runtime's uid is in that group
 CERT_MANAGER_API_VERSION = "cert-manager.io/v1"
+CERTIFICATE_KIND = "Certificate"
 CERTIFICATE_CRD = "certificates.cert-manager.io"
 CERTIFICATE_CRD_VERSION = "v1"
 
@@ -112,7 +113,7 @@ def render_certificate(model: InferenceModel) -> dict[str, Any]:
     secret = names.tls_secret_name(model.ref.name)
     return {
         "apiVersion": CERT_MANAGER_API_VERSION,
-        "kind": "Certificate",
+        "kind": CERTIFICATE_KIND,
         "metadata": render_metadata(model, secret, None),
         "spec": {
             "secretName": secret,

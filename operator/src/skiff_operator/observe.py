@@ -1,0 +1,72 @@
+"""The observe step of a reconcile: one read of everything the plan depends on, gathered into `Observed`."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
+
+from skiff_operator.errors import ApplyRejected
+from skiff_operator.ownership import StoredSecret
+from skiff_operator.plan import Observed
+from skiff_operator.prometheus import MetricsScrape
+from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_CRD
+from skiff_operator.rollout import stable_versions
+from skiff_operator.routing import GRPC_ROUTE_CRD, RoutingCluster
+from skiff_operator.spec import InferenceModel
+from skiff_operator.status import Problem, Reason
+from skiff_operator.tls import TLSCluster, TLSObserved, observe_tls
+
+
+class ObserveCluster(TLSCluster, RoutingCluster, Protocol):
+    """The reads observe makes (kube.Kube in production, a fake in tests)."""
+
+    operator_namespace: str | None  # the operator's own namespace, which scrapes metrics for spec.rollout
+
+    async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]: ...
+
+    async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape: ...
+
+
+async def observe(model: InferenceModel, status: Mapping[str, Any] | None, cluster: ObserveCluster) -> Observed:
+    """Reads, in order: the Secrets (and Certificate) spec.tls uses, spec.auth's Secret, the claims, the
+    rollout's metrics, whether the Gateway API kinds are served, and the owned children. Writes nothing. A refused
+    read ends it (`Observed.blocker`)."""
+    try:
+        tls = await observe_tls(model, cluster)
+    except ApplyRejected as error:
+        return Observed(None, status, Problem(Reason.APPLY_FAILED, str(error)))
+    try:
+        auth = model.spec.auth
+        token = await cluster.read_secret(model.ref.namespace, auth.token_secret_name) if auth else None
+        missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
+        return await _observe_children(model, status, tls, token, missing, cluster)
+    except ApplyRejected as error:  # e.g. no RBAC to list pods, read CRDs or list children: say so, do not loop
+        return Observed(tls, status, Problem(Reason.APPLY_FAILED, str(error)))
+
+
+async def _observe_children(
+    model: InferenceModel,
+    status: Mapping[str, Any] | None,
+    tls: TLSObserved,
+    token: StoredSecret | None,
+    missing: frozenset[str],
+    cluster: ObserveCluster,
+) -> Observed:
+    rollout = model.spec.rollout
+    scrape = None
+    if rollout is not None:
+        scrape = await cluster.scrape_metrics(model, {rollout.candidate, *stable_versions(rollout, model.spec.traffic)})
+    served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
+    backend_tls = served and await cluster.crd_serves(BACKEND_TLS_POLICY_CRD, "v1")
+    owned = await cluster.list_owned(model, routes=served, backend_tls=backend_tls)
+    return Observed(
+        tls,
+        status,
+        auth_secret=token,
+        missing_claims=missing,
+        grpc_route_served=served,
+        backend_tls_served=backend_tls,
+        owned=owned,
+        scrape=scrape,
+        operator_namespace=cluster.operator_namespace,
+    )

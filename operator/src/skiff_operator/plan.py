@@ -1,0 +1,108 @@
+"""The plan of one reconcile: from the InferenceModel and what was observed to what must run, with no I/O."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from skiff_operator.auth import auth_problem
+from skiff_operator.ownership import StoredSecret
+from skiff_operator.prometheus import MetricsScrape
+from skiff_operator.rollout import RolloutDecision, admit_scraper, decide_model_rollout, with_rollout_traffic
+from skiff_operator.routing import (
+    OwnedChild,
+    RoutingPlan,
+    plan_routing,
+    previous_traffic,
+    routed_model,
+    version_services_headless,
+)
+from skiff_operator.spec import InferenceModel
+from skiff_operator.status import Problem
+from skiff_operator.tls import TLSObserved, TLSState, plan_tls
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything one reconcile read before deciding (skiff_operator.observe gathers it); no I/O after this
+    but the applies, the ownership look-up of names not listed here, and the read of the children's status."""
+
+    tls: TLSObserved | None  # None when reading it was refused (then `blocker` says so)
+    status: Mapping[str, Any] | None = None  # .status as the previous reconcile wrote it
+    blocker: Problem | None = None  # a refused read: the children are not changed
+    auth_secret: StoredSecret | None = None  # the token Secret spec.auth names (None: absent, or no spec.auth)
+    missing_claims: frozenset[str] = frozenset()  # PersistentVolumeClaims named by spec.versions that do not exist
+    grpc_route_served: bool = False
+    backend_tls_served: bool = False
+    owned: tuple[OwnedChild, ...] = ()  # the children, as listed by label before anything is applied
+    scrape: MetricsScrape | None = None  # the versions' metrics, read when spec.rollout is set
+    operator_namespace: str | None = None  # the namespace that scrapes the pods' metrics for spec.rollout
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What this reconcile makes run: the model with the rollout's split, the model as it runs now (the applied
+    split and the provider's replicas), the routing plan, and the inputs rendering needs."""
+
+    model: InferenceModel  # as parsed, with a rollout's split as spec.traffic (the CR is not changed)
+    running: InferenceModel  # spec.traffic is the applied split, the replicas the provider's
+    routing: RoutingPlan
+    rollout: RolloutDecision | None
+    missing_claims: frozenset[str]  # versions whose claim is missing keep their Deployment as it is
+    policy_model: InferenceModel  # the model the NetworkPolicy is rendered from (admits the scraper)
+    tls: TLSState  # the Secret the pods mount, and the Secrets or Certificate to write first
+
+    @property
+    def headless_versions(self) -> bool:
+        return version_services_headless(self.routing.choice.mode)
+
+
+@dataclass(frozen=True)
+class Held:
+    """A plan that leaves the children as they are: `problem` says why; the TLS step's writes still happen."""
+
+    problem: Problem
+    tls: TLSState | None  # None when TLS could not be read
+
+
+def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime) -> Plan | Held:
+    """Decides TLS, then whether a refused read or spec.auth holds the children (the pods mount its Secret),
+    then the rollout's step, the split, the replicas and what TLS the gateway needs. No I/O (SelfSigned issues
+    keys here: skiff_operator.tls)."""
+    if observed.tls is None:
+        assert observed.blocker is not None  # observe() sets one when TLS could not be read
+        return Held(observed.blocker, None)
+    tls = plan_tls(model, observed.tls, now)
+    if tls.problem is not None:
+        return Held(tls.problem, tls)
+    problem = observed.blocker or auth_problem(model, observed.auth_secret)
+    if problem is not None:
+        return Held(problem, tls)
+    rollout = (
+        decide_model_rollout(model, observed.status, observed.scrape, now)
+        if model.spec.rollout is not None and observed.scrape is not None
+        else None
+    )
+    if rollout is not None:  # the rollout's split is the desired one now; spec.traffic is left as written
+        model = with_rollout_traffic(model, rollout)
+    routing = plan_routing(
+        model,
+        observed.owned,
+        previous_traffic(observed.status),
+        grpc_route_served=observed.grpc_route_served,
+        now=now,
+        backend_tls_served=observed.backend_tls_served,
+        ca_bundle=tls.ca_bundle,
+        certificate_names=tls.certificate.dns_names if tls.certificate is not None else (),
+    )
+    return Plan(
+        model=model,
+        running=routed_model(model, routing.decision.applied, routing.replicas),
+        routing=routing,
+        rollout=rollout,
+        missing_claims=observed.missing_claims,
+        policy_model=admit_scraper(model, observed.operator_namespace),
+        tls=tls,
+    )
