@@ -277,6 +277,19 @@ def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None
                     {"key": "advertise-address", "value": REAL_NODE_IP},
                 ],
             },
+            # kube-controller-manager: client-go's defaults (20 requests/s, burst 30) make it the bottleneck of any
+            # scale test (a Deployment costs it ~10 writes: ReplicaSet, Pod, statuses, EndpointSlices), so 1,000 models
+            # would measure its rate limiter, not the operator; managed clusters raise these too.
+            {
+                "name": "kube-controller-manager",
+                "extraArgs": [
+                    {"key": "kube-api-qps", "value": "300"},
+                    {"key": "kube-api-burst", "value": "600"},
+                    {"key": "concurrent-deployment-syncs", "value": "20"},
+                    {"key": "concurrent-replicaset-syncs", "value": "20"},
+                    {"key": "concurrent-service-endpoint-syncs", "value": "20"},
+                ],
+            },
             {
                 "name": "kwok-controller",
                 "extraArgs": [

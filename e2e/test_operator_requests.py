@@ -1,5 +1,6 @@
 """The API requests one model costs, counted from the real API server's audit log: from its create until Ready
-and settled, per reconcile, and none while idle (no resync due). Bounds the operator's load per model."""
+and settled, per reconcile, none while idle (no resync due), and no apply of a child nobody changed. Bounds the
+operator's load per model."""
 
 from __future__ import annotations
 
@@ -91,3 +92,21 @@ def test_one_model_costs_a_bounded_number_of_requests_and_an_idle_operator_none(
     time.sleep(IDLE_S)
     idle = _operator_requests(audit, since, namespace)
     assert idle == [], count_by_verb_and_resource(idle)
+
+    # A reconcile caused by one child changing (someone annotates a version Service): that Service is applied again
+    # (its resourceVersion moved), every other child is left alone: the objects listed are still the ones the
+    # operator's own applies returned, and applying them unchanged would only cost the API server a merge.
+    services = kube.get("service", "-n", namespace, "-l", "skiff.dev/model=sample-cnn-cpu")["items"]
+    touched = next(s["metadata"]["name"] for s in services if "skiff.dev/version" in s["metadata"].get("labels", {}))
+    since = audit.mark()
+    kube.run("annotate", "service", touched, "-n", namespace, "example.com/touched=yes")
+    time.sleep(5)  # the Service event, the debounce, the reconcile
+    by = count_by_verb_and_resource(
+        [r for r in _operator_requests(audit, since, namespace) if r.user_agent.startswith("skiff-operator/")]
+    )
+    print(f"after one child changed: {by}")
+    assert by.get(("get", "inferencemodels"), 0) >= 1, by  # it did reconcile
+    patched = [r for r in _operator_requests(audit, since, namespace) if r.verb == "patch"]
+    assert [(r.resource, r.name) for r in patched] == [("services", touched)] * by.get(("get", "inferencemodels"), 0), (
+        by
+    )

@@ -6,7 +6,7 @@ import datetime
 
 from e2e.faults import Request
 
-from bench.operator import CHILDREN_PER_MODEL, child_timings, model_of
+from bench.operator import CHILDREN_PER_MODEL, all_ready_at, child_timings, model_of
 
 T0 = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
 
@@ -41,3 +41,12 @@ def test_apply_to_children_is_create_to_the_first_successful_apply_of_the_last_c
     assert timings.to_children == {"m1": 0.6}
     assert timings.missing_children == ("m2",)  # only 1 of its 4 children exists
     assert timings.all_children_s is None
+
+
+def test_all_ready_is_the_latest_ready_transition_once_every_model_is_ready() -> None:
+    lines = ["True=2026-12-01T17:00:05Z", "True=2026-12-01T17:01:40Z", "False=2026-12-01T17:00:03Z"]
+    assert all_ready_at(lines, 3) is None  # one is not Ready yet
+    assert all_ready_at(lines[:2], 3) is None  # one has no condition yet
+    when = all_ready_at(lines[:2], 2)
+    assert when == datetime.datetime(2026, 12, 1, 17, 1, 40, tzinfo=datetime.UTC)
+    assert all_ready_at(["True=", "True=2026-12-01T17:00:05Z"], 2) is None

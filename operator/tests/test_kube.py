@@ -18,6 +18,8 @@ from skiff_operator.kube import (
     DeadlineApiClient,
     Kube,
     deployment_state,
+    fingerprint,
+    manifest_digest,
     owned_by,
     pod_event,
     pod_state,
@@ -302,3 +304,33 @@ async def test_backend_tls_children_are_listed_read_and_deleted_by_their_own_pat
         "/apis/gateway.networking.k8s.io/v1/namespaces/ml/grpcroutes/demo",
         "/apis/gateway.networking.k8s.io/v1/namespaces/ml/backendtlspolicies/demo-v1",
     }
+
+
+def _deployment(generation: int, labels: dict[str, str], rv: str = "7") -> dict[str, object]:
+    metadata = {"name": "d", "uid": "u1", "generation": generation, "labels": labels, "resourceVersion": rv}
+    return {"kind": "Deployment", "metadata": metadata, "status": {"readyReplicas": 1}}
+
+
+def test_a_deployment_counts_as_unchanged_through_status_updates_but_not_through_spec_or_label_edits() -> None:
+    manifest = {"kind": "Deployment", "metadata": {"name": "d", "labels": {"skiff.dev/model": "m"}}}
+    applied = fingerprint(_deployment(3, {"skiff.dev/model": "m"}), manifest)
+    # A status update moves resourceVersion, not generation: still what the apply left.
+    assert fingerprint(_deployment(3, {"skiff.dev/model": "m", "other": "x"}, rv="99"), manifest) == applied
+    assert fingerprint(_deployment(4, {"skiff.dev/model": "m"}), manifest) != applied  # kubectl scale / edit
+    assert fingerprint(_deployment(3, {"skiff.dev/model": "changed"}), manifest) != applied  # a label edit
+
+
+def test_other_kinds_count_as_unchanged_only_at_the_same_resource_version() -> None:
+    manifest = {"kind": "Service", "metadata": {"name": "s"}}
+    stored = {"kind": "Service", "metadata": {"name": "s", "resourceVersion": "10"}}
+    assert fingerprint(stored, manifest) == fingerprint({**stored}, manifest)
+    assert fingerprint({"kind": "Service", "metadata": {"name": "s", "resourceVersion": "11"}}, manifest) != (
+        fingerprint(stored, manifest)
+    )
+
+
+def test_manifest_digest_ignores_key_order_and_sees_every_value() -> None:
+    a = {"kind": "Service", "metadata": {"name": "s", "labels": {"a": "1", "b": "2"}}}
+    b = {"metadata": {"labels": {"b": "2", "a": "1"}, "name": "s"}, "kind": "Service"}
+    assert manifest_digest(a) == manifest_digest(b)
+    assert manifest_digest(a) != manifest_digest({**a, "spec": {"type": "ClusterIP"}})

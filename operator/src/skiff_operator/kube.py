@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import hashlib
 import json
 import pathlib
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -55,6 +56,20 @@ _CUSTOM_PLURALS = {
     (GRPC_ROUTE_API_VERSION, GRPC_ROUTE_KIND): "grpcroutes",
     (BACKEND_TLS_POLICY_API_VERSION, BACKEND_TLS_POLICY_KIND): "backendtlspolicies",
 }
+# The typed kinds the operator applies or lists: (apiVersion, kind) -> collection path in a namespace.
+_TYPED_PATHS = {
+    ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{namespace}/deployments",
+    ("v1", "Service"): "/api/v1/namespaces/{namespace}/services",
+    ("v1", "Secret"): "/api/v1/namespaces/{namespace}/secrets",
+    ("v1", CONFIG_MAP_KIND): "/api/v1/namespaces/{namespace}/configmaps",
+    (
+        NETWORK_POLICY_API_VERSION,
+        NETWORK_POLICY_KIND,
+    ): "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
+}
+_TYPED_API_VERSIONS = {kind: api_version for api_version, kind in _TYPED_PATHS}
+# Kinds whose status changes often (and bumps resourceVersion): a spec change shows in metadata.generation instead.
+_GENERATION_KINDS = frozenset({"Deployment"})
 # Custom children listed, looked up and pruned by kind: kind -> apiVersion (the plural is in _CUSTOM_PLURALS).
 _CUSTOM_CHILDREN = {GRPC_ROUTE_KIND: GRPC_ROUTE_API_VERSION, BACKEND_TLS_POLICY_KIND: BACKEND_TLS_POLICY_API_VERSION}
 
@@ -84,6 +99,11 @@ class Kube:
         self._networking = client.NetworkingV1Api(api)
         self._coordination = client.CoordinationV1Api(api)
         self._crds: dict[tuple[str, str], tuple[float, bool]] = {}  # (name, version) -> (read at, served)
+        # What this process last applied to each child, and the object its apply returned (see unchanged_since):
+        # (namespace, kind, name) -> (digest of the manifest, fingerprint of the stored object).
+        self._applied: dict[tuple[str, str, str], tuple[str, tuple[Any, ...]]] = {}
+        # The children the latest list_owned of each model returned: (namespace, model label) -> (kind, name) -> object.
+        self._listed: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -101,41 +121,76 @@ class Kube:
             yield cls(api, namespace)
 
     async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        """Server-side apply of the full desired object; unchanged objects are no-ops on the server. Returns the
-        object as stored (its status included), which saves reading it again."""
+        """Server-side apply of the full desired object. Returns the object as stored (its status included), which
+        saves reading it again. Skipped, returning the listed object, when this process applied the same manifest
+        before and the object this reconcile listed is still the one that apply left (`unchanged_since`): an apply
+        of an unchanged object changes nothing, but costs the API server a full merge (most of a resync's cost)."""
         kind = manifest["kind"]
-        name = manifest["metadata"]["name"]
-        namespace = manifest["metadata"]["namespace"]
-        patchers = {
-            ("apps/v1", "Deployment"): self._apps.patch_namespaced_deployment,
-            ("v1", "Service"): self._core.patch_namespaced_service,
-            ("v1", "Secret"): self._core.patch_namespaced_secret,
-            ("v1", CONFIG_MAP_KIND): self._core.patch_namespaced_config_map,
-            (NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND): self._networking.patch_namespaced_network_policy,
-        }
+        metadata = manifest["metadata"]
+        name, namespace = metadata["name"], metadata["namespace"]
+        key = (namespace, kind, name)
+        digest = manifest_digest(manifest)
+        model = (metadata.get("labels") or {}).get(names.MODEL_LABEL, "")
+        listed = self._listed.get((namespace, model), {}).pop((kind, name), None)
+        last = self._applied.get(key)
+        if listed is not None and last is not None and last == (digest, fingerprint(listed, manifest)):
+            return listed
         if (manifest["apiVersion"], kind) in _CUSTOM_PLURALS:
-            return await self._apply_custom(manifest)
-        patch = patchers.get((manifest["apiVersion"], kind))
-        if patch is None:
+            group, version = manifest["apiVersion"].split("/")
+            path = f"/apis/{group}/{version}/namespaces/{namespace}/{_CUSTOM_PLURALS[(manifest['apiVersion'], kind)]}"
+        elif (manifest["apiVersion"], kind) in _TYPED_PATHS:
+            path = _TYPED_PATHS[(manifest["apiVersion"], kind)].format(namespace=namespace)
+        else:
             raise ApplyRejected(kind, name, f"the operator does not apply {manifest['apiVersion']} {kind}")
-        # The generated stubs omit `_content_type`, which selects server-side apply instead of a JSON patch.
-        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY_CONTENT_TYPE}
-        async with _translated_errors(kind, name):
-            stored = await patch(name, namespace, dict(manifest), **options)
-        return {**self._api.sanitize_for_serialization(stored), "kind": kind}
+        stored = await self._request(
+            "PATCH",
+            f"{path}/{name}",
+            kind,
+            name,
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+            body=manifest,
+            content_type=APPLY_CONTENT_TYPE,
+        )
+        stored = {**(stored or manifest), "kind": kind}
+        self._applied[key] = (digest, fingerprint(stored, manifest))
+        return stored
 
-    async def _apply_custom(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        """Server-side apply of a custom resource (a cert-manager Certificate)."""
-        group, version = manifest["apiVersion"].split("/")
-        plural = _CUSTOM_PLURALS[(manifest["apiVersion"], manifest["kind"])]
-        name = manifest["metadata"]["name"]
-        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY_CONTENT_TYPE}
-        async with _translated_errors(manifest["kind"], name):
-            stored: dict[str, Any] | None = await self._custom.patch_namespaced_custom_object(
-                group, version, manifest["metadata"]["namespace"], plural, name, dict(manifest), **options
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        kind: str,
+        name: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        not_found: bool = False,
+    ) -> dict[str, Any] | None:
+        """One request, its answer as plain JSON: the generated client's model classes cost more CPU to build and
+        turn back into dicts than the API server takes to answer. None for 404 when `not_found` allows it; other
+        errors as ApplyRejected / ClusterUnavailable."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        async with _translated_errors(kind, name):
+            response = await self._api.call_api(
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params=headers,
+                body=dict(body) if body is not None else None,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
             )
-        # The generated client maps only 200 to a body for custom objects: an apply that creates (201) returns None.
-        return stored if isinstance(stored, dict) else dict(manifest)
+            data = await response.read()  # reading it all returns the connection to the pool
+            if not_found and response.status == _NOT_FOUND:
+                return None
+            if not 200 <= response.status <= 299:
+                error = ApiException(status=response.status, reason=response.reason)
+                error.body, error.headers = data, response.headers
+                raise error
+        answer: Any = json.loads(data) if data else None
+        return answer if isinstance(answer, dict) else None
 
     async def read_secret(self, namespace: str, name: str) -> StoredSecret | None:
         """A Secret's data (decoded), type and controller; None when it does not exist. Callers never log or
@@ -187,20 +242,13 @@ class Kube:
         the model's own objects."""
         namespace = model.ref.namespace
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
-        serialize = self._api.sanitize_for_serialization
-        typed: dict[str, Any] = {
-            "Deployment": self._apps.list_namespaced_deployment,
-            "Service": self._core.list_namespaced_service,
-            NETWORK_POLICY_KIND: self._networking.list_namespaced_network_policy,
-        }
-        if backend_tls:
-            typed[CONFIG_MAP_KIND] = self._core.list_namespaced_config_map
+        typed = ["Deployment", "Service", NETWORK_POLICY_KIND, *([CONFIG_MAP_KIND] if backend_tls else [])]
 
         async def typed_list(kind: str) -> list[dict[str, Any]]:
-            async with _translated_errors(kind, selector):
-                listed = await typed[kind](namespace, label_selector=selector)
-            # Items of a typed list carry no kind; set it from the list they came from.
-            return [{**serialize(item), "kind": kind} for item in listed.items]
+            path = _TYPED_PATHS[_TYPED_API_VERSIONS[kind], kind].format(namespace=namespace)
+            listed = await self._request("GET", path, kind, selector, query={"labelSelector": selector}) or {}
+            # Items of a list carry no kind; set it from the list they came from.
+            return [{**item, "kind": kind} for item in listed.get("items") or []]
 
         async def custom_list(kind: str) -> list[dict[str, Any]]:
             group, version, plural = _custom_child(kind)
@@ -215,8 +263,11 @@ class Kube:
         ]
         # At once: the lists are independent, and a reconcile's latency is the sum of its sequential requests.
         lists = await asyncio.gather(*(typed_list(kind) for kind in typed), *(custom_list(kind) for kind in custom))
-        raw = [item for listed in lists for item in listed]
-        return tuple(owned_child(item) for item in raw if owned_by(item, model.ref.uid))
+        raw = [item for listed in lists for item in listed if owned_by(item, model.ref.uid)]
+        # What apply() compares with; replaced on every list, so an object deleted since is never taken as current.
+        label = names.fit_name(model.ref.name)
+        self._listed[(namespace, label)] = {(item["kind"], item["metadata"]["name"]): item for item in raw}
+        return tuple(owned_child(item) for item in raw)
 
     async def find_occupants(
         self, namespace: str, uid: str, wanted: Collection[tuple[str, str]]
@@ -291,14 +342,9 @@ class Kube:
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]:
         missing = set()
         for claim in sorted(claims):
-            try:
-                await self._core.read_namespaced_persistent_volume_claim(claim, namespace)
-            except ApiException as error:
-                if error.status != _NOT_FOUND:
-                    raise translate_error(error, "PersistentVolumeClaim", claim) from error
+            path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}"
+            if await self._request("GET", path, "PersistentVolumeClaim", claim, not_found=True) is None:
                 missing.add(claim)
-            except (aiohttp.ClientError, TimeoutError) as error:
-                raise translate_error(error, "PersistentVolumeClaim", claim) from error
         return frozenset(missing)
 
     async def read_children(self, model: InferenceModel, applied: Sequence[Mapping[str, Any]] = ()) -> ChildStates:
@@ -308,28 +354,34 @@ class Kube:
         namespace = model.ref.namespace
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
         versions_by_label = {names.fit_name(v.name): v.name for v in model.spec.versions}
-        serialize = self._api.sanitize_for_serialization
         deployments = [item for item in applied if item.get("kind") == "Deployment"]
-        async with _translated_errors("Deployment", selector):
-            if not deployments_cover(deployments, versions_by_label):
-                listed = await self._apps.list_namespaced_deployment(namespace, label_selector=selector)
-                deployments = [serialize(item) for item in listed.items]
-            pods = await self._core.list_namespaced_pod(namespace, label_selector=selector)
+        query = {"labelSelector": selector}
+        if not deployments_cover(deployments, versions_by_label):
+            path = _TYPED_PATHS["apps/v1", "Deployment"].format(namespace=namespace)
+            deployments = (await self._request("GET", path, "Deployment", selector, query=query) or {}).get(
+                "items"
+            ) or []
+        pods = await self._request("GET", f"/api/v1/namespaces/{namespace}/pods", "Pod", selector, query=query) or {}
         states = deployment_states(deployments, versions_by_label, model.ref.uid)
         pod_states = tuple(
             state
-            for state in (pod_state(serialize(item), versions_by_label) for item in pods.items)
+            for state in (pod_state(item, versions_by_label) for item in pods.get("items") or [])
             if state is not None
         )
         pod_events: tuple[PodEvent, ...] = ()
         if any(p.phase == "Pending" for p in pod_states):
-            async with _translated_errors("Event", "FailedScheduling"):
-                events = await self._core.list_namespaced_event(
-                    namespace, field_selector="involvedObject.kind=Pod,reason=FailedScheduling"
-                )
+            events = await self._request(
+                "GET",
+                f"/api/v1/namespaces/{namespace}/events",
+                "Event",
+                "FailedScheduling",
+                query={"fieldSelector": "involvedObject.kind=Pod,reason=FailedScheduling"},
+            )
             pod_names = {p.name for p in pod_states}
             pod_events = tuple(
-                event for event in (pod_event(serialize(item)) for item in events.items) if event.pod in pod_names
+                event
+                for event in (pod_event(item) for item in (events or {}).get("items") or [])
+                if event.pod in pod_names
             )
         return ChildStates(deployments=states, pods=pod_states, events=pod_events)
 
@@ -380,17 +432,8 @@ class Kube:
         return await scrape_targets(targets, METRICS_PORT, versions)
 
     async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            body: dict[str, Any] = await self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name
-            )
-        except ApiException as error:
-            if error.status == _NOT_FOUND:
-                return None
-            raise translate_error(error, "InferenceModel", name) from error
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise translate_error(error, "InferenceModel", name) from error
-        return body
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+        return await self._request("GET", path, "InferenceModel", name, not_found=True)
 
     async def post_event(self, model: Mapping[str, Any], event: StatusEvent) -> None:
         """A core/v1 Event on the InferenceModel (what `kubectl describe im` shows)."""
@@ -398,9 +441,8 @@ class Kube:
 
     async def create_event(self, manifest: Mapping[str, Any]) -> None:
         namespace = manifest["metadata"]["namespace"]
-        async with _translated_errors("Event", manifest["metadata"].get("generateName", "")):
-            body: Any = dict(manifest)  # the client serializes a dict as it is
-            await self._core.create_namespaced_event(namespace, body)
+        path = f"/api/v1/namespaces/{namespace}/events"
+        await self._request("POST", path, "Event", manifest["metadata"].get("generateName", ""), body=manifest)
 
     # -- leader election (leader.LeaseStore) -----------------------------------------------------------------
 
@@ -430,11 +472,9 @@ class Kube:
         return result
 
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        async with _translated_errors("InferenceModel", name):
-            options: dict[str, Any] = {"_content_type": MERGE_PATCH_CONTENT_TYPE}
-            await self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}, **options
-            )
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+        body = {"status": dict(status)}
+        await self._request("PATCH", path, "InferenceModel", name, body=body, content_type=MERGE_PATCH_CONTENT_TYPE)
 
 
 def _custom_child(kind: str) -> tuple[str, str, str]:
@@ -471,6 +511,31 @@ def _api_message(error: ApiException) -> str:
     except (TypeError, ValueError):
         return str(error.reason)
     return str(body.get("message", error.reason)) if isinstance(body, dict) else str(error.reason)
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """A digest of a rendered manifest: equal digests, equal manifests."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def fingerprint(stored: Mapping[str, Any], manifest: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What changes when anyone but the operator's own apply changes a child: its resourceVersion, or for kinds
+    whose status churns (a Deployment) its generation (any spec edit: a scale, an image) plus the labels and
+    annotations the manifest sets (metadata edits do not bump the generation). Equal fingerprints of the object an
+    apply returned and of the object listed now: nobody changed what the operator applied in between."""
+    metadata = stored.get("metadata") or {}
+    if manifest.get("kind") not in _GENERATION_KINDS:
+        return ("resourceVersion", metadata.get("resourceVersion"))
+    wanted = manifest.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    return (
+        "generation",
+        metadata.get("generation"),
+        metadata.get("uid"),
+        tuple((key, labels.get(key)) for key in sorted(wanted.get("labels") or {})),
+        tuple((key, annotations.get(key)) for key in sorted(wanted.get("annotations") or {})),
+    )
 
 
 def own_namespace() -> str | None:
