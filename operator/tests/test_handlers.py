@@ -19,7 +19,9 @@ from skiff_operator.handlers import (
     child_owner,
     configure_settings,
     model_needs_reconcile,
+    newest_body,
     reconcile_key,
+    remember_body,
     watch_pods_forever,
 )
 from skiff_operator.scheduler import Scheduler, SchedulerOptions
@@ -184,3 +186,39 @@ async def test_pod_watch_is_label_selected_and_schedules_the_pods_model() -> Non
     task.cancel()
     assert shared.scheduler.known == {("ml", "demo")}
     assert kube.calls == [("ml", "app.kubernetes.io/managed-by=skiff-operator")] * 2  # retried after the failure
+
+
+def _at(version: str, **extra: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "bert", "resourceVersion": version}, **extra}
+
+
+def test_the_newest_body_wins_by_resource_version_and_unorderable_ones_are_forgotten() -> None:
+    assert newest_body(None, _at("5")) == _at("5")
+    assert newest_body(_at("7", status={"a": 1}), _at("5")) == _at("7", status={"a": 1})  # a late watch event
+    assert newest_body(_at("7"), _at("9", spec={"x": 1})) == _at("9", spec={"x": 1})
+    assert newest_body(_at("7"), _at("not-a-number")) is None
+    shared = shared_for(EventCluster(None))
+    remember_body(shared, ("ml", "bert"), _at("7"))
+    remember_body(shared, ("ml", "bert"), _at("x"))
+    assert ("ml", "bert") not in shared.bodies  # then the next reconcile reads the model
+
+
+async def test_a_reconcile_starts_from_the_newest_body_seen_and_keeps_its_status_patch_answer(
+    make_body: Callable[..., Any],
+) -> None:
+    cluster = EventCluster(None)  # a GET would find nothing: the reconcile must use the body seen
+    shared = shared_for(cluster)
+    key = ("ml", "bert")
+    body = make_body()
+    body["metadata"]["resourceVersion"] = "11"
+    remember_body(shared, key, body)
+    stored = {**body, "metadata": {**body["metadata"], "resourceVersion": "12"}, "status": {"written": True}}
+
+    async def patch_status(namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        cluster.patched.append(status)
+        return stored
+
+    cluster.patch_status = patch_status  # type: ignore[method-assign,assignment]
+    await reconcile_key(shared, key)
+    assert cluster.patched, "the reconcile ran from the remembered body and wrote its status"
+    assert shared.bodies[key]["metadata"]["resourceVersion"] == "12"

@@ -52,6 +52,9 @@ class _Shared:
     # The generation each model's last reconcile read: a model event with the same generation is a status or
     # metadata change (the operator's own status patch, most often) and needs no reconcile.
     generations: dict[Key, int] = field(default_factory=dict)
+    # The newest body of each model this process has seen (its watch events, its own status patches' answers):
+    # a reconcile starts from it instead of a GET. See newest_body.
+    bodies: dict[Key, dict[str, Any]] = field(default_factory=dict)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     elector: LeaderElector | None = None
 
@@ -77,13 +80,37 @@ def child_owner(body: Mapping[str, Any]) -> Key | None:
     return (str(namespace), str(model)) if model and namespace else None
 
 
+def newest_body(known: Mapping[str, Any] | None, seen: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The newer of two bodies of one model by resourceVersion (an etcd revision: an integer that only grows,
+    on the API servers Skiff supports); None when either is not an integer, so that the caller reads the model."""
+    try:
+        seen_version = int((seen.get("metadata") or {}).get("resourceVersion") or "")
+        known_version = int((known.get("metadata") or {}).get("resourceVersion") or "") if known else -1
+    except ValueError:
+        return None
+    return dict(known) if known is not None and known_version >= seen_version else dict(seen)
+
+
+def remember_body(shared: _Shared, key: Key, body: Mapping[str, Any]) -> None:
+    """Keeps the newest body seen of a model (a reconcile then needs no GET), or none when they cannot be ordered.
+    Any write by someone else reaches this process as a watch event, which also triggers a reconcile: a reconcile
+    that started from a body older than the server's is followed by one from the newer."""
+    newest = newest_body(shared.bodies.get(key), body)
+    if newest is None:
+        shared.bodies.pop(key, None)
+    else:
+        shared.bodies[key] = newest
+
+
 def model_needs_reconcile(shared: _Shared, key: Key, event_type: str | None, body: Mapping[str, Any]) -> bool:
     """A model event asks for a reconcile unless it is a deletion or leaves the generation the last reconcile
     read (a status write, a label): the first sighting (create, or the listing at start), a spec change."""
     if event_type == "DELETED":
         shared.scheduler.forget(key)
         shared.generations.pop(key, None)
+        shared.bodies.pop(key, None)
         return False
+    remember_body(shared, key, body)
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     return key not in shared.scheduler.known or shared.generations.get(key) != generation
 
@@ -92,23 +119,26 @@ async def reconcile_key(shared: _Shared, key: Key) -> float | None:
     """One reconcile of a model as the scheduler runs it: read it, reconcile, write the status when it changed,
     post the Events. Returns the seconds after which to try again (a failed apply, an unreachable API server)."""
     namespace, name = key
-    try:
-        body = await shared.kube.read_inference_model(namespace, name)
-    except ClusterUnavailable as error:
-        _log.warning(
-            "%s/%s: reading the model failed, retrying in %gs: %s", namespace, name, error.retry_after_s, error
-        )
-        return error.retry_after_s
+    body = shared.bodies.get(key)
     if body is None:
-        shared.scheduler.forget(key)
-        shared.generations.pop(key, None)
-        return None  # the model is gone; the garbage collector removes its children
+        try:
+            body = await shared.kube.read_inference_model(namespace, name)
+        except ClusterUnavailable as error:
+            _log.warning(
+                "%s/%s: reading the model failed, retrying in %gs: %s", namespace, name, error.retry_after_s, error
+            )
+            return error.retry_after_s
+        if body is None:
+            shared.scheduler.forget(key)
+            shared.generations.pop(key, None)
+            return None  # the model is gone; the garbage collector removes its children
+        remember_body(shared, key, body)
     shared.generations[key] = int(body.get("metadata", {}).get("generation") or 0)
     try:
         outcome = await reconcile(body, shared.kube, _now())
         writes = [shared.kube.post_event(body, event) for event in outcome.events]
         if patch_changes(body.get("status"), outcome.status):  # unchanged: no write, no watch event
-            writes.insert(0, shared.kube.patch_status(namespace, name, outcome.status))
+            writes.insert(0, _patch_status(shared, key, outcome.status))
         await asyncio.gather(*writes)  # independent: at once
     except ClusterUnavailable as error:
         _log.warning("%s/%s: %s (retrying in %gs)", namespace, name, error, error.retry_after_s)
@@ -120,6 +150,12 @@ async def reconcile_key(shared: _Shared, key: Key) -> float | None:
     if outcome.retry_after_s is not None:
         _log.warning("%s/%s: %s", namespace, name, _ready_message(outcome.status))
     return outcome.retry_after_s
+
+
+async def _patch_status(shared: _Shared, key: Key, status: Mapping[str, Any]) -> None:
+    stored = await shared.kube.patch_status(key[0], key[1], status)
+    if stored is not None:
+        remember_body(shared, key, stored)
 
 
 def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
@@ -175,7 +211,7 @@ def start_operator(kube: Kube, stack: contextlib.AsyncExitStack, options: Operat
         shared.elector = LeaderElector(
             kube,
             options.lease,
-            on_lead=lambda: scheduler.resume(everything=True),
+            on_lead=lambda: _lead(shared),
             on_lose=scheduler.pause,
             logger=_log,
         )
@@ -184,6 +220,13 @@ def start_operator(kube: Kube, stack: contextlib.AsyncExitStack, options: Operat
     for namespace in options.namespaces or (None,):
         shared.tasks.append(asyncio.create_task(watch_pods_forever(shared, namespace, options)))
     return shared
+
+
+def _lead(shared: _Shared) -> None:
+    """Now the leader: the bodies seen while standing by may predate the last leader's final writes (its watch
+    events still on their way): read every model afresh, then reconcile them all."""
+    shared.bodies.clear()
+    shared.scheduler.resume(everything=True)
 
 
 async def stop_operator(shared: _Shared) -> None:
