@@ -26,6 +26,7 @@ CHILD_RESOURCES = frozenset({"deployments", "services", "networkpolicies"})
 CHILDREN_PER_MODEL = 4
 NODE_PODS = 500  # per simulated node the benchmark adds, so scheduling never limits it
 READY_POLL_S = 10.0
+STEADY_GAP_S = 0.5  # between the steady phase's creates: 2 models/s, each kubectl process ~0.2 s itself
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,11 @@ def process_usage(pid: int) -> tuple[float, int]:
     return cpu_s, peak_kb * 1024
 
 
+def component_pids(pid_dir: Path) -> dict[str, int]:
+    """kwokctl's components (kube-apiserver, etcd, ...) by name -> pid, from its pids/ directory."""
+    return {f.stem: int(f.read_text().strip()) for f in sorted(pid_dir.glob("*.pid")) if f.read_text().strip()}
+
+
 def bench_model(name: str, namespace: str) -> dict[str, Any]:
     """The smallest model: one CPU version, one replica (kwok marks its pod Ready; nothing runs)."""
     return {
@@ -107,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--idle-s", type=float, default=30, help="then count the idle operator's requests this long")
     parser.add_argument("--keep-logs", type=Path, help="copy the audit log and the operator's log into this folder")
     parser.add_argument("--create-workers", type=int, default=8, help="concurrent `kubectl create` processes")
+    parser.add_argument(
+        "--steady",
+        type=int,
+        default=50,
+        help="then create this many more models one at a time, STEADY_GAP_S apart, while the operator holds the "
+        "others: apply -> children as a user meets it (default 50; 0: skip)",
+    )
     return parser
 
 
@@ -148,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.sleep(2)  # kopf's initial lists and watches
             assert operator.process is not None
             start_cpu, _ = process_usage(operator.process.pid)
+            components = component_pids(plane.cluster_dir / "pids")
+            start_components = {name: process_usage(pid)[0] for name, pid in components.items()}
             since = audit.mark()
             print(f"creating {args.models} InferenceModels with {args.create_workers} kubectl processes", flush=True)
             started = datetime.datetime.now(datetime.UTC)
@@ -167,10 +182,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             all_ready_s = (ready_at - started).total_seconds() if ready_at else None
             busy = audit.requests(since)
             busy_cpu, _ = process_usage(operator.process.pid)
+            busy_components = {name: process_usage(pid)[0] - start_components[name] for name, pid in components.items()}
             idle_mark = audit.mark()
             time.sleep(args.idle_s)
             idle = [r for r in audit.requests(idle_mark) if r.from_operator]
             end_cpu, peak_rss = process_usage(operator.process.pid)
+            steady_names = [f"s{i:05d}" for i in range(args.steady)]
+            steady_mark = audit.mark()
+            if steady_names:
+                print(f"creating {len(steady_names)} more models one at a time, {STEADY_GAP_S}s apart", flush=True)
+            for name in steady_names:
+                kube.run("create", "-f", "-", stdin=_yaml(bench_model(name, namespace)))
+                time.sleep(STEADY_GAP_S)
+            time.sleep(3 if steady_names else 0)  # the last one's children
+            steady = child_timings(audit.requests(steady_mark), namespace, steady_names)
+            peak_rss = max(peak_rss, process_usage(operator.process.pid)[1])
         finally:
             operator.stop()
             if args.keep_logs:
@@ -179,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 shutil.copy(Path(scratch) / "operator.log", args.keep_logs / "operator.log")
         timings = child_timings(busy, namespace, names)
         operator_requests = [r for r in busy if r.from_operator]
+        steady_values = list(steady.to_children.values())
         report = {
             "models": args.models,
             "create_s": round(created_s, 1),
@@ -194,6 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{v} {r}": n for (v, r), n in count_by_verb_and_resource(operator_requests).items()
             },
             "operator_cpu_s_until_ready": round(busy_cpu - start_cpu, 1),
+            "control_plane_cpu_s_until_ready": {name: round(cpu, 1) for name, cpu in sorted(busy_components.items())},
+            "steady_models": args.steady,
+            "steady_apply_to_children_p50_s": round(percentile(steady_values, 50), 3) if steady_values else None,
+            "steady_apply_to_children_p99_s": round(percentile(steady_values, 99), 3) if steady_values else None,
+            "steady_without_all_children": len(steady.missing_children),
             "idle_window_s": args.idle_s,
             "idle_requests": {f"{v} {r}": n for (v, r), n in count_by_verb_and_resource(idle).items()},
             "idle_cpu_s": round(end_cpu - busy_cpu, 2),

@@ -22,7 +22,7 @@ from skiff_operator.handlers import (
     newest_body,
     reconcile_key,
     remember_body,
-    watch_pods_forever,
+    watch_children_forever,
 )
 from skiff_operator.scheduler import Scheduler, SchedulerOptions
 from skiff_operator.status import StatusEvent
@@ -45,9 +45,9 @@ def test_registry_holds_only_event_handlers() -> None:
     assert registry._changing.get_all_handlers() == []
     assert registry._spawning.get_all_handlers() == []
     watching = {str(h.id) for h in registry._watching.get_all_handlers()}
-    # No kopf watch of Pods or Secrets: kopf filters labels client-side, after listing every one. Pods have a
-    # label-selected watch of their own (watch_pods_forever); Secrets are read by name on each reconcile.
-    assert watching == {"model", "child-deployments", "child-services"}
+    # No kopf watch of children or Secrets: kopf filters labels client-side, after listing every one. Children have
+    # label-selected watches of their own (watch_children_forever); Secrets are read by name on each reconcile.
+    assert watching == {"model"}
 
 
 def test_registry_logs_kopf_in_like_the_api_client() -> None:
@@ -162,7 +162,7 @@ class WatchingKube:
         self.batches = batches
         self.calls: list[tuple[str | None, str]] = []
 
-    async def watch_pods(self, namespace: str | None, selector: str, timeout_s: int) -> Any:
+    async def watch_children(self, kind: str, namespace: str | None, selector: str, timeout_s: int) -> Any:
         self.calls.append((namespace, selector))
         if len(self.calls) == 1:
             raise ClusterUnavailable("watch: connection reset")
@@ -178,7 +178,7 @@ async def test_pod_watch_is_label_selected_and_schedules_the_pods_model() -> Non
     kube = WatchingKube([[pod, unlabelled]])
     shared = shared_for(kube)  # type: ignore[arg-type]
     options = OperatorOptions(child_debounce_s=60, watch_retry_s=0)
-    task = asyncio.create_task(watch_pods_forever(shared, "ml", options))
+    task = asyncio.create_task(watch_children_forever(shared, "Pod", "ml", options))
     for _ in range(100):
         if shared.scheduler.known:
             break

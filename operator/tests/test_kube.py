@@ -185,7 +185,7 @@ async def test_pod_watch_is_label_selected_resumes_and_relists_after_gone() -> N
     port = runner.addresses[0][1]
     seen = []
     async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
-        async for raw in Kube(api).watch_pods("ml", "app=x", timeout_s=5):
+        async for raw in Kube(api).watch_children("Pod", "ml", "app=x", timeout_s=5):
             seen.append(raw["metadata"]["name"])
             if len(seen) == 2:
                 break

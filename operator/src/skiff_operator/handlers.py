@@ -22,6 +22,7 @@ from skiff_operator.spec import GROUP, PLURAL, VERSION
 from skiff_operator.status import patch_changes
 
 _CHILD_FILTER = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
+CHILD_WATCH_KINDS = ("Pod", "Deployment", "Service")  # a change to any of these can change a model's status
 _log = logging.getLogger("skiff_operator")
 
 
@@ -179,24 +180,15 @@ def build_registry(options: OperatorOptions) -> kopf.OperatorRegistry:
         if model_needs_reconcile(shared, key, type, body):
             shared.scheduler.trigger(key, 0)  # a new model or a spec change: at once
 
-    async def child_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        key = child_owner(body)
-        if key is not None:
-            _shared(memo).scheduler.trigger(key)
-
     # A plain OperatorRegistry has no login handler (only kopf's global registry adds them), and kopf would stop
     # with "Ran out of valid credentials". Log kopf in the way Kube.connect does: in-cluster, else kubeconfig.
     kopf.on.login(registry=registry, id="login")(kopf.login_via_async_client)
     kopf.on.startup(registry=registry)(startup)
     kopf.on.cleanup(registry=registry)(cleanup)
     kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="model")(model_changed)
-    # Pods: watch_pods_forever, label-selected by the API server. Secrets are not watched (no list/watch on
-    # Secrets at all): the resync re-reads the ones a model uses by name.
-    children = (("apps", "v1", "deployments"), ("", "v1", "services"))
-    for group, version, plural in children:
-        kopf.on.event(group, version, plural, registry=registry, id=f"child-{plural}", labels=_CHILD_FILTER)(
-            child_changed
-        )
+    # Children (Pods, Deployments, Services): watch_children_forever, label-selected by the API server, not kopf
+    # (which lists and watches every object of a kind in the cluster and filters labels itself). Secrets are not
+    # watched (no list/watch on Secrets at all): the resync re-reads the ones a model uses by name.
     return registry
 
 
@@ -218,7 +210,8 @@ def start_operator(kube: Kube, stack: contextlib.AsyncExitStack, options: Operat
         shared.tasks.append(asyncio.create_task(shared.elector.run(), name="skiff-leader"))
     scheduler.start()
     for namespace in options.namespaces or (None,):
-        shared.tasks.append(asyncio.create_task(watch_pods_forever(shared, namespace, options)))
+        for kind in CHILD_WATCH_KINDS:
+            shared.tasks.append(asyncio.create_task(watch_children_forever(shared, kind, namespace, options)))
     return shared
 
 
@@ -239,20 +232,21 @@ async def stop_operator(shared: _Shared) -> None:
     await shared.exit_stack.aclose()
 
 
-async def watch_pods_forever(shared: _Shared, namespace: str | None, options: OperatorOptions) -> None:
-    """Reconciles a model soon after one of its pods changes. The API server filters the watch by the
-    managed-by label, so the operator never receives other Pods. A failed watch starts again after a pause."""
+async def watch_children_forever(shared: _Shared, kind: str, namespace: str | None, options: OperatorOptions) -> None:
+    """Reconciles a model soon after one of its children of `kind` changes. The API server filters the watch by the
+    managed-by label, so the operator never receives other objects. A failed watch starts again after a pause."""
     selector = ",".join(f"{key}={value}" for key, value in _CHILD_FILTER.items())
+    where = namespace or "every namespace"
     while True:
         try:
-            async for pod in shared.kube.watch_pods(namespace, selector, options.watch_server_timeout_s):
-                key = child_owner(pod)
+            async for child in shared.kube.watch_children(kind, namespace, selector, options.watch_server_timeout_s):
+                key = child_owner(child)
                 if key is not None:
                     shared.scheduler.trigger(key)
         except ClusterUnavailable as error:
-            _log.warning("pod watch in %s failed, retrying: %s", namespace or "every namespace", error)
-        except ApplyRejected as error:  # e.g. 403: the RBAC lacks list/watch on pods
-            _log.error("pod watch in %s refused, retrying: %s", namespace or "every namespace", error)
+            _log.warning("%s watch in %s failed, retrying: %s", kind, where, error)
+        except ApplyRejected as error:  # e.g. 403: the RBAC lacks list/watch on the kind
+            _log.error("%s watch in %s refused, retrying: %s", kind, where, error)
         await asyncio.sleep(options.watch_retry_s)
 
 
