@@ -34,7 +34,9 @@ MODELS = 100
 READY_BOUND_S = 240  # measured 67 s on 2 shared cores (other engineers' tests running)
 IDLE_WINDOW_S = 60
 RESYNC_S = 60  # the operator's documented default (--resync-seconds)
-REQUESTS_PER_RECONCILE = 11  # 10: GET model, claim; LIST Deployments, Services, NetworkPolicies, Pods; 4 applies
+# A resync reconcile of an unchanged model: LIST Deployments, Services, NetworkPolicies, Pods (4; the GRPCRoute
+# list too where the Gateway API is served), the claim at most every 30 s, the model from its watch, no applies.
+REQUESTS_PER_RECONCILE = 7
 
 
 def _alive(operator: OperatorProcess) -> None:
@@ -179,17 +181,16 @@ def test_hundred_models_become_ready_then_an_idle_operator_only_watches(
     print(f"idle {IDLE_WINDOW_S}s, operator requests by verb: {by_verb}")
     print(f"by verb and resource: {by_resource}")
 
-    # Idle, the only requests besides watches are the resync's (every RESYNC_S, documented): per model one GET
-    # of the model, then its reconcile: reads (claim, CRDs, children) and server-side applies of unchanged
-    # manifests plus a status merge patch, all no-ops on the server. A 60 s window holds one pass, two at most.
+    # Idle, the only requests besides watches are the resync's (every RESYNC_S, documented): per model its
+    # reconcile's reads (claim, CRDs, children) and nothing else: the children are unchanged since the operator's
+    # own applies, so none is applied again, and the status is unchanged. A 60 s window holds one pass, two at most.
     non_watch = [r for r in window if r.verb != "watch"]
-    passes = by_resource.get(("get", "inferencemodels"), 0) / MODELS
+    passes = by_resource.get(("list", "services"), 0) / MODELS  # each reconcile lists the model's Services once
     print(f"resync passes in the window: {passes:.2f}; requests per model per pass: {len(non_watch) / MODELS:.1f}")
     assert passes <= IDLE_WINDOW_S // RESYNC_S + 1
     writes = {key for key in by_resource if key[0] not in ("get", "list", "watch")}
-    unchanged = {("patch", "deployments"), ("patch", "services"), ("patch", "networkpolicies")}
-    assert writes <= {*unchanged, ("patch", "inferencemodels/status")}, writes
-    assert len(non_watch) <= passes * MODELS * REQUESTS_PER_RECONCILE, by_resource
+    assert not writes, writes
+    assert len(non_watch) <= max(passes, 1) * MODELS * REQUESTS_PER_RECONCILE, by_resource
     # Each model's objects are touched at most once per pass: no retry loop, no reconcile storm.
     for (verb, resource), n in by_resource.items():
         if verb != "watch":

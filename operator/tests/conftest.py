@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.plan import Observed, Plan, make_plan
 from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.spec import InferenceModel
@@ -88,3 +89,13 @@ def first_plan(model: InferenceModel, now: datetime.datetime = FIRST_PASS) -> Pl
     plan = make_plan(model, observed, now)
     assert isinstance(plan, Plan), plan
     return plan
+
+
+def wire(status: Status) -> dict[str, Any]:
+    """`status` as the operator patches it. Every status a test looks at this way also makes the round trip a
+    stored status makes: parsed back and rendered again, it is the same dict."""
+    rendered = render_status(status)
+    again = parse_status(rendered)
+    assert again is not None
+    assert render_status(again) == rendered, "render(parse(render(status))) differs from render(status)"
+    return rendered

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skiff_operator.reconcile import reconcile
+from tests.conftest import wire
 from tests.test_reconcile import condition
 from tests.test_tls import TLSFakeCluster
 
@@ -46,15 +47,15 @@ async def test_a_custom_key_is_mounted_under_the_file_name_the_runtime_reads(mak
 async def test_missing_empty_or_token_secrets_hold_the_deployment(make_body: Body) -> None:
     cluster = TLSFakeCluster()
     missing = await reconcile(make_body(auth=AUTH), cluster, NOW)
-    assert condition(missing.status, "Ready") == ("False", "AuthSecretMissing")
-    assert "kubectl create secret generic demo-token" in ready_message(missing.status)
+    assert condition(wire(missing.status), "Ready") == ("False", "AuthSecretMissing")
+    assert "kubectl create secret generic demo-token" in ready_message(wire(missing.status))
 
     cluster.put_secret("demo-token", {"token": b"  \n"})
     empty = await reconcile(make_body(auth=AUTH), cluster, NOW)
-    assert condition(empty.status, "Ready") == ("False", "AuthSecretInvalid")
+    assert condition(wire(empty.status), "Ready") == ("False", "AuthSecretInvalid")
 
     cluster.put_secret("demo-token", {"token": b"jwt"}, kind="kubernetes.io/service-account-token")
     refused = await reconcile(make_body(auth=AUTH), cluster, NOW)
-    assert condition(refused.status, "Ready") == ("False", "SecretRefused")
-    assert "jwt" not in json.dumps(refused.status)
+    assert condition(wire(refused.status), "Ready") == ("False", "SecretRefused")
+    assert "jwt" not in json.dumps(wire(refused.status))
     assert ("Deployment", "demo-v1") not in cluster.objects

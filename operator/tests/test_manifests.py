@@ -10,7 +10,7 @@ import yaml
 from skiff_operator.manifests import render_all
 from skiff_operator.reconcile import reconcile
 from skiff_operator.spec import parse_inference_model
-from tests.conftest import FIRST_PASS, OPERATOR_NAMESPACE, example_paths, first_plan, stored_body
+from tests.conftest import FIRST_PASS, OPERATOR_NAMESPACE, example_paths, first_plan, stored_body, wire
 from tests.test_tls import TLSFakeCluster
 
 
@@ -42,4 +42,4 @@ async def test_a_held_plan_renders_only_what_tls_writes(make_body: Any) -> None:
     body = make_body(tls={"mode": "SelfSigned"}, auth={"tokenSecretName": "missing"})
     outcome = await reconcile(body, TLSFakeCluster(), FIRST_PASS)
     assert outcome.applied == ("Secret/demo-tls-ca", "Secret/demo-tls")  # the auth Secret holds the rest
-    assert outcome.status["conditions"][0]["reason"] == "AuthSecretMissing"
+    assert wire(outcome.status)["conditions"][0]["reason"] == "AuthSecretMissing"

@@ -17,6 +17,7 @@ from skiff_operator.route_status import route_state
 from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, OwnedChild
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState
+from tests.conftest import wire
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 Body = Callable[..., dict[str, Any]]
@@ -120,7 +121,7 @@ async def test_reconcile_applies_every_child(make_body: Body) -> None:
         ("Deployment", "bert-v1"), ("Service", "bert-v1"), ("Service", "bert"), ("NetworkPolicy", "bert")
     }  # fmt: skip
     assert outcome.applied == ("Deployment/bert-v1", "Service/bert-v1", "Service/bert", "NetworkPolicy/bert")
-    assert condition(outcome.status, "Ready") == ("False", "RollingOut")
+    assert condition(wire(outcome.status), "Ready") == ("False", "RollingOut")
 
 
 async def test_reconcile_is_the_same_every_time(make_body: Body) -> None:
@@ -153,9 +154,9 @@ async def test_missing_pvc_is_reported_not_raised(make_body: Body) -> None:
     cluster = FakeCluster(claims=())
     outcome = await reconcile(make_body(), cluster, NOW)
     assert ("Deployment", "demo-v1") not in cluster.objects
-    assert condition(outcome.status, "Ready") == ("False", "PVCNotFound")
-    assert condition(outcome.status, "Progressing") == ("False", "PVCNotFound")
-    assert "'models' not found" in next(c["message"] for c in outcome.status["conditions"])
+    assert condition(wire(outcome.status), "Ready") == ("False", "PVCNotFound")
+    assert condition(wire(outcome.status), "Progressing") == ("False", "PVCNotFound")
+    assert "'models' not found" in next(c["message"] for c in wire(outcome.status)["conditions"])
     assert [e.reason for e in outcome.events] == ["PVCNotFound"]
 
 
@@ -168,7 +169,7 @@ async def test_only_the_version_with_a_missing_pvc_is_held_back(make_body: Body)
     outcome = await reconcile(body, cluster, NOW)
     assert ("Deployment", "demo-v1") in cluster.objects
     assert ("Deployment", "demo-v2") not in cluster.objects
-    assert condition(outcome.status, "Degraded") == ("True", "PVCNotFound")
+    assert condition(wire(outcome.status), "Degraded") == ("True", "PVCNotFound")
 
 
 @pytest.mark.parametrize(
@@ -180,16 +181,16 @@ async def test_unrenderable_spec_becomes_a_condition(make_body: Body, uri: str, 
     cluster = FakeCluster()
     outcome = await reconcile(body, cluster, NOW)
     assert cluster.objects == {}
-    assert condition(outcome.status, "Ready") == ("False", reason)
-    assert outcome.status["observedGeneration"] == 1
+    assert condition(wire(outcome.status), "Ready") == ("False", reason)
+    assert wire(outcome.status)["observedGeneration"] == 1
 
 
 async def test_rejected_apply_becomes_a_condition(make_body: Body) -> None:
     cluster = FakeCluster()
     cluster.reject = "Deployment"
     outcome = await reconcile(make_body(), cluster, NOW)
-    assert condition(outcome.status, "Ready") == ("False", "ApplyFailed")
-    assert "HTTP 422" in next(c["message"] for c in outcome.status["conditions"])
+    assert condition(wire(outcome.status), "Ready") == ("False", "ApplyFailed")
+    assert "HTTP 422" in next(c["message"] for c in wire(outcome.status)["conditions"])
     assert outcome.retry_after_s == REJECTED_RETRY_S  # a quota or a policy may change without an event
 
 
@@ -202,7 +203,7 @@ async def test_a_failed_apply_is_ready_false_with_the_server_message_on_the_firs
     cluster = FakeCluster()
     cluster.failing = RANGE_FULL
     outcome = await reconcile(make_body(name="bert"), cluster, NOW)
-    ready = next(c for c in outcome.status["conditions"] if c["type"] == "Ready")
+    ready = next(c for c in wire(outcome.status)["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
     assert "failed to allocate a serviceIP: range is full" in ready["message"]
     assert [(e.type, e.reason) for e in outcome.events] == [("Warning", "ApplyFailed")]
@@ -215,14 +216,14 @@ async def test_a_retried_apply_failure_posts_no_second_event_and_recovers(make_b
     cluster.failing = RANGE_FULL
     body = make_body(name="bert")
     first = await reconcile(body, cluster, NOW)
-    body["status"] = first.status
+    body["status"] = wire(first.status)
     again = await reconcile(body, cluster, NOW)
     assert again.events == ()  # the same failure: the Warning was posted once
-    body["status"] = again.status
+    body["status"] = wire(again.status)
     cluster.failing = None
     fixed = await reconcile(body, cluster, NOW)
     assert fixed.retry_after_s is None
-    assert condition(fixed.status, "Ready") == ("False", "RollingOut")
+    assert condition(wire(fixed.status), "Ready") == ("False", "RollingOut")
     assert ("Deployment", "bert-v1") in cluster.objects
 
 
@@ -238,16 +239,16 @@ async def test_events_follow_transitions_only(make_body: Body) -> None:
     body = make_body()
     first = await reconcile(body, cluster, NOW)
     assert [(e.type, e.reason) for e in first.events] == [("Normal", "RollingOut")]
-    body["status"] = first.status
+    body["status"] = wire(first.status)
     cluster.deployment_states["v1"] = ready(1)
     second = await reconcile(body, cluster, NOW)
     # The first ready pod also routes the model's traffic to v1: a shift, with its own Event.
     assert [(e.type, e.reason) for e in second.events] == [("Normal", "AllVersionsReady"), ("Normal", "TrafficShifted")]
     assert second.events[1].message == "v1=0 -> v1=100 (Service mode)"
-    body["status"] = second.status
+    body["status"] = wire(second.status)
     third = await reconcile(body, cluster, NOW)
     assert third.events == ()
-    assert condition(third.status, "Ready") == ("True", "AllVersionsReady")
+    assert condition(wire(third.status), "Ready") == ("True", "AllVersionsReady")
 
 
 # -- ownership before apply ------------------------------------------------------------------------------------
@@ -265,8 +266,8 @@ async def test_an_existing_object_the_model_does_not_control_is_never_written(ma
     outcome = await reconcile(make_body(), cluster, NOW)
     assert outcome.applied == ()
     assert cluster.objects == {("Service", "demo"): victim}  # the victim unchanged, nothing else created
-    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
-    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert condition(wire(outcome.status), "Ready") == ("False", "NameConflict")
+    message = next(c["message"] for c in wire(outcome.status)["conditions"] if c["type"] == "Ready")
     assert "Service/demo exists and it has no controller" in message
     assert [(e.type, e.reason) for e in outcome.events][:1] == [("Warning", "NameConflict")]
 
@@ -280,12 +281,12 @@ async def test_two_models_rendering_the_same_name_the_second_is_refused(make_bod
     second = make_body(name="a-b", versions=[{"name": "c", "modelUri": "pvc://models/x"}])
     second["metadata"]["uid"] = "3f1c5a9e-0000-4000-8000-000000000002"
     outcome = await reconcile(second, cluster, NOW)
-    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
-    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert condition(wire(outcome.status), "Ready") == ("False", "NameConflict")
+    message = next(c["message"] for c in wire(outcome.status)["conditions"] if c["type"] == "Ready")
     assert "Deployment/a-b-c exists and it is controlled by InferenceModel a" in message
     assert cluster.objects == before  # not even the second model's own Service "a-b" was applied
     # The first model keeps reconciling its children as before.
-    assert condition((await reconcile(first, cluster, NOW)).status, "Ready") == ("False", "RollingOut")
+    assert condition(wire((await reconcile(first, cluster, NOW)).status), "Ready") == ("False", "RollingOut")
 
 
 async def test_a_child_the_model_controls_is_written_even_without_its_labels(make_body: Body) -> None:
@@ -323,8 +324,8 @@ async def test_a_grpc_route_someone_else_made_is_never_taken_over(make_body: Bod
     victim = {"kind": "GRPCRoute", "metadata": {"name": "demo"}, "spec": {"parentRefs": [{"name": "theirs"}]}}
     cluster.objects[("GRPCRoute", "demo")] = copy.deepcopy(victim)
     outcome = await reconcile(make_body(routing={"gateways": [{"name": "edge"}]}), cluster, NOW)
-    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
-    assert "GRPCRoute/demo exists" in outcome.status["conditions"][0]["message"]
+    assert condition(wire(outcome.status), "Ready") == ("False", "NameConflict")
+    assert "GRPCRoute/demo exists" in wire(outcome.status)["conditions"][0]["message"]
     assert cluster.objects == {("GRPCRoute", "demo"): victim}
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from skiff_operator.reconcile import reconcile
 from skiff_operator.routing import GRPC_ROUTE_CRD
+from tests.conftest import wire
 from tests.test_reconcile import condition
 from tests.test_tls import TLSFakeCluster, user_secret
 
@@ -35,8 +36,8 @@ async def test_self_signed_in_gateway_mode_applies_the_ca_and_a_policy_per_versi
     assert cluster.objects[("ConfigMap", "demo-backend-ca")]["data"] == {"ca.crt": ca.decode()}
     policy = cluster.objects[("BackendTLSPolicy", "demo-v2")]
     assert policy["spec"]["validation"]["hostname"] == "demo-v2.ml.svc"
-    assert policy["spec"]["validation"]["hostname"] in outcome.status["tls"]["dnsNames"]
-    assert condition(outcome.status, "Degraded") == ("False", "AsExpected")
+    assert policy["spec"]["validation"]["hostname"] in wire(outcome.status)["tls"]["dnsNames"]
+    assert condition(wire(outcome.status), "Degraded") == ("False", "AsExpected")
 
 
 async def test_turning_tls_off_or_leaving_gateway_mode_deletes_them(make_body: Body) -> None:
@@ -55,8 +56,8 @@ async def test_turning_tls_off_or_leaving_gateway_mode_deletes_them(make_body: B
 async def test_without_the_policy_crd_the_model_says_what_to_install(make_body: Body) -> None:
     cluster = TLSFakeCluster(crds=(GRPC_ROUTE_CRD,))
     outcome = await reconcile(make_body(tls={"mode": "SelfSigned"}, routing=GATEWAY, **TWO), cluster, NOW)
-    assert condition(outcome.status, "Degraded") == ("True", "BackendTLSUnavailable")
-    degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    assert condition(wire(outcome.status), "Degraded") == ("True", "BackendTLSUnavailable")
+    degraded = next(c for c in wire(outcome.status)["conditions"] if c["type"] == "Degraded")
     assert "backendtlspolicies.gateway.networking.k8s.io" in degraded["message"]
     assert "spec.routing.mode Service" in degraded["message"]
     assert not [name for name in outcome.applied if name.startswith(("BackendTLSPolicy", "ConfigMap"))]
@@ -68,7 +69,7 @@ async def test_a_user_secret_without_ca_crt_is_reported_not_guessed(make_body: B
     del secret["ca.crt"]
     cluster.put_secret("mine", secret, kind="kubernetes.io/tls")
     outcome = await reconcile(make_body(tls={"mode": "Secret", "secretName": "mine"}, routing=GATEWAY), cluster, NOW)
-    degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in wire(outcome.status)["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "BackendTLSUnavailable")
     assert "Secret 'mine' has no ca.crt" in degraded["message"]
     assert ("ConfigMap", "demo-backend-ca") not in cluster.objects
@@ -76,7 +77,7 @@ async def test_a_user_secret_without_ca_crt_is_reported_not_guessed(make_body: B
     # With the CA, the policy names what the user's certificate carries (demo.ml.svc, not demo-v1.ml.svc).
     cluster.put_secret("mine", user_secret(NOW, datetime.timedelta(days=30)), kind="kubernetes.io/tls")
     outcome = await reconcile(make_body(tls={"mode": "Secret", "secretName": "mine"}, routing=GATEWAY), cluster, NOW)
-    assert condition(outcome.status, "Degraded") == ("False", "AsExpected")
+    assert condition(wire(outcome.status), "Degraded") == ("False", "AsExpected")
     policy = cluster.objects[("BackendTLSPolicy", "demo-v1")]
     assert policy["spec"]["validation"]["hostname"] == "demo.ml.svc"
 

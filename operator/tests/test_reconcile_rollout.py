@@ -11,6 +11,7 @@ from typing import Any
 from skiff_operator.prometheus import Counts, MetricsScrape
 from skiff_operator.reconcile import reconcile
 from skiff_operator.render.contract import METRICS_PORT
+from tests.conftest import wire
 from tests.test_reconcile import FakeCluster, condition
 from tests.test_routing import GATEWAYS, canary_body, deployment
 
@@ -31,7 +32,7 @@ def ok(requests: int, errors: int = 0) -> Counts:
 async def step(body: dict[str, Any], cluster: FakeCluster, seconds: float, v1: Counts, v2: Counts) -> Any:
     cluster.metrics = MetricsScrape({"v1": v1, "v2": v2})
     outcome = await reconcile(body, cluster, T0 + datetime.timedelta(seconds=seconds))
-    body["status"] = outcome.status
+    body["status"] = wire(outcome.status)
     return outcome
 
 
@@ -72,19 +73,19 @@ async def test_a_failing_candidate_is_rolled_back_with_the_numbers(make_body: Bo
     body, cluster, _ = await started(make_body)
     outcome = await step(body, cluster, 20, ok(900), ok(60, errors=60))
     assert weights(cluster) == {"fraud-v1": 100, "fraud-v2": 0}
-    assert condition(outcome.status, "RolledBack") == ("True", "ErrorRatioExceeded")
-    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "RolledBack")
+    assert condition(wire(outcome.status), "RolledBack") == ("True", "ErrorRatioExceeded")
+    message = next(c["message"] for c in wire(outcome.status)["conditions"] if c["type"] == "RolledBack")
     assert "error ratio 0.5000 > maxErrorRatio 0.01" in message
     assert ("Warning", "RolloutErrorRatioExceeded") in [(e.type, e.reason) for e in outcome.events]
-    assert outcome.status["rollout"]["analysis"][0]["errors"] == 60
+    assert wire(outcome.status)["rollout"]["analysis"][0]["errors"] == 60
 
 
 async def test_unreadable_metrics_wait_at_the_current_share(make_body: Body) -> None:
     body, cluster, _ = await started(make_body)
     cluster.metrics = MetricsScrape({"v1": ok(10)}, {"v2": "pod fraud-v2-x (10.0.0.7:8003): ClientConnectorError"})
     outcome = await reconcile(body, cluster, T0 + datetime.timedelta(seconds=90))
-    assert outcome.status["rollout"]["verdict"] == "Waiting"
-    assert "ClientConnectorError" in outcome.status["rollout"]["message"]
+    assert wire(outcome.status)["rollout"]["verdict"] == "Waiting"
+    assert "ClientConnectorError" in wire(outcome.status)["rollout"]["message"]
     assert weights(cluster) == {"fraud-v1": 90, "fraud-v2": 10}
 
 
@@ -92,8 +93,8 @@ async def test_removing_the_rollout_clears_its_status(make_body: Body) -> None:
     body, cluster, _ = await started(make_body)
     del body["spec"]["rollout"]
     outcome = await step(body, cluster, 10, ok(0), ok(0))
-    assert outcome.status["rollout"] is None
-    assert "RolledBack" not in {c["type"] for c in outcome.status["conditions"]}
+    assert wire(outcome.status)["rollout"] is None
+    assert "RolledBack" not in {c["type"] for c in wire(outcome.status)["conditions"]}
     assert weights(cluster) == {"fraud-v1": 100, "fraud-v2": 0}
 
 
@@ -101,7 +102,7 @@ async def test_a_model_without_a_rollout_reads_no_metrics(make_body: Body) -> No
     cluster = FakeCluster()
     cluster.metrics = None  # type: ignore[assignment]  # reading it would fail the reconcile
     outcome = await reconcile(make_body(), cluster, T0)
-    assert "rollout" not in outcome.status
+    assert "rollout" not in wire(outcome.status)
 
 
 def metrics_peers(cluster: FakeCluster) -> list[str]:

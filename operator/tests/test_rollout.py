@@ -9,15 +9,17 @@ from typing import Any
 
 import pytest
 
+from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.prometheus import Counts
 from skiff_operator.rollout import (
     Observation,
     Role,
     RolloutState,
+    RolloutStatus,
     Verdict,
     decide_rollout,
-    parse_rollout_status,
-    render_rollout_status,
+    rollout_state,
+    rollout_status,
     rollout_traffic,
 )
 from skiff_operator.spec import Analysis, RolloutSpec, RolloutStep, TrafficShare
@@ -39,6 +41,18 @@ def counts(ok: int, errors: int = 0, latency: str = "0.01", code: str = "UNAVAIL
     return Counts({"OK": ok, code: errors} if errors else {"OK": ok}, buckets)
 
 
+def written(state: RolloutState, steps: int) -> Any:
+    """status.rollout as the operator writes it."""
+    return render_status(Status(1, rollout=rollout_status(state, steps)))["rollout"]
+
+
+def read_back(stored: Any) -> RolloutState | None:
+    """The state the next reconcile resumes from `stored` (status.rollout), None when there is none to resume."""
+    parsed = parse_status({"rollout": stored})
+    assert parsed is not None
+    return rollout_state(parsed.rollout) if isinstance(parsed.rollout, RolloutStatus) else None
+
+
 Tick = tuple[float, Counts | None, Counts | None]
 
 
@@ -46,7 +60,7 @@ def run(ticks: list[Tick], rollout: RolloutSpec = ROLLOUT, stored: Any = None) -
     """(verdict, reason, step, weight, [event reasons]) after each tick; the state travels through status."""
     results = []
     for seconds, candidate, stable in ticks:
-        previous = parse_rollout_status(stored)
+        previous = read_back(stored)
         decision = decide_rollout(
             rollout,
             previous,
@@ -55,7 +69,7 @@ def run(ticks: list[Tick], rollout: RolloutSpec = ROLLOUT, stored: Any = None) -
             stable=("v1",),
             now=T0 + datetime.timedelta(seconds=seconds),
         )
-        stored = render_rollout_status(decision.state, len(rollout.steps))
+        stored = written(decision.state, len(rollout.steps))
         state = decision.state
         results.append((state.verdict, state.reason, state.step, state.weight, [e.reason for e in decision.events]))
     return results
@@ -95,10 +109,10 @@ def test_the_rolled_back_status_carries_the_numbers() -> None:
     stored = None
     for seconds, candidate, stable in [(0, counts(0), counts(0)), (10, counts(100, errors=5), counts(900))]:
         decision = decide_rollout(
-            ROLLOUT, parse_rollout_status(stored), Observation(candidate, stable), revision="r1", stable=("v1",),
+            ROLLOUT, read_back(stored), Observation(candidate, stable), revision="r1", stable=("v1",),
             now=T0 + datetime.timedelta(seconds=seconds),
         )  # fmt: skip
-        stored = render_rollout_status(decision.state, 2)
+        stored = written(decision.state, 2)
     assert stored is not None
     assert "error ratio 0.0476 > maxErrorRatio 0.01" in stored["message"]
     assert "v2: 105 requests" in stored["message"]
@@ -178,10 +192,10 @@ def test_pause_holds_the_step_and_resume_continues() -> None:
     results = []
     for rollout, seconds, candidate in [(ROLLOUT, 0, 0), (paused, 70, 500), (paused, 80, 600), (ROLLOUT, 90, 700)]:
         decision = decide_rollout(
-            rollout, parse_rollout_status(stored), Observation(counts(candidate), counts(1000)), revision="r1",
+            rollout, read_back(stored), Observation(counts(candidate), counts(1000)), revision="r1",
             stable=("v1",), now=T0 + datetime.timedelta(seconds=seconds),
         )  # fmt: skip
-        stored = render_rollout_status(decision.state, 2)
+        stored = written(decision.state, 2)
         results.append((decision.state.verdict, decision.state.step, decision.state.weight, len(decision.events)))
     assert results == [(P, 0, 10, 1), (Verdict.PAUSED, 0, 10, 1), (Verdict.PAUSED, 0, 10, 0), (P, 1, 50, 1)]
 
@@ -197,10 +211,10 @@ def test_abort_rolls_back_at_any_time_and_clearing_it_starts_again(promoted_firs
     results = []
     for rollout, seconds, candidate in plan:
         decision = decide_rollout(
-            rollout, parse_rollout_status(stored), Observation(counts(candidate), counts(1000 + seconds)),
+            rollout, read_back(stored), Observation(counts(candidate), counts(1000 + seconds)),
             revision="r1", stable=("v1",), now=T0 + datetime.timedelta(seconds=seconds),
         )  # fmt: skip
-        stored = render_rollout_status(decision.state, 2)
+        stored = written(decision.state, 2)
         results.append((decision.state.verdict, decision.state.weight, [e.type for e in decision.events]))
     if promoted_first:
         assert results[2] == (Verdict.PROMOTED, 100, ["Normal"])
@@ -214,16 +228,14 @@ def test_an_operator_restart_resumes_from_status() -> None:
         candidate="v2", revision="r1", step=1, step_started_at=T0 + datetime.timedelta(seconds=60), weight=50,
         verdict=P, reason=Why.IN_STEP, message="", baseline=baseline,
     )  # fmt: skip
-    stored = render_rollout_status(previous, 2)
+    stored = written(previous, 2)
     # 1000 before the step, 1050 now: only 50 in this step, so it waits even though the pause has passed
     assert run([(200, counts(1050), counts(5000))], stored=stored)[0][:4] == (W, Why.LOW_TRAFFIC, 1, 50)
     assert run([(200, counts(1200), counts(5000))], stored=stored)[0][:4] == (Verdict.PROMOTED, Why.PROMOTED, 2, 100)
 
 
 def test_a_new_candidate_revision_starts_the_rollout_again() -> None:
-    rolled_back = render_rollout_status(
-        RolloutState("v2", "old-image", 1, T0, 0, R, Why.ERROR_RATIO_EXCEEDED, "", {}), 2
-    )
+    rolled_back = written(RolloutState("v2", "old-image", 1, T0, 0, R, Why.ERROR_RATIO_EXCEEDED, "", {}), 2)
     assert run([(10, counts(0), counts(0))], stored=rolled_back)[0] == (
         P,
         Why.ROLLOUT_STARTED,
@@ -234,14 +246,14 @@ def test_a_new_candidate_revision_starts_the_rollout_again() -> None:
 
 
 def test_steps_edited_mid_rollout_apply_their_share() -> None:
-    stored = render_rollout_status(RolloutState("v2", "r1", 1, T0, 50, P, Why.IN_STEP, "", {}), 2)
+    stored = written(RolloutState("v2", "r1", 1, T0, 50, P, Why.IN_STEP, "", {}), 2)
     shorter = dataclasses.replace(ROLLOUT, steps=(RolloutStep(20, 60),))
     assert run([(10, counts(0), counts(0))], rollout=shorter, stored=stored)[0][2:4] == (0, 20)
 
 
 def test_unreadable_status_starts_from_the_first_step() -> None:
-    assert parse_rollout_status({"candidate": "v2", "step": "x"}) is None
-    assert parse_rollout_status(None) is None
+    assert read_back({"candidate": "v2", "step": "x"}) is None
+    assert read_back(None) is None
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ import pytest
 from skiff_operator.route_status import ROUTE_ACCEPTED, route_acceptance, route_events, route_state
 from skiff_operator.routing import OwnedChild, PreviousTraffic, RoutingPlan, plan_routing
 from skiff_operator.spec import parse_inference_model
-from skiff_operator.status import Condition
-from skiff_operator.traffic_status import add_traffic_status
+from skiff_operator.status import Condition, Reason, StatusCondition
+from skiff_operator.traffic_status import summarize_traffic
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 Body = Callable[..., dict[str, Any]]
@@ -109,25 +109,23 @@ def test_no_condition_without_a_route(make_body: Body) -> None:
 
 def test_a_refused_route_makes_the_model_degraded(make_body: Body) -> None:
     model, plan = plan_with(make_body, route(2, parent(("False", "NoMatchingParent", ""))))
-    base = {
-        "conditions": [
-            {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": ""},
-            {"type": "Progressing", "status": "False", "reason": "RolloutComplete", "message": ""},
-        ]
-    }
-    status = add_traffic_status(base, model, plan, previous_conditions=[], now=NOW)
-    conditions = {c["type"]: c for c in status["conditions"]}
-    assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == ("True", "RouteNotAccepted")
-    assert conditions[ROUTE_ACCEPTED]["status"] == "False"
-    assert "NoMatchingParent" in conditions["Degraded"]["message"]
+    base = (
+        StatusCondition("Degraded", "False", Reason.AS_EXPECTED, "", NOW, 1),
+        StatusCondition("Progressing", "False", Reason.ROLLOUT_COMPLETE, "", NOW, 1),
+    )
+    summary = summarize_traffic(model, plan, base, previous_conditions=[], now=NOW)
+    conditions = {c.type: c for c in summary.conditions}
+    assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("True", "RouteNotAccepted")
+    assert conditions[ROUTE_ACCEPTED].status == "False"
+    assert "NoMatchingParent" in conditions["Degraded"].message
 
 
 def test_events_when_the_route_is_refused_and_accepted_again() -> None:
-    refused = Condition(ROUTE_ACCEPTED, "False", "RouteNotAccepted", "gateway infra/public did not accept")
-    accepted = Condition(ROUTE_ACCEPTED, "True", "RouteAccepted", "accepted by infra/public")
-    pending = Condition(ROUTE_ACCEPTED, "Unknown", "RoutePending", "waiting")
-    before_refused = [{"type": ROUTE_ACCEPTED, "status": "False", "reason": "RouteNotAccepted"}]
-    before_accepted = [{"type": ROUTE_ACCEPTED, "status": "True", "reason": "RouteAccepted"}]
+    refused = Condition(ROUTE_ACCEPTED, "False", Reason.ROUTE_NOT_ACCEPTED, "gateway infra/public did not accept")
+    accepted = Condition(ROUTE_ACCEPTED, "True", Reason.ROUTE_ACCEPTED, "accepted by infra/public")
+    pending = Condition(ROUTE_ACCEPTED, "Unknown", Reason.ROUTE_PENDING, "waiting")
+    before_refused = [StatusCondition(ROUTE_ACCEPTED, "False", Reason.ROUTE_NOT_ACCEPTED, "", NOW, 1)]
+    before_accepted = [StatusCondition(ROUTE_ACCEPTED, "True", Reason.ROUTE_ACCEPTED, "", NOW, 1)]
     (warning,) = route_events(before_accepted, refused)
     assert (warning.type, warning.reason, warning.message) == ("Warning", "RouteNotAccepted", refused.message)
     assert route_events(before_refused, refused) == []  # told once

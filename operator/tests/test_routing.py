@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from skiff_operator.manifests import render_routing
+from skiff_operator.model_status import parse_status
 from skiff_operator.reconcile import reconcile
 from skiff_operator.routing import (
     Mode,
@@ -17,7 +18,6 @@ from skiff_operator.routing import (
     PreviousTraffic,
     choose_mode,
     plan_routing,
-    previous_traffic,
     prune,
     routed_model,
     service_targets,
@@ -28,6 +28,8 @@ from skiff_operator.routing import (
 from skiff_operator.spec import GatewayRef, Routing, RoutingMode, parse_inference_model
 from skiff_operator.status import DeploymentState
 from skiff_operator.traffic import HoldReason
+from skiff_operator.traffic_status import previous_traffic
+from tests.conftest import wire
 from tests.test_reconcile import FakeCluster, condition
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
@@ -116,7 +118,9 @@ def test_previous_traffic_round_trips_from_status() -> None:
             ]
         }
     }
-    previous = previous_traffic(status)
+    parsed = parse_status(status)
+    assert parsed is not None
+    previous = previous_traffic(parsed.traffic)
     assert previous.applied == {"v1": 90, "v2": 10}
     assert previous.not_ready_since == {"v2": NOW - datetime.timedelta(minutes=1)}
     assert previous_traffic(None) == PreviousTraffic()
@@ -212,7 +216,7 @@ def test_prune_removes_children_of_drained_versions_and_unused_routes_only() -> 
 
 async def _step(body: dict[str, Any], cluster: FakeCluster, at: datetime.datetime = NOW) -> Any:
     outcome = await reconcile(body, cluster, at)
-    body["status"] = outcome.status
+    body["status"] = wire(outcome.status)
     return outcome
 
 
@@ -234,7 +238,7 @@ async def test_canary_lifecycle_in_gateway_mode(make_body: Body) -> None:
     # The first pass saw no pods and applied 0%; v1 was ready when status was read, so a second pass in the
     # same reconcile routed to it: Ready never shows while no traffic reaches the model.
     assert _route_weights(cluster) == {"fraud-v1": 100}
-    assert _traffic(first.status)["v1"][:2] == (100, 100)
+    assert _traffic(wire(first.status))["v1"][:2] == (100, 100)
     await _step(body, cluster)
     assert _route_weights(cluster) == {"fraud-v1": 100}
 
@@ -243,13 +247,13 @@ async def test_canary_lifecycle_in_gateway_mode(make_body: Body) -> None:
     body["spec"] = new["spec"]
     outcome = await _step(body, cluster)
     assert _route_weights(cluster) == {"fraud-v1": 100, "fraud-v2": 0}
-    assert _traffic(outcome.status)["v2"] == (10, 0, "NotReady")
-    assert condition(outcome.status, "Progressing") == ("True", "CanaryNotReady")
-    assert condition(outcome.status, "Ready") == ("True", "AllVersionsReady")  # v1 serves everything
-    assert outcome.status["trafficSplit"] == "v1=100,v2=0"
-    assert outcome.status["traffic"]["desiredSplit"] == "v1=90,v2=10"
-    assert outcome.status["traffic"]["mode"] == "Gateway"
-    assert outcome.status["traffic"]["route"] == "fraud"
+    assert _traffic(wire(outcome.status))["v2"] == (10, 0, "NotReady")
+    assert condition(wire(outcome.status), "Progressing") == ("True", "CanaryNotReady")
+    assert condition(wire(outcome.status), "Ready") == ("True", "AllVersionsReady")  # v1 serves everything
+    assert wire(outcome.status)["trafficSplit"] == "v1=100,v2=0"
+    assert wire(outcome.status)["traffic"]["desiredSplit"] == "v1=90,v2=10"
+    assert wire(outcome.status)["traffic"]["mode"] == "Gateway"
+    assert wire(outcome.status)["traffic"]["route"] == "fraud"
 
     cluster.deployment_states["v2"] = deployment(1)
     outcome = await _step(body, cluster)
@@ -257,7 +261,7 @@ async def test_canary_lifecycle_in_gateway_mode(make_body: Body) -> None:
     assert [e.message for e in outcome.events if e.reason == "TrafficShifted"] == [
         "v1=100 v2=0 -> v1=90 v2=10 (Gateway mode)"
     ]
-    assert outcome.status["trafficSplit"] == "v1=90,v2=10"
+    assert wire(outcome.status)["trafficSplit"] == "v1=90,v2=10"
 
     for v1, v2 in ((50, 50), (0, 100), (90, 10)):  # 50/50, promotion, rollback
         body["spec"]["traffic"] = [{"version": "v1", "percent": v1}, {"version": "v2", "percent": v2}]
@@ -270,12 +274,12 @@ async def test_canary_lifecycle_in_gateway_mode(make_body: Body) -> None:
     outcome = await _step(body, cluster)
     assert _route_weights(cluster) == {"fraud-v1": 0, "fraud-v2": 100}
     assert ("Deployment", "fraud-v1") in cluster.objects
-    assert _traffic(outcome.status)["v1"] == (0, 0, "Removed")
-    assert condition(outcome.status, "Progressing")[1] == "Draining"
+    assert _traffic(wire(outcome.status))["v1"] == (0, 0, "Removed")
+    assert condition(wire(outcome.status), "Progressing")[1] == "Draining"
     outcome = await _step(body, cluster)
     assert set(cluster.deleted) == {("Deployment", "fraud-v1"), ("Service", "fraud-v1")}
     assert _route_weights(cluster) == {"fraud-v2": 100}
-    assert "v1" not in _traffic(outcome.status)
+    assert "v1" not in _traffic(wire(outcome.status))
     assert [e.reason for e in outcome.events] == ["VersionDeleted"]
     outcome = await _step(body, cluster)
     assert outcome.events == ()
@@ -289,10 +293,10 @@ async def test_canary_past_its_deadline_is_held_and_degraded(make_body: Body) ->
     first = await _step(body, cluster)  # creates the children; its second pass already reads their state
     outcome = await _step(body, cluster)
     assert _route_weights(cluster) == {"fraud-v1": 100, "fraud-v2": 0}
-    assert _traffic(outcome.status)["v2"] == (10, 0, str(HoldReason.PROGRESS_DEADLINE_EXCEEDED))
-    assert condition(outcome.status, "Progressing") == ("False", "ProgressDeadlineExceeded")
-    assert condition(outcome.status, "Degraded") == ("True", "ProgressDeadlineExceeded")
-    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    assert _traffic(wire(outcome.status))["v2"] == (10, 0, str(HoldReason.PROGRESS_DEADLINE_EXCEEDED))
+    assert condition(wire(outcome.status), "Progressing") == ("False", "ProgressDeadlineExceeded")
+    assert condition(wire(outcome.status), "Degraded") == ("True", "ProgressDeadlineExceeded")
+    message = next(c["message"] for c in wire(outcome.status)["conditions"] if c["type"] == "Degraded")
     assert "v2 did not become ready within its progress deadline" in message
     events = [(e.type, e.reason) for e in (*first.events, *outcome.events)]
     assert ("Warning", "ProgressDeadlineExceeded") in events
@@ -309,8 +313,8 @@ async def test_switching_to_service_mode_deletes_the_route(make_body: Body) -> N
     body["spec"]["routing"] = {"mode": "Service"}
     outcome = await _step(body, cluster)
     assert ("GRPCRoute", "fraud") in cluster.deleted
-    assert outcome.status["traffic"]["mode"] == "Service"
-    assert outcome.status["traffic"]["route"] is None
+    assert wire(outcome.status)["traffic"]["mode"] == "Service"
+    assert wire(outcome.status)["traffic"]["route"] is None
     assert cluster.objects[("Service", "fraud")]["spec"]["selector"] == {"skiff.dev/model": "fraud"}
 
 
@@ -321,16 +325,16 @@ async def test_service_mode_without_the_gateway_api_says_so(make_body: Body) -> 
     await _step(body, cluster)
     outcome = await _step(body, cluster)
     assert ("GRPCRoute", "fraud") not in cluster.objects
-    assert outcome.status["traffic"]["mode"] == "Service"
-    assert "Gateway API is not installed" in outcome.status["traffic"]["message"]
+    assert wire(outcome.status)["traffic"]["mode"] == "Service"
+    assert "Gateway API is not installed" in wire(outcome.status)["traffic"]["message"]
     assert cluster.objects[("Deployment", "fraud-v1")]["spec"]["replicas"] == 3
     assert cluster.objects[("Deployment", "fraud-v2")]["spec"]["replicas"] == 1
     # The truth: 3 + 1 ready pods give 75/25 of the connections, not the 90/10 asked for, and a condition says so.
-    assert outcome.status["trafficSplit"] == "v1=75,v2=25"
-    assert outcome.status["traffic"]["podSplit"] == "v1=75,v2=25"
-    assert outcome.status["traffic"]["desiredSplit"] == "v1=90,v2=10"
-    assert [v["podPercent"] for v in outcome.status["traffic"]["versions"]] == [75, 25]
-    approximated = next(c for c in outcome.status["conditions"] if c["type"] == "SplitApproximated")
+    assert wire(outcome.status)["trafficSplit"] == "v1=75,v2=25"
+    assert wire(outcome.status)["traffic"]["podSplit"] == "v1=75,v2=25"
+    assert wire(outcome.status)["traffic"]["desiredSplit"] == "v1=90,v2=10"
+    assert [v["podPercent"] for v in wire(outcome.status)["traffic"]["versions"]] == [75, 25]
+    approximated = next(c for c in wire(outcome.status)["conditions"] if c["type"] == "SplitApproximated")
     assert (approximated["status"], approximated["reason"]) == ("True", "ReplicaRounding")
     assert approximated["message"].startswith("desired v1=90,v2=10, 4 pods give v1=75,v2=25: off by up to 15")
 
@@ -340,8 +344,8 @@ async def test_service_mode_split_shows_the_ready_pods_while_they_start(make_bod
     cluster.deployment_states.update(v1=deployment(1), v2=deployment(1))  # 1 of v1's 3 pods ready so far
     body = canary_body(make_body, 75, 25)
     outcome = await _step(body, cluster)
-    assert outcome.status["trafficSplit"] == "v1=50,v2=50"
-    assert condition(outcome.status, "SplitApproximated") == ("False", "ReplicasGiveSplit")  # 3/1 gives 75/25
+    assert wire(outcome.status)["trafficSplit"] == "v1=50,v2=50"
+    assert condition(wire(outcome.status), "SplitApproximated") == ("False", "ReplicasGiveSplit")  # 3/1 gives 75/25
 
 
 async def test_gateway_mode_split_is_the_route_and_never_approximated(make_body: Body) -> None:
@@ -349,10 +353,10 @@ async def test_gateway_mode_split_is_the_route_and_never_approximated(make_body:
     cluster.gateway_api = True
     cluster.deployment_states.update(v1=deployment(3), v2=deployment(1))
     outcome = await _step(canary_body(make_body, 90, 10, routing={"gateways": GATEWAYS}), cluster)
-    assert outcome.status["trafficSplit"] == "v1=90,v2=10"
-    assert outcome.status["traffic"]["podSplit"] is None  # merge patch: removes one left from Service mode
-    assert "podPercent" not in outcome.status["traffic"]["versions"][0]
-    assert condition(outcome.status, "SplitApproximated") == ("False", "PerRequestSplit")
+    assert wire(outcome.status)["trafficSplit"] == "v1=90,v2=10"
+    assert wire(outcome.status)["traffic"]["podSplit"] is None  # merge patch: removes one left from Service mode
+    assert "podPercent" not in wire(outcome.status)["traffic"]["versions"][0]
+    assert condition(wire(outcome.status), "SplitApproximated") == ("False", "PerRequestSplit")
 
 
 async def test_explicit_gateway_mode_without_the_gateway_api_is_degraded(make_body: Body) -> None:
@@ -360,7 +364,7 @@ async def test_explicit_gateway_mode_without_the_gateway_api_is_degraded(make_bo
     cluster.deployment_states.update(v1=deployment(3), v2=deployment(1))
     body = canary_body(make_body, 90, 10, routing={"mode": "Gateway", "gateways": GATEWAYS})
     outcome = await _step(body, cluster)
-    assert condition(outcome.status, "Degraded") == ("True", "GatewayAPIMissing")
+    assert condition(wire(outcome.status), "Degraded") == ("True", "GatewayAPIMissing")
     assert ("Deployment", "fraud-v2") in cluster.objects  # the versions still run
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from skiff_operator.model_status import parse_status
 from skiff_operator.spec import InferenceModel, parse_inference_model
 from skiff_operator.status import (
     ChildStates,
@@ -17,13 +18,13 @@ from skiff_operator.status import (
     PodState,
     Problem,
     Reason,
+    StatusCondition,
     StatusEvent,
     patch_changes,
-    summarize_blocked,
-    summarize_status,
     transition_events,
 )
-from tests.conftest import crd_schema, stored_body
+from skiff_operator.summary import summarize_blocked, summarize_status
+from tests.conftest import crd_schema, stored_body, wire
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 LATER = NOW + datetime.timedelta(minutes=5)
@@ -95,6 +96,13 @@ def waiting(reason: str, version: str = "v1") -> PodState:
 
 def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def stored_conditions(status: dict[str, Any]) -> tuple[StatusCondition, ...]:
+    """status.conditions as the next reconcile reads them back."""
+    parsed = parse_status(status)
+    assert parsed is not None
+    return parsed.conditions
 
 
 Case = tuple[Callable[[], InferenceModel], ChildStates, dict[str, tuple[str, str]]]
@@ -266,12 +274,12 @@ CASES: dict[str, Case] = {
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_conditions_from_child_states(case: Case) -> None:
     make_model, children, expected = case
-    status = summarize_status(make_model(), children, now=NOW)
+    status = wire(summarize_status(make_model(), children, now=NOW))
     assert conditions(status) == expected
 
 
 def test_insufficient_gpu_message_names_the_resource_and_scheduler_reason() -> None:
-    status = summarize_status(model(), ChildStates(deployments={"v1": dep(2, 0)}, pods=(pending(),)), now=NOW)
+    status = wire(summarize_status(model(), ChildStates(deployments={"v1": dep(2, 0)}, pods=(pending(),)), now=NOW))
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert "nvidia.com/gpu" in ready["message"]
     assert "3 Insufficient nvidia.com/gpu" in ready["message"]
@@ -280,7 +288,7 @@ def test_insufficient_gpu_message_names_the_resource_and_scheduler_reason() -> N
 
 def test_status_fields() -> None:
     children = ChildStates(deployments={"v1": dep(3, 3, complete=True), "v2": dep(1, 0)})
-    status = summarize_status(canary(), children, now=NOW)
+    status = wire(summarize_status(canary(), children, now=NOW))
     assert status["observedGeneration"] == 1
     assert status["endpoint"] == "bert.nlp.svc:8001"
     assert status["versionNames"] == "v1,v2"
@@ -309,7 +317,9 @@ def test_status_fields() -> None:
 
 
 def test_conditions_carry_generation_and_time() -> None:
-    status = summarize_status(model(generation=7), ChildStates(deployments={"v1": dep(2, 2, complete=True)}), now=NOW)
+    status = wire(
+        summarize_status(model(generation=7), ChildStates(deployments={"v1": dep(2, 2, complete=True)}), now=NOW)
+    )
     for condition in status["conditions"]:
         assert condition["observedGeneration"] == 7
         assert condition["lastTransitionTime"] == "2026-05-01T12:00:00Z"
@@ -317,16 +327,20 @@ def test_conditions_carry_generation_and_time() -> None:
 
 
 def test_last_transition_time_moves_only_when_status_changes() -> None:
-    first = summarize_status(model(), ChildStates(deployments={"v1": dep(2, 0)}), now=NOW)
-    same = summarize_status(
-        model(), ChildStates(deployments={"v1": dep(2, 1)}), previous_conditions=first["conditions"], now=LATER
+    first = wire(summarize_status(model(), ChildStates(deployments={"v1": dep(2, 0)}), now=NOW))
+    same = wire(
+        summarize_status(
+            model(), ChildStates(deployments={"v1": dep(2, 1)}), previous_conditions=stored_conditions(first), now=LATER
+        )
     )
     assert [c["lastTransitionTime"] for c in same["conditions"]] == ["2026-05-01T12:00:00Z"] * 3
-    ready = summarize_status(
-        model(),
-        ChildStates(deployments={"v1": dep(2, 2, complete=True)}),
-        previous_conditions=same["conditions"],
-        now=LATER,
+    ready = wire(
+        summarize_status(
+            model(),
+            ChildStates(deployments={"v1": dep(2, 2, complete=True)}),
+            previous_conditions=stored_conditions(same),
+            now=LATER,
+        )
     )
     times = {c["type"]: c["lastTransitionTime"] for c in ready["conditions"]}
     assert times == {
@@ -340,15 +354,15 @@ def test_status_matches_the_crd_status_schema() -> None:
     status_schema = crd_schema()["properties"]["status"]
     children = ChildStates(deployments={"v1": dep(3, 3, complete=True)}, pods=(pending(name="p", version="v2"),))
     for status in (
-        summarize_status(canary(), children, now=NOW),
-        summarize_blocked(3, Problem(Reason.INVALID_SPEC, "bad"), now=NOW),
+        wire(summarize_status(canary(), children, now=NOW)),
+        wire(summarize_blocked(3, Problem(Reason.INVALID_SPEC, "bad"), now=NOW)),
     ):
         jsonschema.validate(status, status_schema)
         assert set(status) <= set(status_schema["properties"])  # nothing the API server would prune
 
 
 def test_blocked_model_is_not_ready_with_the_reason() -> None:
-    status = summarize_blocked(4, Problem(Reason.APPLY_FAILED, "Deployment rejected: bad affinity"), now=NOW)
+    status = wire(summarize_blocked(4, Problem(Reason.APPLY_FAILED, "Deployment rejected: bad affinity"), now=NOW))
     assert status["observedGeneration"] == 4
     assert conditions(status) == {
         "Ready": ("False", "ApplyFailed"),
@@ -358,8 +372,8 @@ def test_blocked_model_is_not_ready_with_the_reason() -> None:
     assert all(c["message"] == "Deployment rejected: bad affinity" for c in status["conditions"])
 
 
-def cond(kind: str, status: str, reason: str) -> dict[str, str]:
-    return {"type": kind, "status": status, "reason": reason, "message": f"{reason} message"}
+def cond(kind: str, status: str, reason: str) -> StatusCondition:
+    return StatusCondition(kind, status, Reason(reason), f"{reason} message", NOW, 1)
 
 
 @pytest.mark.parametrize(
@@ -399,7 +413,7 @@ def cond(kind: str, status: str, reason: str) -> dict[str, str]:
     ids=["created", "became-ready", "lost-gpus", "idle-version-broke", "unchanged-problem", "unchanged-ready"],
 )
 def test_transition_events(
-    before: list[dict[str, str]], after: list[dict[str, str]], events: list[StatusEvent]
+    before: list[StatusCondition], after: list[StatusCondition], events: list[StatusEvent]
 ) -> None:
     assert transition_events(before, after) == events
 

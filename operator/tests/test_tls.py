@@ -18,6 +18,7 @@ from skiff_operator.ownership import Holder, StoredSecret, controller_of
 from skiff_operator.reconcile import reconcile
 from skiff_operator.spec import parse_inference_model
 from skiff_operator.tls import observe_tls, plan_tls
+from tests.conftest import wire
 from tests.test_reconcile import FakeCluster, condition
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
@@ -100,11 +101,11 @@ async def test_self_signed_creates_the_ca_and_the_server_secret(make_body: Body)
     assert permitted == ["demo", "demo.ml", "ml.svc", "ml.svc.cluster.local"]
     assert cluster.secret("demo-tls")["ca.crt"] == cluster.secret("demo-tls-ca")["ca.crt"]
     assert [e.reason for e in outcome.events][:2] == ["CertificateIssued", "CertificateIssued"]
-    assert outcome.status["tls"] == {
+    assert wire(outcome.status)["tls"] == {
         "mode": "SelfSigned",
         "secretName": "demo-tls",
         "notAfter": (NOW + certs.SERVER_LIFETIME).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "dnsNames": sorted(dns_names(server), key=list(outcome.status["tls"]["dnsNames"]).index),
+        "dnsNames": sorted(dns_names(server), key=list(wire(outcome.status)["tls"]["dnsNames"]).index),
     }
 
 
@@ -153,7 +154,7 @@ async def test_adding_a_version_renews_for_the_new_service_names(make_body: Body
     (event,) = [e for e in outcome.events if e.reason == "CertificateRenewed"]
     assert "SANsChanged" in event.message
     assert "demo-v2.ml.svc" in event.message
-    assert "demo-v2.ml.svc" in outcome.status["tls"]["dnsNames"]
+    assert "demo-v2.ml.svc" in wire(outcome.status)["tls"]["dnsNames"]
 
 
 async def test_a_deleted_ca_is_recreated_and_the_server_certificate_follows(make_body: Body) -> None:
@@ -181,11 +182,16 @@ async def test_missing_user_secret_holds_the_deployment_with_a_readable_conditio
     cluster = TLSFakeCluster()
     outcome = await reconcile(make_body(tls={"mode": "Secret", "secretName": "my-cert"}), cluster, NOW)
     assert ("Deployment", "demo-v1") not in cluster.objects
-    assert condition(outcome.status, "Ready") == ("False", "TLSSecretMissing")
-    assert condition(outcome.status, "Degraded") == ("True", "TLSSecretMissing")
-    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert condition(wire(outcome.status), "Ready") == ("False", "TLSSecretMissing")
+    assert condition(wire(outcome.status), "Degraded") == ("True", "TLSSecretMissing")
+    message = next(c["message"] for c in wire(outcome.status)["conditions"] if c["type"] == "Ready")
     assert "'my-cert' not found in namespace ml" in message
-    assert outcome.status["tls"] == {"mode": "Secret", "secretName": "my-cert", "notAfter": None, "dnsNames": None}
+    assert wire(outcome.status)["tls"] == {
+        "mode": "Secret",
+        "secretName": "my-cert",
+        "notAfter": None,
+        "dnsNames": None,
+    }
     assert [e.reason for e in outcome.events] == ["TLSSecretMissing"]
 
 
@@ -208,11 +214,11 @@ async def test_bad_user_secrets_are_invalid_and_never_quote_the_key(make_body: B
         body = make_body(tls={"mode": "Secret", "secretName": "my-cert"})
         outcome = await reconcile(body, cluster, NOW)
         assert ("Deployment", "demo-v1") not in cluster.objects, expected
-        assert condition(outcome.status, "Ready") == ("False", "TLSSecretInvalid"), expected
-        message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+        assert condition(wire(outcome.status), "Ready") == ("False", "TLSSecretInvalid"), expected
+        message = next(c["message"] for c in wire(outcome.status)["conditions"] if c["type"] == "Ready")
         assert expected in message
         assert "Secret 'my-cert'" in message
-        everything = json.dumps(outcome.status) + "".join(e.message for e in outcome.events)
+        everything = json.dumps(wire(outcome.status)) + "".join(e.message for e in outcome.events)
         key_body = good["tls.key"].decode().splitlines()[1]
         assert key_body not in everything
         assert "PRIVATE KEY" not in everything
@@ -222,10 +228,10 @@ async def test_good_user_secret_is_mounted_and_reported(make_body: Body) -> None
     cluster = TLSFakeCluster()
     cluster.put_secret("my-cert", user_secret(NOW, datetime.timedelta(days=30)))
     outcome = await reconcile(make_body(tls={"mode": "Secret", "secretName": "my-cert"}), cluster, NOW)
-    assert condition(outcome.status, "Ready") == ("False", "RollingOut")
+    assert condition(wire(outcome.status), "Ready") == ("False", "RollingOut")
     volumes = cluster.objects[("Deployment", "demo-v1")]["spec"]["template"]["spec"]["volumes"]
     assert {"name": "tls", "secret": {"secretName": "my-cert", "defaultMode": 0o440, "items": TLS_ITEMS}} in volumes
-    assert outcome.status["tls"]["dnsNames"] == ["demo.ml.svc"]
+    assert wire(outcome.status)["tls"]["dnsNames"] == ["demo.ml.svc"]
     assert applied_secrets(outcome.applied) == []  # the user's Secret is never written
 
 
@@ -233,8 +239,8 @@ async def test_cert_manager_not_installed_says_what_to_install(make_body: Body) 
     cluster = TLSFakeCluster()
     body = make_body(tls={"mode": "CertManager", "issuerRef": {"name": "corp", "kind": "ClusterIssuer"}})
     outcome = await reconcile(body, cluster, NOW)
-    assert condition(outcome.status, "Ready") == ("False", "CertManagerNotInstalled")
-    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert condition(wire(outcome.status), "Ready") == ("False", "CertManagerNotInstalled")
+    message = next(c["message"] for c in wire(outcome.status)["conditions"] if c["type"] == "Ready")
     assert "certificates.cert-manager.io" in message
     assert "install cert-manager" in message
     assert cluster.objects == {}
@@ -248,9 +254,9 @@ async def test_cert_manager_certificate_is_applied_and_its_secret_used_once_issu
     assert certificate["spec"]["issuerRef"] == {"name": "corp", "kind": "Issuer", "group": "cert-manager.io"}
     assert "demo-v1.ml.svc.cluster.local" in certificate["spec"]["dnsNames"]
     assert ("Deployment", "demo-v1") not in cluster.objects
-    assert condition(pending.status, "Ready") == ("False", "CertificatePending")
-    assert condition(pending.status, "Progressing") == ("True", "CertificatePending")
-    assert condition(pending.status, "Degraded") == ("False", "AsExpected")
+    assert condition(wire(pending.status), "Ready") == ("False", "CertificatePending")
+    assert condition(wire(pending.status), "Progressing") == ("True", "CertificatePending")
+    assert condition(wire(pending.status), "Degraded") == ("False", "AsExpected")
 
     # cert-manager issues it (through an intermediate: ca.crt is the root, which must not matter).
     root = certs.issue_ca("root", NOW)
@@ -261,25 +267,25 @@ async def test_cert_manager_certificate_is_applied_and_its_secret_used_once_issu
     cluster.put_secret(
         "demo-tls", {"tls.crt": chain, "tls.key": leaf.key_pem, "ca.crt": root.cert_pem}, annotations=issued_by
     )
-    body["status"] = pending.status
+    body["status"] = wire(pending.status)
     issued = await reconcile(body, cluster, NOW)
     assert ("Deployment", "demo-v1") in cluster.objects
-    assert condition(issued.status, "Ready") == ("False", "RollingOut")
-    assert issued.status["tls"]["secretName"] == "demo-tls"
+    assert condition(wire(issued.status), "Ready") == ("False", "RollingOut")
+    assert wire(issued.status)["tls"]["secretName"] == "demo-tls"
 
 
 async def test_mutual_tls_needs_the_client_ca_secret(make_body: Body) -> None:
     cluster = TLSFakeCluster()
     body = make_body(tls={"mode": "SelfSigned", "clientCASecretName": "clients"})
     missing = await reconcile(body, cluster, NOW)
-    assert condition(missing.status, "Ready") == ("False", "TLSSecretMissing")
-    assert "clientCASecretName" in next(c["message"] for c in missing.status["conditions"])
+    assert condition(wire(missing.status), "Ready") == ("False", "TLSSecretMissing")
+    assert "clientCASecretName" in next(c["message"] for c in wire(missing.status)["conditions"])
     cluster.put_secret("clients", {"ca.crt": b"not pem"})
-    assert condition((await reconcile(body, cluster, NOW)).status, "Ready") == ("False", "TLSSecretInvalid")
+    assert condition(wire((await reconcile(body, cluster, NOW)).status), "Ready") == ("False", "TLSSecretInvalid")
     cluster.put_secret("clients", {"ca.crt": certs.issue_ca("clients", NOW).cert_pem})
     ok = await reconcile(body, cluster, NOW)
     assert ("Deployment", "demo-v1") in cluster.objects
-    assert ok.status["tls"]["mode"] == "SelfSigned"
+    assert wire(ok.status)["tls"]["mode"] == "SelfSigned"
 
 
 async def test_disabled_reads_no_secret(make_body: Body) -> None:
@@ -288,7 +294,7 @@ async def test_disabled_reads_no_secret(make_body: Body) -> None:
     state = plan_tls(model, await observe_tls(model, cluster), NOW)
     assert (state.problem, state.applied, cluster.reads) == (None, (), [])
     outcome = await reconcile(make_body(), cluster, NOW)
-    assert outcome.status["tls"] == {"mode": "Disabled", "secretName": None, "notAfter": None, "dnsNames": None}
+    assert wire(outcome.status)["tls"] == {"mode": "Disabled", "secretName": None, "notAfter": None, "dnsNames": None}
 
 
 async def test_longest_names_fit_in_a_certificate(make_body: Body) -> None:
@@ -297,8 +303,8 @@ async def test_longest_names_fit_in_a_certificate(make_body: Body) -> None:
     body = make_body(name="m" * 42, namespace="n" * 63, tls=SELF_SIGNED)
     body["spec"]["versions"][0]["name"] = "v" * 20
     outcome = await reconcile(body, cluster, NOW)
-    assert condition(outcome.status, "Ready") == ("False", "RollingOut")
-    assert f"{'m' * 42}-{'v' * 20}.{'n' * 63}.svc.cluster.local" in outcome.status["tls"]["dnsNames"]
+    assert condition(wire(outcome.status), "Ready") == ("False", "RollingOut")
+    assert f"{'m' * 42}-{'v' * 20}.{'n' * 63}.svc.cluster.local" in wire(outcome.status)["tls"]["dnsNames"]
 
 
 # -- ownership and Secrets a model may not mount ----------------------------------------------------------------
@@ -311,10 +317,10 @@ async def test_self_signed_never_takes_over_an_existing_secret(make_body: Body) 
     outcome = await reconcile(make_body(tls=SELF_SIGNED), cluster, NOW)
     assert outcome.applied == ()
     assert cluster.objects == before
-    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
-    message = next(c["message"] for c in outcome.status["conditions"] if c["type"] == "Ready")
+    assert condition(wire(outcome.status), "Ready") == ("False", "NameConflict")
+    message = next(c["message"] for c in wire(outcome.status)["conditions"] if c["type"] == "Ready")
     assert "Secret/demo-tls-ca exists" in message
-    assert "theirs" not in json.dumps(outcome.status)
+    assert "theirs" not in json.dumps(wire(outcome.status))
 
 
 async def test_cert_manager_refuses_a_secret_it_did_not_issue_and_a_foreign_certificate(make_body: Body) -> None:
@@ -322,14 +328,14 @@ async def test_cert_manager_refuses_a_secret_it_did_not_issue_and_a_foreign_cert
     body = make_body(tls={"mode": "CertManager", "issuerRef": {"name": "corp"}})
     cluster.put_secret("demo-tls", {"password": b"x"})  # someone's Secret: cert-manager would overwrite it
     outcome = await reconcile(body, cluster, NOW)
-    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
+    assert condition(wire(outcome.status), "Ready") == ("False", "NameConflict")
     assert ("Certificate", "demo-tls") not in cluster.objects
 
     del cluster.objects[("Secret", "demo-tls")]
     cluster.objects[("Certificate", "demo-tls")] = {"kind": "Certificate", "metadata": {"name": "demo-tls"}}
     outcome = await reconcile(body, cluster, NOW)
-    assert condition(outcome.status, "Ready") == ("False", "NameConflict")
-    assert "Certificate/demo-tls exists" in outcome.status["conditions"][0]["message"]
+    assert condition(wire(outcome.status), "Ready") == ("False", "NameConflict")
+    assert "Certificate/demo-tls exists" in wire(outcome.status)["conditions"][0]["message"]
     assert cluster.objects[("Certificate", "demo-tls")] == {"kind": "Certificate", "metadata": {"name": "demo-tls"}}
 
 
@@ -338,13 +344,13 @@ async def test_service_account_token_secrets_are_refused(make_body: Body) -> Non
     token = "kubernetes.io/service-account-token"
     cluster.put_secret("sa-token", {"ca.crt": certs.issue_ca("x", NOW).cert_pem, "token": b"t"}, kind=token)
     mutual = await reconcile(make_body(tls={**SELF_SIGNED, "clientCASecretName": "sa-token"}), cluster, NOW)
-    assert condition(mutual.status, "Ready") == ("False", "SecretRefused")
-    assert "spec.tls.clientCASecretName: Secret 'sa-token'" in mutual.status["conditions"][0]["message"]
+    assert condition(wire(mutual.status), "Ready") == ("False", "SecretRefused")
+    assert "spec.tls.clientCASecretName: Secret 'sa-token'" in wire(mutual.status)["conditions"][0]["message"]
     assert ("Deployment", "demo-v1") not in cluster.objects
 
     cluster.put_secret("sa-cert", user_secret(NOW, datetime.timedelta(days=30)), kind=token)
     refused = await reconcile(make_body(tls={"mode": "Secret", "secretName": "sa-cert"}), cluster, NOW)
-    assert condition(refused.status, "Ready") == ("False", "SecretRefused")
+    assert condition(wire(refused.status), "Ready") == ("False", "SecretRefused")
 
 
 async def test_ca_rotation_keeps_the_old_ca_signing_until_clients_had_the_bundle_for_the_overlap(

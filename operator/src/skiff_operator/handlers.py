@@ -16,10 +16,11 @@ from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kube import Kube
 from skiff_operator.leader import LeaderElector, LeaseOptions
+from skiff_operator.model_status import Status, render_status
 from skiff_operator.reconcile import reconcile
 from skiff_operator.scheduler import Key, Scheduler, SchedulerOptions
 from skiff_operator.spec import GROUP, PLURAL, VERSION
-from skiff_operator.status import patch_changes
+from skiff_operator.status import READY, find_condition, patch_changes
 
 _CHILD_FILTER = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
 CHILD_WATCH_KINDS = ("Pod", "Deployment", "Service")  # a change to any of these can change a model's status
@@ -138,8 +139,9 @@ async def reconcile_key(shared: _Shared, key: Key) -> float | None:
     try:
         outcome = await reconcile(body, shared.kube, _now())
         writes = [shared.kube.post_event(body, event) for event in outcome.events]
-        if patch_changes(body.get("status"), outcome.status):  # unchanged: no write, no watch event
-            writes.insert(0, _patch_status(shared, key, outcome.status))
+        patch = render_status(outcome.status)  # the one rendering of the typed status
+        if patch_changes(body.get("status"), patch):  # unchanged: no write, no watch event
+            writes.insert(0, _patch_status(shared, key, patch))
         await asyncio.gather(*writes)  # independent: at once
     except ClusterUnavailable as error:
         _log.warning("%s/%s: %s (retrying in %gs)", namespace, name, error, error.retry_after_s)
@@ -250,9 +252,9 @@ async def watch_children_forever(shared: _Shared, kind: str, namespace: str | No
         await asyncio.sleep(options.watch_retry_s)
 
 
-def _ready_message(status: Mapping[str, Any]) -> str:
-    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
-    return str(ready.get("message") or "reconcile incomplete")
+def _ready_message(status: Status) -> str:
+    ready = find_condition(status.conditions, READY)
+    return ready.message if ready is not None and ready.message else "reconcile incomplete"
 
 
 def _shared(memo: kopf.Memo) -> _Shared:

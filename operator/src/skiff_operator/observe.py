@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from typing import Any, Protocol
+from collections.abc import Collection
+from typing import Protocol
 
 from skiff_operator.errors import ApplyRejected
+from skiff_operator.model_status import Status
 from skiff_operator.ownership import StoredSecret
 from skiff_operator.plan import Observed
 from skiff_operator.prometheus import MetricsScrape
@@ -27,7 +28,7 @@ class ObserveCluster(TLSCluster, RoutingCluster, Protocol):
     async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape: ...
 
 
-async def observe(model: InferenceModel, status: Mapping[str, Any] | None, cluster: ObserveCluster) -> Observed:
+async def observe(model: InferenceModel, status: Status | None, cluster: ObserveCluster) -> Observed:
     """Reads, in order: the Secrets (and Certificate) spec.tls uses, spec.auth's Secret, the claims, the
     rollout's metrics, whether the Gateway API kinds are served, and the owned children. Writes nothing. A refused
     read ends it (`Observed.blocker`)."""
@@ -46,7 +47,7 @@ async def observe(model: InferenceModel, status: Mapping[str, Any] | None, clust
 
 async def _observe_children(
     model: InferenceModel,
-    status: Mapping[str, Any] | None,
+    status: Status | None,
     tls: TLSObserved,
     token: StoredSecret | None,
     missing: frozenset[str],

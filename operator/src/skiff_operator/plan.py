@@ -3,25 +3,24 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from skiff_operator.auth import auth_problem
+from skiff_operator.model_status import Status
 from skiff_operator.ownership import StoredSecret
 from skiff_operator.prometheus import MetricsScrape
-from skiff_operator.rollout import RolloutDecision, admit_scraper, decide_model_rollout, with_rollout_traffic
-from skiff_operator.routing import (
-    OwnedChild,
-    RoutingPlan,
-    plan_routing,
-    previous_traffic,
-    routed_model,
-    version_services_headless,
+from skiff_operator.rollout import (
+    RolloutDecision,
+    RolloutStatus,
+    admit_scraper,
+    decide_model_rollout,
+    with_rollout_traffic,
 )
+from skiff_operator.routing import OwnedChild, RoutingPlan, plan_routing, routed_model, version_services_headless
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import Problem
 from skiff_operator.tls import TLSObserved, TLSState, plan_tls
+from skiff_operator.traffic_status import previous_traffic
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class Observed:
     but the applies, the ownership look-up of names not listed here, and the read of the children's status."""
 
     tls: TLSObserved | None  # None when reading it was refused (then `blocker` says so)
-    status: Mapping[str, Any] | None = None  # .status as the previous reconcile wrote it
+    status: Status | None = None  # .status as the previous reconcile wrote it
     blocker: Problem | None = None  # a refused read: the children are not changed
     auth_secret: StoredSecret | None = None  # the token Secret spec.auth names (None: absent, or no spec.auth)
     missing_claims: frozenset[str] = frozenset()  # PersistentVolumeClaims named by spec.versions that do not exist
@@ -80,8 +79,10 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
     problem = observed.blocker or auth_problem(model, observed.auth_secret)
     if problem is not None:
         return Held(problem, tls)
+    previous = observed.status
+    stored = previous.rollout if previous is not None and isinstance(previous.rollout, RolloutStatus) else None
     rollout = (
-        decide_model_rollout(model, observed.status, observed.scrape, now)
+        decide_model_rollout(model, stored, observed.scrape, now)
         if model.spec.rollout is not None and observed.scrape is not None
         else None
     )
@@ -90,7 +91,7 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
     routing = plan_routing(
         model,
         observed.owned,
-        previous_traffic(observed.status),
+        previous_traffic(previous.traffic if previous is not None else None),
         grpc_route_served=observed.grpc_route_served,
         now=now,
         backend_tls_served=observed.backend_tls_served,

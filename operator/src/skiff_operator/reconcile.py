@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.manifests import FIRST_KINDS, LAST_KINDS, render_all
+from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.observe import ObserveCluster, observe
 from skiff_operator.ownership import name_conflict_message
 from skiff_operator.plan import Held, Plan, make_plan
@@ -33,9 +34,9 @@ class Cluster(ObserveCluster, Protocol):
 
 @dataclass(frozen=True)
 class Outcome:
-    """The new `.status` of the model and the Events worth posting about it."""
+    """The new `.status` of the model (the caller renders it once for its patch) and the Events worth posting."""
 
-    status: dict[str, Any]
+    status: Status
     events: tuple[StatusEvent, ...]
     applied: tuple[str, ...]  # "Kind/name" of every manifest applied, for logs and tests
     # Set when an apply failed: the status above says so (Ready=False, the server's message) and the caller
@@ -57,25 +58,28 @@ async def reconcile(body: Mapping[str, Any], cluster: Cluster, now: datetime.dat
     during the pass (its status shows ready replicas but no applied weight yet), a second pass routes to it
     at once: otherwise status would say Ready while no traffic reaches it until the next watch event.
     """
-    outcome = await _reconcile_once(body, cluster, now)
+    outcome = await _reconcile_once(body, parse_status(body.get("status")), cluster, now)
     if outcome.retry_after_s is not None or not outcome.traffic_lags_readiness:
         return outcome
-    second = await _reconcile_once({**body, "status": outcome.status}, cluster, now)
+    # The first pass's status as the API server stores it (times to the second), as a watch event would bring it.
+    stored = parse_status(render_status(outcome.status))
+    second = await _reconcile_once(body, stored, cluster, now)
     return dataclasses.replace(
         second, events=(*outcome.events, *second.events), applied=(*outcome.applied, *second.applied)
     )
 
 
-async def _reconcile_once(body: Mapping[str, Any], cluster: Cluster, now: datetime.datetime) -> Outcome:
-    """One pass: parse, then observe -> plan -> render -> apply -> summarize.
+async def _reconcile_once(
+    body: Mapping[str, Any], previous: Status | None, cluster: Cluster, now: datetime.datetime
+) -> Outcome:
+    """One pass: parse, then observe -> plan -> render -> apply -> summarize. `previous` is the status the pass
+    starts from: the stored one, or the first pass's.
 
     A spec that cannot be rendered or applied ends in a status with a reason, not an exception. A failed apply
     (refused, or answered 409/429/5xx such as "range is full") is Ready=False with the API server's message from
     the first failure on, and asks the caller to retry (`retry_after_s`). ClusterUnavailable from a read escapes
     (nothing is known to report), for the caller to retry with backoff.
     """
-    previous = body.get("status")
-    previous = previous if isinstance(previous, Mapping) else None
     generation = int(body.get("metadata", {}).get("generation", 0))
     try:
         model = parse_inference_model(body)
@@ -174,7 +178,7 @@ async def _hold(
     tls: TLSState | None,
     manifests: Sequence[Mapping[str, Any]],
     cluster: Cluster,
-    previous: Mapping[str, Any] | None,
+    previous: Status | None,
     now: datetime.datetime,
 ) -> Outcome:
     """A pass that leaves the children as they are: applies `manifests` (the TLS step's) and says why."""
@@ -201,7 +205,7 @@ def _apply_failed(
     generation: int,
     message: str,
     retry_after_s: float,
-    previous: Mapping[str, Any] | None,
+    previous: Status | None,
     now: datetime.datetime,
     tls: TLSState | None,
 ) -> Outcome:

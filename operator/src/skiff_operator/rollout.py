@@ -25,11 +25,10 @@ import datetime
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from skiff_operator.prometheus import Counts, MetricsScrape, quantile, subtract
 from skiff_operator.spec import InferenceModel, RolloutSpec, TrafficShare, Version
-from skiff_operator.status import Condition, Reason, StatusEvent, render_conditions
+from skiff_operator.status import Condition, Reason, StatusCondition, StatusEvent, stamp_conditions
 from skiff_operator.traffic import TOTAL, largest_remainder
 
 P99 = 0.99
@@ -323,7 +322,7 @@ def _events(previous: RolloutState | None, state: RolloutState) -> tuple[StatusE
 
 
 def decide_model_rollout(
-    model: InferenceModel, status: Any, scrape: MetricsScrape, now: datetime.datetime
+    model: InferenceModel, previous: RolloutStatus | None, scrape: MetricsScrape, now: datetime.datetime
 ) -> RolloutDecision | None:
     """The rollout of `model` (None without spec.rollout), from the state in its status and this pass's scrape."""
     rollout = model.spec.rollout
@@ -333,10 +332,10 @@ def decide_model_rollout(
     candidate, candidate_problem = scrape.side([rollout.candidate])
     stable_counts, stable_problem = scrape.side(stable)
     problem = "; ".join(p for p in (candidate_problem, stable_problem) if p)
-    previous = parse_rollout_status(status.get("rollout") if isinstance(status, Mapping) else None)
     observed = Observation(candidate, stable_counts, problem)
     revision = revision_of(model.spec.version(rollout.candidate))
-    return decide_rollout(rollout, previous, observed, revision=revision, stable=stable, now=now)
+    state = rollout_state(previous) if previous is not None else None
+    return decide_rollout(rollout, state, observed, revision=revision, stable=stable, now=now)
 
 
 def with_rollout_traffic(model: InferenceModel, decision: RolloutDecision) -> InferenceModel:
@@ -358,101 +357,111 @@ def admit_scraper(model: InferenceModel, operator_namespace: str | None) -> Infe
     return replace(model, spec=replace(model.spec, network_policy=replace(policy, metrics_namespaces=namespaces)))
 
 
-def add_rollout_status(
-    status: Mapping[str, Any],
+def summarize_rollout(
     model: InferenceModel,
     decision: RolloutDecision | None,
-    previous_status: Any,
+    conditions: Sequence[StatusCondition],
     *,
-    previous_conditions: Sequence[Mapping[str, Any]],
+    previous_conditions: Sequence[StatusCondition],
     now: datetime.datetime,
-) -> dict[str, Any]:
-    """`status` with status.rollout and the RolledBack condition; a rollout removed from the spec is removed from
-    status too (None, as status is merge-patched), so adding it again starts afresh."""
-    result = dict(status)
+) -> tuple[RolloutStatus | None, tuple[StatusCondition, ...]]:
+    """status.rollout (None without spec.rollout) and `conditions` with RolledBack, True once rolled back."""
     if decision is None or model.spec.rollout is None:
-        if isinstance(previous_status, Mapping) and previous_status.get("rollout") is not None:
-            result["rollout"] = None
-        return result
+        return None, tuple(conditions)
     state = decision.state
-    result["rollout"] = render_rollout_status(state, len(model.spec.rollout.steps))
     rolled_back = state.verdict is Verdict.ROLLED_BACK
     condition = Condition(ROLLED_BACK, "True" if rolled_back else "False", state.reason, state.message)
-    rendered = render_conditions([condition], previous_conditions, model.ref.generation, now)
-    result["conditions"] = [*(c for c in result.get("conditions", []) if c.get("type") != ROLLED_BACK), *rendered]
-    return result
+    stamped = stamp_conditions([condition], previous_conditions, model.ref.generation, now)
+    kept = tuple(c for c in conditions if c.type != ROLLED_BACK)
+    return rollout_status(state, len(model.spec.rollout.steps)), (*kept, *stamped)
 
 
-# -- status.rollout: the state written to and read back from the CR ------------------------------------------------
+# -- status.rollout: the state written to the CR and read back (skiff_operator.model_status renders and parses) ----
 
 
-def render_rollout_status(state: RolloutState, steps: int) -> dict[str, Any]:
-    return {
-        "candidate": state.candidate,
-        "revision": state.revision,
-        "step": state.step,
-        "steps": steps,
-        "stepStartedAt": _stamp(state.step_started_at),
-        "weight": state.weight,
-        "verdict": str(state.verdict),
-        "reason": str(state.reason),
-        "message": state.message,
-        "summary": f"{_step_label(state, steps)} {state.verdict}",
-        "analysis": [
-            {
-                "role": str(side.role),
-                "versions": ",".join(side.versions),
-                "requests": side.requests,
-                "errors": side.errors,
-                "errorRatio": round(side.error_ratio, 6),
-                **({"p99Seconds": round(side.p99_s, 6)} if side.p99_s is not None else {}),
-            }
-            for side in state.analysis
-        ],
-        "baseline": [
-            {"role": str(role), "codes": dict(counts.codes), "buckets": dict(counts.buckets)}
-            for role, counts in sorted(state.baseline.items())
-        ],
-    }
+@dataclass(frozen=True)
+class SideStatus:
+    """One entry of status.rollout.analysis."""
+
+    role: Role
+    versions: str  # joined by commas
+    requests: int
+    errors: int
+    error_ratio: float = field(init=False)  # errors / requests, 6 decimals
+    p99_seconds: float | None = None  # None: no request in the step
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "error_ratio", round(self.errors / self.requests, 6) if self.requests else 0.0)
 
 
-def parse_rollout_status(raw: Any) -> RolloutState | None:
-    """status.rollout as written by render_rollout_status; None when absent or unreadable (the rollout then
-    starts again, which is safe: it begins at the first, smallest step)."""
-    if not isinstance(raw, Mapping):
-        return None
-    try:
-        started = datetime.datetime.strptime(str(raw["stepStartedAt"]), "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=datetime.UTC
-        )
-        baseline = {
-            Role(item["role"]): Counts(
-                {str(k): int(v) for k, v in (item.get("codes") or {}).items()},
-                {str(k): int(v) for k, v in (item.get("buckets") or {}).items()},
+@dataclass(frozen=True)
+class BaselineStatus:
+    """One entry of status.rollout.baseline: a side's cumulative counters when the step started."""
+
+    role: Role
+    codes: Mapping[str, int]
+    buckets: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class RolloutStatus:
+    """status.rollout: the RolloutState a restarted operator resumes from, and what kubectl shows of it."""
+
+    candidate: str
+    revision: str
+    step: int
+    steps: int
+    step_started_at: datetime.datetime
+    weight: int
+    verdict: Verdict
+    reason: Reason  # one of ROLLOUT_REASONS
+    message: str
+    summary: str = field(init=False)  # step and verdict, e.g. "2/4 Progressing"
+    analysis: tuple[SideStatus, ...] = ()
+    baseline: tuple[BaselineStatus, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "summary", f"{min(self.step + 1, self.steps)}/{self.steps} {self.verdict}")
+
+
+def rollout_status(state: RolloutState, steps: int) -> RolloutStatus:
+    return RolloutStatus(
+        candidate=state.candidate,
+        revision=state.revision,
+        step=state.step,
+        steps=steps,
+        step_started_at=state.step_started_at,
+        weight=state.weight,
+        verdict=state.verdict,
+        reason=state.reason,
+        message=state.message,
+        analysis=tuple(
+            SideStatus(
+                side.role,
+                ",".join(side.versions),
+                side.requests,
+                side.errors,
+                round(side.p99_s, 6) if side.p99_s is not None else None,
             )
-            for item in raw.get("baseline") or []
-        }
-        return RolloutState(
-            candidate=str(raw["candidate"]),
-            revision=str(raw["revision"]),
-            step=int(raw["step"]),
-            step_started_at=started,
-            weight=int(raw["weight"]),
-            verdict=Verdict(raw["verdict"]),
-            reason=_rollout_reason(raw["reason"]),
-            message=str(raw.get("message", "")),
-            baseline=baseline,
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
+            for side in state.analysis
+        ),
+        baseline=tuple(
+            BaselineStatus(role, dict(counts.codes), dict(counts.buckets))
+            for role, counts in sorted(state.baseline.items())
+        ),
+    )
 
 
-def _rollout_reason(raw: Any) -> Reason:
-    reason = Reason(raw)
-    if reason not in ROLLOUT_REASONS:
-        raise ValueError(f"{raw!r} is not a rollout reason")
-    return reason
-
-
-def _stamp(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def rollout_state(status: RolloutStatus) -> RolloutState:
+    """The state a rollout resumes from. The last step's analysis is not carried: each step measures afresh."""
+    return RolloutState(
+        candidate=status.candidate,
+        revision=status.revision,
+        step=status.step,
+        step_started_at=status.step_started_at,
+        weight=status.weight,
+        verdict=status.verdict,
+        reason=status.reason,
+        message=status.message,
+        baseline={b.role: Counts(dict(b.codes), dict(b.buckets)) for b in status.baseline},
+    )

@@ -12,7 +12,7 @@ from typing import Any
 
 from skiff_operator.routing import GRPC_ROUTE_KIND, GatewayCondition, ParentState, RouteState, RoutingPlan, route_name
 from skiff_operator.spec import InferenceModel
-from skiff_operator.status import Condition, Reason, StatusEvent
+from skiff_operator.status import Condition, Reason, StatusCondition, StatusEvent, find_condition
 
 ROUTE_ACCEPTED = "RouteAccepted"
 _ACCEPTED = "Accepted"
@@ -111,13 +111,13 @@ def _refusal(route: str, gateway: str, verb: str, condition: GatewayCondition) -
     return f"gateway {gateway} {verb} GRPCRoute {route} ({said}); {hint}"
 
 
-def route_events(previous: Sequence[Mapping[str, Any]], condition: Condition | None) -> list[StatusEvent]:
+def route_events(previous: Sequence[StatusCondition], condition: Condition | None) -> list[StatusEvent]:
     """A Warning when a gateway starts refusing the route (or refuses it for another reason), a Normal Event when
     it accepts the route again."""
     if condition is None:
         return []
-    before = next((c for c in previous if c.get("type") == ROUTE_ACCEPTED), None)
-    old = (before.get("status"), before.get("reason")) if before else (None, None)
+    before = find_condition(previous, ROUTE_ACCEPTED)
+    old = (before.status, str(before.reason)) if before else (None, None)
     if condition.status == "False" and old != (condition.status, str(condition.reason)):
         return [StatusEvent("Warning", str(condition.reason), condition.message)]
     if condition.status == "True" and old[0] == "False":

@@ -121,33 +121,6 @@ class PreviousTraffic:
     not_ready_since: Mapping[str, datetime.datetime] = dataclasses.field(default_factory=dict)
 
 
-def previous_traffic(status: Any) -> PreviousTraffic:
-    traffic = status.get("traffic") if isinstance(status, Mapping) else None
-    entries = traffic.get("versions") if isinstance(traffic, Mapping) else None
-    applied: dict[str, int] = {}
-    since: dict[str, datetime.datetime] = {}
-    for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
-            continue
-        name = entry["name"]
-        percent = entry.get("appliedPercent")
-        if isinstance(percent, int) and not isinstance(percent, bool):
-            applied[name] = percent
-        stamp = _parse_time(entry.get("notReadySince"))
-        if stamp is not None:
-            since[name] = stamp
-    return PreviousTraffic(applied, since)
-
-
-def _parse_time(value: Any) -> datetime.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def version_traffic(
     model: InferenceModel,
     owned: Sequence[OwnedChild],

@@ -1,4 +1,4 @@
-"""Summarizes the observed children of an InferenceModel into its status: conditions, versions and endpoint."""
+"""The condition and version parts of an InferenceModel's status, from the observed children; the one Reason enum."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import datetime
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from skiff_operator import names
@@ -143,10 +144,43 @@ class Problem:
 
 @dataclass(frozen=True)
 class Condition:
+    """A condition as a reconcile decides it, before it is stamped (`stamp_conditions`)."""
+
     type: str
     status: str  # "True" | "False" | "Unknown"
-    reason: str
+    reason: Reason
     message: str
+
+
+# Field metadata of a status part: None is written as null rather than left out. Status is merge-patched, so null
+# removes a value an earlier reconcile wrote (a route left from Gateway mode); skiff_operator.model_status reads it.
+NULL_WHEN_NONE = "written_as_null"
+WRITTEN_AS_NULL = MappingProxyType({NULL_WHEN_NONE: True})
+
+
+@dataclass(frozen=True)
+class StatusCondition:
+    """One entry of status.conditions."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: Reason | str  # a Reason; read back from an older operator's status, possibly a word this one dropped
+    message: str
+    last_transition_time: datetime.datetime | None  # None: read back from a status without a readable time
+    observed_generation: int = 0
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    """One entry of status.versions: a version's replica counts, readiness, share and address."""
+
+    name: str
+    replicas: int
+    ready_replicas: int
+    updated_replicas: int
+    ready: bool
+    traffic_percent: int
+    endpoint: str
 
 
 @dataclass(frozen=True)
@@ -211,65 +245,44 @@ def summarize_conditions(versions: Sequence[VersionSummary]) -> tuple[Condition,
     return ready, progressing, degraded
 
 
-def summarize_status(
-    model: InferenceModel,
-    children: ChildStates,
-    *,
-    previous_conditions: Sequence[Mapping[str, Any]] = (),
-    now: datetime.datetime,
-) -> dict[str, Any]:
-    """The full `.status` of the model from the state of its children."""
-    versions = summarize_versions(model, children)
-    conditions = summarize_conditions(versions)
+def version_statuses(model: InferenceModel, versions: Sequence[VersionSummary]) -> tuple[VersionStatus, ...]:
+    """status.versions: each version's counts, whether it serves, its share and its Service's address."""
     namespace = model.ref.namespace
-    return {
-        "observedGeneration": model.ref.generation,
-        "conditions": render_conditions(conditions, previous_conditions, model.ref.generation, now),
-        "versions": [
-            {
-                "name": v.name,
-                "replicas": v.desired,
-                "readyReplicas": v.ready,
-                "updatedReplicas": v.updated,
-                "ready": v.serving,
-                "trafficPercent": v.traffic_percent,
-                "endpoint": names.service_host(
-                    names.version_service_name(model.ref.name, v.name), namespace, contract.GRPC_PORT
-                ),
-            }
-            for v in versions
-        ],
-        "endpoint": names.service_host(names.model_service_name(model.ref.name), namespace, contract.GRPC_PORT),
-        "versionNames": ",".join(v.name for v in model.spec.versions),
-        "trafficSplit": ",".join(f"{share.version}={share.percent}" for share in model.spec.traffic),
-        "gpus": sum(v.replicas * v.resources.gpu for v in model.spec.versions),
-    }
-
-
-def summarize_blocked(
-    generation: int,
-    problem: Problem,
-    *,
-    previous_conditions: Sequence[Mapping[str, Any]] = (),
-    now: datetime.datetime,
-) -> dict[str, Any]:
-    """The status of a model whose spec cannot be rendered or applied: not ready, not progressing, degraded.
-    A wait for another controller (a certificate being issued) is progressing and not degraded instead."""
-    conditions: tuple[Condition, ...] = (
-        Condition(READY, "False", problem.reason, problem.message),
-        Condition(PROGRESSING, "False", problem.reason, problem.message),
-        Condition(DEGRADED, "True", problem.reason, problem.message),
+    return tuple(
+        VersionStatus(
+            name=v.name,
+            replicas=v.desired,
+            ready_replicas=v.ready,
+            updated_replicas=v.updated,
+            ready=v.serving,
+            traffic_percent=v.traffic_percent,
+            endpoint=names.service_host(
+                names.version_service_name(model.ref.name, v.name), namespace, contract.GRPC_PORT
+            ),
+        )
+        for v in versions
     )
+
+
+def model_endpoint(model: InferenceModel) -> str:
+    """status.endpoint: the model Service's in-cluster gRPC address."""
+    return names.service_host(names.model_service_name(model.ref.name), model.ref.namespace, contract.GRPC_PORT)
+
+
+def blocked_conditions(problem: Problem) -> tuple[Condition, ...]:
+    """A model whose spec cannot be rendered or applied: not ready, not progressing, degraded. A wait for another
+    controller (a certificate being issued) is progressing and not degraded instead."""
     if problem.reason in _WAITING:
-        conditions = (
+        return (
             Condition(READY, "False", problem.reason, problem.message),
             Condition(PROGRESSING, "True", problem.reason, problem.message),
             Condition(DEGRADED, "False", Reason.AS_EXPECTED, "no problems observed"),
         )
-    return {
-        "observedGeneration": generation,
-        "conditions": render_conditions(conditions, previous_conditions, generation, now),
-    }
+    return (
+        Condition(READY, "False", problem.reason, problem.message),
+        Condition(PROGRESSING, "False", problem.reason, problem.message),
+        Condition(DEGRADED, "True", problem.reason, problem.message),
+    )
 
 
 def patch_changes(current: Any, patch: Any) -> bool:
@@ -288,53 +301,50 @@ def patch_changes(current: Any, patch: Any) -> bool:
     return False
 
 
-def render_conditions(
+def stamp_conditions(
     conditions: Sequence[Condition],
-    previous: Sequence[Mapping[str, Any]],
+    previous: Sequence[StatusCondition],
     generation: int,
     now: datetime.datetime,
-) -> list[dict[str, Any]]:
-    """Conditions as the API expects them; lastTransitionTime moves only when a condition's status changes."""
-    before = {c.get("type"): c for c in previous}
-    stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    rendered = []
+) -> tuple[StatusCondition, ...]:
+    """Conditions as status holds them; lastTransitionTime moves only when a condition's status changes."""
+    before = {c.type: c for c in previous}
+    stamp = now.astimezone(datetime.UTC).replace(microsecond=0)
+    stamped = []
     for condition in conditions:
         old = before.get(condition.type)
-        unchanged = old is not None and old.get("status") == condition.status and old.get("lastTransitionTime")
-        rendered.append(
-            {
-                "type": condition.type,
-                "status": condition.status,
-                "reason": str(condition.reason),
-                "message": condition.message,
-                "lastTransitionTime": old["lastTransitionTime"] if unchanged and old else stamp,
-                "observedGeneration": generation,
-            }
+        kept = old.last_transition_time if old is not None and old.status == condition.status else None
+        stamped.append(
+            StatusCondition(
+                condition.type, condition.status, condition.reason, condition.message, kept or stamp, generation
+            )
         )
-    return rendered
+    return tuple(stamped)
 
 
-def transition_events(previous: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> list[StatusEvent]:
+def find_condition(conditions: Sequence[StatusCondition], kind: str) -> StatusCondition | None:
+    return next((c for c in conditions if c.type == kind), None)
+
+
+def transition_events(previous: Sequence[StatusCondition], current: Sequence[StatusCondition]) -> list[StatusEvent]:
     """Events worth posting: Ready changed status or reason, or Degraded turned True or changed reason."""
-    before = {c.get("type"): c for c in previous}
-    after = {c.get("type"): c for c in current}
     events: list[StatusEvent] = []
-    ready, old_ready = after.get(READY), before.get(READY)
-    degraded, old_degraded = after.get(DEGRADED), before.get(DEGRADED)
-    is_degraded = bool(degraded and degraded.get("status") == "True")
-    if ready and _changed(ready, old_ready):
+    ready, old_ready = find_condition(current, READY), find_condition(previous, READY)
+    degraded, old_degraded = find_condition(current, DEGRADED), find_condition(previous, DEGRADED)
+    is_degraded = degraded is not None and degraded.status == "True"
+    if ready is not None and _changed(ready, old_ready):
         # Not ready only because pods are starting is normal; not ready because something is wrong is a warning.
-        kind = "Warning" if ready.get("status") != "True" and is_degraded else "Normal"
-        events.append(StatusEvent(kind, str(ready.get("reason")), str(ready.get("message"))))
+        kind = "Warning" if ready.status != "True" and is_degraded else "Normal"
+        events.append(StatusEvent(kind, str(ready.reason), ready.message))
     degraded_changed = degraded is not None and _changed(degraded, old_degraded)
-    already_told = bool(events) and degraded is not None and events[-1].reason == degraded.get("reason")
+    already_told = bool(events) and degraded is not None and events[-1].reason == str(degraded.reason)
     if is_degraded and degraded is not None and degraded_changed and not already_told:
-        events.append(StatusEvent("Warning", str(degraded.get("reason")), str(degraded.get("message"))))
+        events.append(StatusEvent("Warning", str(degraded.reason), degraded.message))
     return events
 
 
-def _changed(condition: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
-    return old is None or (old.get("status"), old.get("reason")) != (condition.get("status"), condition.get("reason"))
+def _changed(condition: StatusCondition, old: StatusCondition | None) -> bool:
+    return old is None or (old.status, str(old.reason)) != (condition.status, str(condition.reason))
 
 
 def _summarize_version(model: InferenceModel, version: Version, children: ChildStates) -> VersionSummary:

@@ -1,35 +1,41 @@
-"""The summarize step of a reconcile: the new `.status` of the model and the Events worth posting. Pure."""
+"""The summarize step of a reconcile: the typed `.status` of the model (`Status`) and the Events worth posting. Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from skiff_operator.model_status import CLEARED, Status
 from skiff_operator.plan import Plan
-from skiff_operator.rollout import add_rollout_status
+from skiff_operator.rollout import summarize_rollout
 from skiff_operator.route_status import route_acceptance, route_events
-from skiff_operator.routing import OwnedChild, previous_traffic
+from skiff_operator.routing import OwnedChild
+from skiff_operator.spec import InferenceModel
 from skiff_operator.status import (
     ChildStates,
     Problem,
+    StatusCondition,
     StatusEvent,
     VersionSummary,
-    summarize_blocked,
-    summarize_status,
+    blocked_conditions,
+    model_endpoint,
+    stamp_conditions,
+    summarize_conditions,
     summarize_versions,
     transition_events,
+    version_statuses,
 )
-from skiff_operator.tls import TLSState, render_tls_status
-from skiff_operator.traffic_status import add_traffic_status, traffic_events
+from skiff_operator.tls import TLSState, tls_status
+from skiff_operator.traffic_status import previous_traffic, summarize_traffic, traffic_events
 
 
 @dataclass(frozen=True)
 class Summary:
     """The `.status` to patch and the Events to post."""
 
-    status: dict[str, Any]
+    status: Status
     events: tuple[StatusEvent, ...]
     # A version became ready during the pass (after the split was decided): route to it now, not at the next event.
     traffic_lags_readiness: bool = False
@@ -39,26 +45,71 @@ def summarize(
     plan: Plan,
     children: ChildStates,
     deleted: Sequence[OwnedChild],
-    previous: Mapping[str, Any] | None,
+    previous: Status | None,
     now: datetime.datetime,
 ) -> Summary:
     """The status of a reconcile that applied its plan: the versions and conditions from the children as they
     are now, status.traffic, status.rollout and status.tls; the Events of condition transitions, traffic shifts,
     deletions, the rollout's steps, the route's acceptance and the certificate."""
-    conditions = previous_conditions(previous)
+    conditions = previous.conditions if previous is not None else ()
     model = plan.model
     status = summarize_status(plan.running, children, previous_conditions=conditions, now=now)
-    status = add_traffic_status(status, model, plan.routing, previous_conditions=conditions, now=now)
-    status = add_rollout_status(status, model, plan.rollout, previous, previous_conditions=conditions, now=now)
+    traffic = summarize_traffic(model, plan.routing, status.conditions, previous_conditions=conditions, now=now)
+    rollout, with_rollout = summarize_rollout(
+        model, plan.rollout, traffic.conditions, previous_conditions=conditions, now=now
+    )
+    had_rollout = previous is not None and previous.rollout is not None
+    status = dataclasses.replace(
+        status,
+        conditions=with_rollout,
+        traffic_split=traffic.split,
+        traffic=traffic.traffic,
+        rollout=rollout if rollout is not None or not had_rollout else CLEARED,
+    )
     events = [
-        *transition_events(conditions, status["conditions"]),
-        *traffic_events(model, previous_traffic(previous), plan.routing, deleted),
+        *transition_events(conditions, status.conditions),
+        *traffic_events(model, previous_traffic(previous.traffic if previous else None), plan.routing, deleted),
         *(plan.rollout.events if plan.rollout is not None else ()),
     ]
     told = {event.reason for event in events}  # a refused route may have made Degraded's Event already
     events += [e for e in route_events(conditions, route_acceptance(model, plan.routing)) if e.reason not in told]
     lags = traffic_lags_readiness(plan, summarize_versions(plan.running, children))
     return _with_tls(Summary(status, tuple(events), lags), plan.tls)
+
+
+def summarize_status(
+    model: InferenceModel,
+    children: ChildStates,
+    *,
+    previous_conditions: Sequence[StatusCondition] = (),
+    now: datetime.datetime,
+) -> Status:
+    """The status of the model from the state of its children alone: Ready, Progressing and Degraded, the
+    versions, the endpoint, and the split spec.traffic asks for (summarize replaces it with the one in effect)."""
+    versions = summarize_versions(model, children)
+    generation = model.ref.generation
+    return Status(
+        observed_generation=generation,
+        conditions=stamp_conditions(summarize_conditions(versions), previous_conditions, generation, now),
+        versions=version_statuses(model, versions),
+        endpoint=model_endpoint(model),
+        version_names=",".join(v.name for v in model.spec.versions),
+        traffic_split=",".join(f"{share.version}={share.percent}" for share in model.spec.traffic),
+        gpus=sum(v.replicas * v.resources.gpu for v in model.spec.versions),
+    )
+
+
+def summarize_blocked(
+    generation: int,
+    problem: Problem,
+    *,
+    previous_conditions: Sequence[StatusCondition] = (),
+    now: datetime.datetime,
+) -> Status:
+    """The status of a model whose spec cannot be rendered or applied: its conditions only (status.versions and
+    the rest stay as the last applied plan left them)."""
+    conditions = stamp_conditions(blocked_conditions(problem), previous_conditions, generation, now)
+    return Status(observed_generation=generation, conditions=conditions)
 
 
 def traffic_lags_readiness(plan: Plan, versions: Sequence[VersionSummary]) -> bool:
@@ -72,24 +123,18 @@ def traffic_lags_readiness(plan: Plan, versions: Sequence[VersionSummary]) -> bo
 
 
 def summarize_problem(
-    generation: int, problem: Problem, tls: TLSState | None, previous: Mapping[str, Any] | None, now: datetime.datetime
+    generation: int, problem: Problem, tls: TLSState | None, previous: Status | None, now: datetime.datetime
 ) -> Summary:
     """The status of a model held back before or while applying: Ready=False with the problem, status.tls when
     the TLS step ran, and the Events of condition transitions and the certificate."""
-    conditions = previous_conditions(previous)
+    conditions = previous.conditions if previous is not None else ()
     status = summarize_blocked(generation, problem, previous_conditions=conditions, now=now)
-    return _with_tls(Summary(status, tuple(transition_events(conditions, status["conditions"]))), tls)
-
-
-def previous_conditions(status: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """status.conditions as the previous reconcile wrote them."""
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    return [dict(c) for c in conditions if isinstance(c, Mapping)] if isinstance(conditions, list) else []
+    return _with_tls(Summary(status, tuple(transition_events(conditions, status.conditions))), tls)
 
 
 def _with_tls(summary: Summary, tls: TLSState | None) -> Summary:
     """Adds `.status.tls` and the certificate Events (first), once the TLS step ran."""
     if tls is None:
         return summary
-    status = {**summary.status, "tls": render_tls_status(tls)}
+    status = dataclasses.replace(summary.status, tls=tls_status(tls))
     return Summary(status, (*tls.events, *summary.events), summary.traffic_lags_readiness)

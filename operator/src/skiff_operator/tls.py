@@ -36,7 +36,7 @@ from skiff_operator.render.tls import (
     tls_dns_names,
 )
 from skiff_operator.spec import InferenceModel, TLSMode
-from skiff_operator.status import Problem, Reason, StatusEvent
+from skiff_operator.status import WRITTEN_AS_NULL, Problem, Reason, StatusEvent
 
 CERTIFICATE_ISSUED = "CertificateIssued"
 CERTIFICATE_RENEWED = "CertificateRenewed"
@@ -125,15 +125,25 @@ def plan_tls(model: InferenceModel, observed: TLSObserved, now: datetime.datetim
     return state
 
 
-def render_tls_status(state: TLSState) -> dict[str, Any]:
-    """`.status.tls`: the mode, the Secret and what its certificate says (null clears a stale field)."""
+@dataclass(frozen=True)
+class TLSStatus:
+    """status.tls: the mode, the Secret and what its certificate says (never key material); a field with nothing
+    to say is written as null, which clears what an earlier reconcile wrote."""
+
+    mode: TLSMode
+    secret_name: str | None = field(metadata=WRITTEN_AS_NULL)
+    not_after: datetime.datetime | None = field(metadata=WRITTEN_AS_NULL)
+    dns_names: tuple[str, ...] | None = field(metadata=WRITTEN_AS_NULL)
+
+
+def tls_status(state: TLSState) -> TLSStatus:
     info = state.certificate
-    return {
-        "mode": state.mode.value,
-        "secretName": state.secret_name,
-        "notAfter": _timestamp(info.not_after) if info else None,
-        "dnsNames": list(info.dns_names) if info else None,
-    }
+    return TLSStatus(
+        state.mode,
+        state.secret_name,
+        info.not_after if info else None,
+        tuple(info.dns_names) if info else None,
+    )
 
 
 def _self_signed(model: InferenceModel, observed: TLSObserved, now: datetime.datetime) -> TLSState:

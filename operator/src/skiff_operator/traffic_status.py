@@ -6,12 +6,22 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
 
 from skiff_operator.route_status import route_acceptance
 from skiff_operator.routing import Mode, OwnedChild, PreviousTraffic, RoutingPlan, route_name, service_targets
 from skiff_operator.spec import InferenceModel
-from skiff_operator.status import DEGRADED, PROGRESSING, Condition, Reason, StatusEvent, render_conditions
+from skiff_operator.status import (
+    DEGRADED,
+    PROGRESSING,
+    WRITTEN_AS_NULL,
+    Condition,
+    Reason,
+    StatusCondition,
+    StatusEvent,
+    find_condition,
+    stamp_conditions,
+)
 from skiff_operator.traffic import TOTAL, HoldReason, largest_remainder
 
 SPLIT_APPROXIMATED = "SplitApproximated"
@@ -19,6 +29,48 @@ SPLIT_APPROXIMATED = "SplitApproximated"
 
 # Progressing reasons a traffic hold may replace; anything else (PVCNotFound, RolloutStuck...) says more.
 _REPLACEABLE_PROGRESS = frozenset({Reason.ROLLING_OUT.value, Reason.ROLLOUT_COMPLETE.value})
+
+
+@dataclass(frozen=True)
+class TrafficVersionStatus:
+    """One entry of status.traffic.versions."""
+
+    name: str
+    desired_percent: int
+    applied_percent: int
+    ready_replicas: int  # when the split was decided
+    pod_percent: int | None = None  # Service mode only: its share of the ready pods
+    held: HoldReason | None = None  # why it gets less than desired, or Removed while it drains
+    not_ready_since: datetime.datetime | None = None
+
+
+@dataclass(frozen=True)
+class TrafficStatus:
+    """status.traffic: the mode in effect and why, the desired split, each version's shares."""
+
+    mode: Mode
+    message: str
+    desired_split: str
+    versions: tuple[TrafficVersionStatus, ...]
+    route: str | None = field(metadata=WRITTEN_AS_NULL)  # null removes a route left from Gateway mode
+    pod_split: str | None = field(metadata=WRITTEN_AS_NULL)  # Service mode only
+
+
+@dataclass(frozen=True)
+class TrafficSummary:
+    """The traffic parts of status: status.traffic, the split in effect (status.trafficSplit), and the conditions
+    as traffic leaves them."""
+
+    traffic: TrafficStatus
+    split: str
+    conditions: tuple[StatusCondition, ...]
+
+
+def previous_traffic(traffic: TrafficStatus | None) -> PreviousTraffic:
+    """The applied split and the not-ready clocks the previous reconcile wrote in status.traffic."""
+    versions = traffic.versions if traffic is not None else ()
+    since = {v.name: v.not_ready_since for v in versions if v.not_ready_since is not None}
+    return PreviousTraffic({v.name: v.applied_percent for v in versions}, since)
 
 
 def split_names(model: InferenceModel, plan: RoutingPlan) -> list[str]:
@@ -59,92 +111,81 @@ def split_approximation(model: InferenceModel, mode: Mode) -> Condition:
     return Condition(SPLIT_APPROXIMATED, "True", Reason.REPLICA_ROUNDING, message)
 
 
-def render_traffic_status(model: InferenceModel, plan: RoutingPlan) -> dict[str, Any]:
+def traffic_status(model: InferenceModel, plan: RoutingPlan) -> TrafficStatus:
     holds = {hold.version: hold.reason for hold in plan.decision.holds}
     listed = {v.name for v in model.spec.versions} | set(plan.decision.applied) | plan.keep_versions
     service_mode = plan.choice.mode is Mode.SERVICE
     given = pod_split({v.name: v.ready_replicas for v in plan.inputs if v.name in listed})
-    versions = []
-    for entry in plan.inputs:
-        if entry.name not in listed:
-            continue
-        rendered: dict[str, Any] = {
-            "name": entry.name,
-            "desiredPercent": entry.desired,
-            "appliedPercent": plan.decision.applied.get(entry.name, 0),
-            "readyReplicas": entry.ready_replicas,
-        }
-        if service_mode:
-            rendered["podPercent"] = given.get(entry.name, 0)
-        if entry.name in holds:
-            rendered["held"] = str(holds[entry.name])
-        elif not entry.in_spec:
-            rendered["held"] = str(HoldReason.REMOVED)
-        if entry.name in plan.not_ready_since:
-            rendered["notReadySince"] = _stamp(plan.not_ready_since[entry.name])
-        versions.append(rendered)
-    status: dict[str, Any] = {
-        "mode": str(plan.choice.mode),
-        "message": plan.choice.message,
-        "desiredSplit": ",".join(f"{s.version}={s.percent}" for s in model.spec.traffic),
-        "versions": versions,
-        "route": None,  # status is merge-patched: None removes a route left from Gateway mode
-        "podSplit": format_split(given, split_names(model, plan)) if service_mode else None,
-    }
-    if plan.routes:
-        status["route"] = route_name(model, plan)
-    return status
+    versions = tuple(
+        TrafficVersionStatus(
+            name=entry.name,
+            desired_percent=entry.desired,
+            applied_percent=plan.decision.applied.get(entry.name, 0),
+            ready_replicas=entry.ready_replicas,
+            pod_percent=given.get(entry.name, 0) if service_mode else None,
+            held=holds.get(entry.name, None if entry.in_spec else HoldReason.REMOVED),
+            not_ready_since=plan.not_ready_since.get(entry.name),
+        )
+        for entry in plan.inputs
+        if entry.name in listed
+    )
+    return TrafficStatus(
+        mode=plan.choice.mode,
+        message=plan.choice.message,
+        desired_split=",".join(f"{s.version}={s.percent}" for s in model.spec.traffic),
+        versions=versions,
+        route=route_name(model, plan) if plan.routes else None,
+        pod_split=format_split(given, split_names(model, plan)) if service_mode else None,
+    )
 
 
-def add_traffic_status(
-    status: Mapping[str, Any],
+def summarize_traffic(
     model: InferenceModel,
     plan: RoutingPlan,
+    conditions: Sequence[StatusCondition],
     *,
-    previous_conditions: Sequence[Mapping[str, Any]],
+    previous_conditions: Sequence[StatusCondition],
     now: datetime.datetime,
-) -> dict[str, Any]:
-    """`status` (from status.summarize_status) with status.traffic, the split in effect in trafficSplit (the
-    route's weights in Gateway mode, the ready pods' shares in Service mode), the Progressing/Degraded conditions
-    a traffic hold, a drain, an unusable mode or a refused route changes, SplitApproximated, and in Gateway mode
-    RouteAccepted."""
-    result = dict(status)
-    result["traffic"] = render_traffic_status(model, plan)
-    in_effect = result["traffic"]["podSplit"] or format_split(plan.decision.applied, split_names(model, plan))
-    result["trafficSplit"] = in_effect
-    current = {c["type"]: c for c in result.get("conditions", [])}
+) -> TrafficSummary:
+    """status.traffic, the split in effect (the route's weights in Gateway mode, the ready pods' shares in Service
+    mode), and `conditions` with the Progressing/Degraded a traffic hold, a drain, an unusable mode or a refused
+    route changes, then SplitApproximated and, in Gateway mode, RouteAccepted."""
+    traffic = traffic_status(model, plan)
+    in_effect = traffic.pod_split or format_split(plan.decision.applied, split_names(model, plan))
     route = route_acceptance(model, plan)
-    overrides = traffic_conditions(plan, current, route)
+    overrides = traffic_conditions(plan, conditions, route)
     generation = model.ref.generation
-    replaced = {c.type: render_conditions([c], previous_conditions, generation, now)[0] for c in overrides}
-    result["conditions"] = [replaced.get(c["type"], c) for c in result.get("conditions", [])]
+    replaced = {c.type: c for c in stamp_conditions(overrides, previous_conditions, generation, now)}
     added = [split_approximation(model, plan.choice.mode), *([route] if route is not None else [])]
-    result["conditions"] += render_conditions(added, previous_conditions, generation, now)
-    return result
+    merged = (
+        *(replaced.get(c.type, c) for c in conditions),
+        *stamp_conditions(added, previous_conditions, generation, now),
+    )
+    return TrafficSummary(traffic, in_effect, merged)
 
 
 def traffic_conditions(
-    plan: RoutingPlan, current: Mapping[str, Mapping[str, Any]], route: Condition | None = None
+    plan: RoutingPlan, current: Sequence[StatusCondition], route: Condition | None = None
 ) -> list[Condition]:
     """Progressing and Degraded as traffic changes them (only the ones that change); `route` is RouteAccepted."""
     by_reason: dict[HoldReason, list[str]] = {}
     for hold in plan.decision.holds:
         by_reason.setdefault(hold.reason, []).append(hold.message)
-    progressing = current.get(PROGRESSING, {})
-    degraded = current.get(DEGRADED, {})
+    progressing = find_condition(current, PROGRESSING)
+    degraded = find_condition(current, DEGRADED)
     result: list[Condition] = []
-    problems: list[tuple[str, str]] = []
+    problems: list[tuple[Reason, str]] = []
     if plan.choice.problem is not None:
         problems.append((Reason.GATEWAY_API_MISSING, plan.choice.problem))
     if plan.backend_tls_problem is not None:
         problems.append((Reason.BACKEND_TLS_UNAVAILABLE, plan.backend_tls_problem))
     if route is not None and route.status == "False":
-        problems.append((str(route.reason), route.message))
+        problems.append((route.reason, route.message))
     if HoldReason.PROGRESS_DEADLINE_EXCEEDED in by_reason:
         message = "; ".join(by_reason[HoldReason.PROGRESS_DEADLINE_EXCEEDED])
         result.append(Condition(PROGRESSING, "False", Reason.PROGRESS_DEADLINE_EXCEEDED, message))
         problems.append((Reason.PROGRESS_DEADLINE_EXCEEDED, message))
-    elif progressing.get("reason") in _REPLACEABLE_PROGRESS:
+    elif progressing is not None and str(progressing.reason) in _REPLACEABLE_PROGRESS:
         for reason, condition_reason in (
             (HoldReason.NOT_READY, Reason.CANARY_NOT_READY),
             (HoldReason.REMOVED, Reason.DRAINING),
@@ -154,8 +195,8 @@ def traffic_conditions(
                 break
     if problems:
         messages = [message for _, message in problems]
-        if degraded.get("status") == "True" and degraded.get("message"):
-            messages.append(str(degraded["message"]))
+        if degraded is not None and degraded.status == "True" and degraded.message:
+            messages.append(degraded.message)
         result.append(Condition(DEGRADED, "True", problems[0][0], "; ".join(messages)))
     return result
 
@@ -180,7 +221,3 @@ def traffic_events(
         message = f"version {version} was removed from the spec and has drained; deleted {objects}"
         events.append(StatusEvent("Normal", Reason.VERSION_DELETED, message))
     return events
-
-
-def _stamp(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
