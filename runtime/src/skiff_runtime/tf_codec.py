@@ -1,8 +1,8 @@
 """TensorFlow Serving wire <-> domain: PredictRequest's TensorProtos into InferRequest, outputs into TensorProtos.
 
 Each input becomes raw wire bytes (`tensor_content` as sent, or its typed `*_val` field converted with numpy in
-one step) under an OIP head, and goes through `codec.decode_request` with the model's signature: TF Serving
-clients get the same checks and messages as OIP ones. Outputs always travel as `tensor_content` (`string_val`
+one step) under an OIP head, and goes through `codec.decode_request` with the model's contract (validation.py): TF
+Serving clients get the same checks and messages as OIP ones. Outputs always travel as `tensor_content` (`string_val`
 for strings), which is what `tf.make_ndarray` reads. Model versions are numbers in TF Serving: a served version
 "3" or "v3" answers to `model_spec.version` 3, and to the label "3" or "v3" (its own name).
 """
@@ -15,8 +15,9 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from skiff_runtime.codec import (
+    DEFAULT_LIMITS,
     MAX_RANK,
-    RequestLimits,
+    RequestContract,
     decode_request,
     encode_bytes_elements,
     encode_tensor_bytes,
@@ -184,21 +185,12 @@ def _fields(
         yield number, wire_type, value, pos
 
 
-def _string_cap(spec: TensorSpec | None, max_batch_size: int) -> int:
-    """The most string_val elements a BYTES input of this signature can hold (0 for other inputs)."""
-    if spec is None or spec.datatype is not Datatype.BYTES:
-        return 0
-    dims = [max_batch_size if d == -1 and i == 0 else d for i, d in enumerate(spec.shape)]
-    return element_count(dims) if all(d >= 0 for d in dims) else 1 << 20
-
-
-def check_predict_bytes(data: bytes | memoryview, signature: ModelSignature | None, max_batch_size: int) -> None:
+def check_predict_bytes(data: bytes | memoryview, contract: RequestContract | None) -> None:
     """Bound a serialized PredictRequest before protobuf parses it: inputs and outputs counted against the
-    signature, each tensor's fields (string elements included) and each shape's rank bounded."""
+    contract's limits, each tensor's fields (string elements included) and each shape's rank bounded."""
     view = memoryview(data).cast("B")
-    limits = RequestLimits.for_signature(signature) if signature is not None else RequestLimits()
+    limits = contract.limits if contract is not None else DEFAULT_LIMITS
     caps = {1: 4, 2: limits.max_inputs, 3: limits.max_outputs, 5: 4, 6: 4, 7: 4}
-    specs = {s.name: s for s in signature.inputs} if signature is not None else {}
     for number, wire, start, end in _fields(view, 0, len(view), caps, sum(caps.values()) + SPARE_FIELDS, "the request"):
         if wire != LENGTH_DELIMITED:
             continue
@@ -214,7 +206,7 @@ def check_predict_bytes(data: bytes | memoryview, signature: ModelSignature | No
                 tensor = (value, part_end)
         if tensor is None:
             continue
-        total = _TENSOR_FIELDS + _string_cap(specs.get(name), max_batch_size)
+        total = _TENSOR_FIELDS + limits.max_bytes_elements.get(name, 0)
         what = f"input {shown(name)}"
         for field, field_wire, value, field_end in _fields(view, *tensor, {2: 4}, total, what):
             if field == 2 and field_wire == LENGTH_DELIMITED:
@@ -231,9 +223,9 @@ def check_predict_bytes(data: bytes | memoryview, signature: ModelSignature | No
 
 
 def decode_predict(
-    request: tfs.PredictRequest, name: str, version: str, signature: ModelSignature | None, max_batch_size: int
+    request: tfs.PredictRequest, name: str, version: str, contract: RequestContract | None
 ) -> InferRequest:
-    """A PredictRequest for model `name` at `version`, checked against the signature (codec.decode_request)."""
+    """A PredictRequest for model `name` at `version`, checked against the model's contract (codec.decode_request)."""
     check_spec(request.model_spec, name, version)
     message = pb.ModelInferRequest(model_name=name)
     raw: list[bytes] = []
@@ -254,7 +246,7 @@ def decode_predict(
             raw.append(_typed_bytes(input_name, datatype, shape, tensor))
     for output in request.output_filter:
         message.outputs.add(name=output)
-    return decode_request(message, raw, signature, max_batch_size)
+    return decode_request(message, raw, contract)
 
 
 def encode_tensor(tensor: Tensor) -> tf.TensorProto:
