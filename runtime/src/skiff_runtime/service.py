@@ -26,12 +26,7 @@ from skiff_runtime import validation
 from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
 from skiff_runtime.batching.merge import is_batchable
 from skiff_runtime.codec import decode_request_bytes
-from skiff_runtime.errors import (
-    DeadlineExceeded,
-    InferenceFailed,
-    ModelNotReady,
-    QueueFull,
-)
+from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, ModelNotReady, QueueFull
 from skiff_runtime.tensors import Array, InferRequest, InferResponse, ModelSignature, Tensor, datatype_of
 from skiff_runtime.workers.base import Workers
 
