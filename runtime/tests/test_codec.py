@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -19,7 +19,6 @@ from skiff_runtime.codec import (
     encode_request,
     encode_response,
     encode_response_bytes,
-    validate_request,
 )
 from skiff_runtime.errors import InvalidInput
 from skiff_runtime.proto import inference_pb2 as pb
@@ -30,8 +29,10 @@ from skiff_runtime.tensors import (
     InferResponse,
     ModelSignature,
     Tensor,
+    TensorHead,
     TensorSpec,
 )
+from skiff_runtime.validation import ModelContract
 
 # Values that probe each datatype's extremes, shaped (2, 3).
 SAMPLES: dict[Datatype, list[object]] = {
@@ -523,94 +524,13 @@ def test_huge_declared_shape_with_small_data_is_rejected_without_allocating(
     assert peak < 1_000_000
 
 
-# ---- validation against the model's signature ----
-
-SIGNATURE = ModelSignature(
-    inputs=(TensorSpec("x", Datatype.FP32, (-1, 4)), TensorSpec("ids", Datatype.INT64, (-1,))),
-    outputs=(TensorSpec("out", Datatype.FP32, (-1, 2)), TensorSpec("aux", Datatype.INT64, (-1,))),
-)
-MAX_BATCH = 8
-
-
-def x_tensor(*shape: int, datatype: Datatype = Datatype.FP32) -> Tensor:
-    return Tensor("x", datatype, np.zeros(shape, dtype=NUMPY_DTYPES[datatype]))
-
-
-def ids_tensor(batch: int) -> Tensor:
-    return Tensor("ids", Datatype.INT64, np.zeros(batch, dtype=np.int64))
-
-
-def infer_request(*inputs: Tensor, outputs: tuple[str, ...] = ()) -> InferRequest:
-    return InferRequest("m", "", "", inputs, requested_outputs=outputs)
-
-
-@pytest.mark.parametrize("batch", [1, MAX_BATCH])
-def test_valid_request_passes_validation(batch: int) -> None:
-    validate_request(infer_request(x_tensor(batch, 4), ids_tensor(batch), outputs=("aux",)), SIGNATURE, MAX_BATCH)
-
-
-INVALID: list[tuple[str, InferRequest, list[str]]] = [
-    ("missing-input", infer_request(x_tensor(1, 4)), ["missing input(s) ['ids']", "expects ['x', 'ids']"]),
-    (
-        "unknown-input",
-        infer_request(x_tensor(1, 4), ids_tensor(1), Tensor("z", Datatype.FP32, np.zeros(1, np.float32))),
-        ["unknown input 'z'", "expects ['x', 'ids']"],
-    ),
-    (
-        "wrong-datatype",
-        infer_request(x_tensor(1, 4, datatype=Datatype.FP64), ids_tensor(1)),
-        ["'x'", "expected datatype FP32", "got FP64"],
-    ),
-    (
-        "wrong-rank",
-        infer_request(x_tensor(1, 4, 1), ids_tensor(1)),
-        ["'x'", "expected rank 2", "[-1, 4]", "got rank 3", "[1, 4, 1]"],
-    ),
-    (
-        "wrong-non-batch-dim",
-        infer_request(x_tensor(2, 5), ids_tensor(2)),
-        ["'x'", "dimension 1 must be 4", "got 5", "[2, 5]"],
-    ),
-    (
-        "batch-disagreement",
-        infer_request(x_tensor(2, 4), ids_tensor(3)),
-        ["disagree on the batch dimension", "'x': 2", "'ids': 3"],
-    ),
-    (
-        "batch-over-max",
-        infer_request(x_tensor(MAX_BATCH + 1, 4), ids_tensor(MAX_BATCH + 1)),
-        [f"batch size {MAX_BATCH + 1}", f"1..{MAX_BATCH}"],
-    ),
-    ("batch-zero", infer_request(x_tensor(0, 4), ids_tensor(0)), ["batch size 0", f"1..{MAX_BATCH}"]),
-    (
-        "unknown-requested-output",
-        infer_request(x_tensor(1, 4), ids_tensor(1), outputs=("out", "nope")),
-        ["unknown requested output 'nope'", "['out', 'aux']"],
-    ),
-]
-
-
-@pytest.mark.parametrize(("request_", "fragments"), [i[1:] for i in INVALID], ids=[i[0] for i in INVALID])
-def test_request_not_matching_the_signature_is_invalid_input(request_: InferRequest, fragments: list[str]) -> None:
-    with pytest.raises(InvalidInput) as info:
-        validate_request(request_, SIGNATURE, MAX_BATCH)
-    for fragment in fragments:
-        assert fragment in str(info.value)
-
-
-def test_fixed_batch_dimension_is_not_limited_by_max_batch_size() -> None:
-    signature = ModelSignature(
-        inputs=(TensorSpec("x", Datatype.FP32, (64, 4)),), outputs=(TensorSpec("y", Datatype.FP32, (64,)),)
-    )
-    validate_request(infer_request(x_tensor(64, 4)), signature, MAX_BATCH)
-
-
 # ---- hostile messages: bounded work and memory before anything is expanded ----
 
 TWO_IO = ModelSignature(
     inputs=(TensorSpec("features", Datatype.FP32, (-1, 4)), TensorSpec("ids", Datatype.INT64, (-1, 2))),
     outputs=(TensorSpec("fetch_name_0", Datatype.FP32, (-1, 3)), TensorSpec("fetch_name_1", Datatype.INT64, (-1,))),
 )
+CONTRACT = ModelContract(TWO_IO, 8)
 HOSTILE_BYTES = 4 << 20
 
 
@@ -621,7 +541,7 @@ def test_hostile_message_is_refused_in_bounded_time_and_memory(name: str) -> Non
     started = time.perf_counter()
     try:
         with pytest.raises(InvalidInput) as info:
-            decode_request_bytes(message, TWO_IO, 8)
+            decode_request_bytes(message, CONTRACT)
         seconds = time.perf_counter() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -638,14 +558,14 @@ def test_a_head_larger_than_its_cap_is_refused_before_it_is_copied_and_one_under
         message.parameters["note"].string_param = "x" * value_bytes
         return bytes(good_request()) + message.SerializeToString()
 
-    assert decode_request_bytes(with_parameter(MAX_HEAD_BYTES - 1024), TWO_IO, 8).parameters["note"] == "x" * (
+    assert decode_request_bytes(with_parameter(MAX_HEAD_BYTES - 1024), CONTRACT).parameters["note"] == "x" * (
         MAX_HEAD_BYTES - 1024
     )
     too_large = with_parameter(8 * MAX_HEAD_BYTES)
     tracemalloc.start()
     try:
         with pytest.raises(InvalidInput, match="besides its tensor data; send tensors in raw_input_contents"):
-            decode_request_bytes(too_large, TWO_IO, 8)
+            decode_request_bytes(too_large, CONTRACT)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -665,14 +585,14 @@ def test_a_head_larger_than_its_cap_is_refused_before_it_is_copied_and_one_under
 )
 def test_field_counts_are_bounded_by_the_signature(data: bytes, fragment: str) -> None:
     with pytest.raises(InvalidInput) as info:
-        decode_request_bytes(data, TWO_IO, 8)
+        decode_request_bytes(data, CONTRACT)
     assert fragment in str(info.value)
     assert "the model takes 2 input(s) and has 2 output(s)" in str(info.value) or fragment == "has more than"
 
 
 def test_a_good_request_decodes_against_the_signature_with_its_tensors_in_place() -> None:
     data = bytearray(good_request(batch=3))
-    request = decode_request_bytes(data, TWO_IO, 8)
+    request = decode_request_bytes(data, CONTRACT)
     assert [(t.name, t.shape) for t in request.inputs] == [("features", (3, 4)), ("ids", (3, 2))]
     assert not request.inputs[0].data.flags.owndata  # a view into the message
 
@@ -683,7 +603,7 @@ def test_typed_contents_larger_than_the_shape_allows_are_refused_before_parsing(
         name="ids", datatype="INT64", shape=[1, 2], contents=pb.InferTensorContents(int64_contents=[1, 2])
     )
     with pytest.raises(InvalidInput, match=r"typed contents of 4003 bytes are more than FP32\[1, 4\]"):
-        decode_request_bytes(message.SerializeToString(), TWO_IO, 8)
+        decode_request_bytes(message.SerializeToString(), CONTRACT)
 
 
 def test_a_packed_shape_longer_than_any_rank_is_refused_unparsed() -> None:
@@ -695,7 +615,7 @@ def test_a_packed_shape_longer_than_any_rank_is_refused_unparsed() -> None:
 def test_client_strings_in_errors_are_cut() -> None:
     message = raw_request(("n" * 10_000, "FP32", [1], bytes(4)))
     with pytest.raises(InvalidInput) as info:
-        decode_request_bytes(message.SerializeToString(), TWO_IO, 8)
+        decode_request_bytes(message.SerializeToString(), CONTRACT)
     assert "... (10000 characters)" in str(info.value)
     assert len(str(info.value)) < 400
     with pytest.raises(InvalidInput) as datatype:
@@ -718,3 +638,32 @@ def test_packed_typed_floats_are_read_off_the_wire_like_protobuf_reads_them(data
                                         + length_delimited(3, b"\x02\x03") + length_delimited(5, unpacked))  # fmt: skip
     (other,) = decode_request_bytes(data).inputs
     assert_same_array(other.data, slow.data)
+
+
+class _RecordingContract:
+    """A contract that records the heads it is shown and refuses them all."""
+
+    limits = CONTRACT.limits
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[list[TensorHead], tuple[str, ...]]] = []
+
+    def check_heads(self, inputs: Sequence[TensorHead], requested_outputs: Sequence[str]) -> None:
+        self.seen.append((list(inputs), tuple(requested_outputs)))
+        raise InvalidInput("refused by the contract")
+
+
+def test_the_contract_sees_every_head_before_any_tensor_data_is_decoded() -> None:
+    # Data that could never decode (3 bytes for FP32[2, 4]; typed contents of the wrong field): the contract's
+    # answer comes first, so the data was not looked at.
+    message = raw_request(("features", "FP32", [2, 4], b"abc"), ("ids", "INT64", [2, 2], b""))
+    message.outputs.add(name="fetch_name_1")
+    typed = typed_request("features", "FP32", [2, 4], int_contents=[1])
+    for data in (message.SerializeToString(), typed.SerializeToString()):
+        contract = _RecordingContract()
+        with pytest.raises(InvalidInput, match="refused by the contract"):
+            decode_request_bytes(data, contract)
+        assert contract.seen[0][0][0] == TensorHead("features", Datatype.FP32, (2, 4))
+    assert contract.seen == [([TensorHead("features", Datatype.FP32, (2, 4))], ())]
+    with pytest.raises(InvalidInput, match="raw contents hold 3 bytes"):
+        decode_request_bytes(message.SerializeToString())  # without a contract the data is decoded, and fails

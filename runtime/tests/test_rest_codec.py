@@ -12,16 +12,18 @@ from skiff_runtime.codec import encode_tensor_bytes
 from skiff_runtime.errors import InvalidInput
 from skiff_runtime.rest_codec import MAX_JSON_BYTES, decode_infer_body, encode_infer_body, parse_header_length
 from skiff_runtime.tensors import Datatype, InferResponse, ModelSignature, Tensor, TensorSpec
+from skiff_runtime.validation import ModelContract
 
 SIGNATURE = ModelSignature(
     inputs=(TensorSpec("x", Datatype.FP32, (-1, 2)), TensorSpec("ids", Datatype.INT64, (-1, 1))),
     outputs=(TensorSpec("y", Datatype.FP32, (-1, 1)), TensorSpec("s", Datatype.BYTES, (-1,))),
 )
+CONTRACT = ModelContract(SIGNATURE, 4)
 
 
 def _decode(header: dict[str, object], binary: bytes = b"", version: str = ""):
     text = json.dumps(header).encode()
-    return decode_infer_body(text + binary, len(text) if binary else None, "m", version, SIGNATURE, 4)
+    return decode_infer_body(text + binary, len(text) if binary else None, "m", version, CONTRACT)
 
 
 def _inputs(x: object, ids: object = [[7]]) -> dict[str, object]:
@@ -101,7 +103,7 @@ def test_bad_bodies_are_invalid_input_naming_the_problem(
 
 def test_deeply_nested_json_is_invalid_input_not_a_crash() -> None:
     with pytest.raises(InvalidInput, match="not valid JSON"):
-        decode_infer_body(b"[" * 20_000, None, "m", "", SIGNATURE, 4)
+        decode_infer_body(b"[" * 20_000, None, "m", "", CONTRACT)
 
 
 def test_json_is_bounded_before_it_is_parsed() -> None:
@@ -110,9 +112,9 @@ def test_json_is_bounded_before_it_is_parsed() -> None:
 
     started = time.perf_counter()
     with pytest.raises(InvalidInput, match="arrays and objects, more than 65536; send 'data' flat"):
-        decode_infer_body(b"[" + b"[]," * 2_000_000 + b"[]]", None, "m", "", SIGNATURE, 4)
+        decode_infer_body(b"[" + b"[]," * 2_000_000 + b"[]]", None, "m", "", CONTRACT)
     with pytest.raises(InvalidInput, match="send large tensors as binary data"):
-        decode_infer_body(b" " * (MAX_JSON_BYTES + 1), None, "m", "", SIGNATURE, 4)
+        decode_infer_body(b" " * (MAX_JSON_BYTES + 1), None, "m", "", CONTRACT)
     assert time.perf_counter() - started < 0.5
 
 

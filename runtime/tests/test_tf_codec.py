@@ -10,6 +10,7 @@ from skiff_runtime.errors import InvalidInput, ModelNotFound
 from skiff_runtime.proto import tensorflow_core_pb2 as tf
 from skiff_runtime.proto import tensorflow_serving_pb2 as tfs
 from skiff_runtime.tensors import Datatype, InferResponse, ModelSignature, Tensor, TensorSpec
+from skiff_runtime.validation import ModelContract
 
 SIGNATURE = ModelSignature(
     inputs=(
@@ -19,6 +20,7 @@ SIGNATURE = ModelSignature(
     ),
     outputs=(TensorSpec("y", Datatype.FP32, (-1, 1)),),
 )
+CONTRACT = ModelContract(SIGNATURE, 4)
 
 
 def _proto(dtype: int, shape: list[int], **values: object) -> tf.TensorProto:
@@ -36,7 +38,7 @@ def _request(x: tf.TensorProto, n: tf.TensorProto | None = None, **spec: object)
 
 
 def _decode(request: tfs.PredictRequest, version: str = "v2"):
-    return {t.name: t.data for t in tf_codec.decode_predict(request, "m", version, SIGNATURE, 4).inputs}
+    return {t.name: t.data for t in tf_codec.decode_predict(request, "m", version, CONTRACT).inputs}
 
 
 def test_tensor_content_and_typed_values_decode_alike() -> None:
@@ -143,26 +145,26 @@ def test_a_shape_of_millions_of_empty_dims_is_refused_before_the_parse() -> None
     with pytest.raises(
         InvalidInput, match=r"tensor_shape \(rank at most 16\) of input .x. repeats field 2 more than 16 times"
     ):
-        tf_codec.check_predict_bytes(bomb, SIGNATURE, 4)
+        tf_codec.check_predict_bytes(bomb, CONTRACT)
     assert time.perf_counter() - started < 0.1
 
 
 def test_counts_are_bounded_by_the_signature() -> None:
     many = b"".join(_ld(2, _ld(1, f"t{i}".encode()) + _ld(2, b"")) for i in range(100))
     with pytest.raises(InvalidInput, match="repeats field 2 more than 7 times"):
-        tf_codec.check_predict_bytes(many, SIGNATURE, 4)
+        tf_codec.check_predict_bytes(many, CONTRACT)
     strings = _proto(tf.DT_STRING, [4], string_val=[b"a"] * 4)
     request = _request(_proto(tf.DT_HALF, [1, 2], half_val=[0, 0]))
     request.inputs["s"].CopyFrom(strings)
-    tf_codec.check_predict_bytes(request.SerializeToString(), SIGNATURE, 4)  # 4 strings: the batch limit
+    tf_codec.check_predict_bytes(request.SerializeToString(), CONTRACT)  # 4 strings: the batch limit
     strings.string_val.extend([b"b"] * 100)
     request.inputs["s"].CopyFrom(strings)
     with pytest.raises(InvalidInput, match="input 's' has more than 68 fields"):
-        tf_codec.check_predict_bytes(request.SerializeToString(), SIGNATURE, 4)
+        tf_codec.check_predict_bytes(request.SerializeToString(), CONTRACT)
 
 
 def test_a_well_formed_request_passes_the_count_check() -> None:
     request = _request(_proto(tf.DT_HALF, [1, 2], half_val=[0, 0]))
-    tf_codec.check_predict_bytes(request.SerializeToString(), SIGNATURE, 4)
+    tf_codec.check_predict_bytes(request.SerializeToString(), CONTRACT)
     with pytest.raises(InvalidInput, match="runs past its end"):
-        tf_codec.check_predict_bytes(request.SerializeToString()[:-3], SIGNATURE, 4)
+        tf_codec.check_predict_bytes(request.SerializeToString()[:-3], CONTRACT)

@@ -6,7 +6,15 @@ import pytest
 
 from skiff_runtime.errors import InvalidInput
 from skiff_runtime.proto import inference_pb2 as pb
-from skiff_runtime.wire import LENGTH_DELIMITED, SPARE_FIELDS, encode_varint, joined_spans, read_varint, scan_fields
+from skiff_runtime.wire import (
+    LENGTH_DELIMITED,
+    SPARE_FIELDS,
+    encode_varint,
+    iter_fields,
+    joined_spans,
+    read_varint,
+    scan_fields,
+)
 
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**31, 2**63 - 1, 2**64 - 1])
@@ -39,3 +47,16 @@ def test_a_flood_of_one_field_is_refused_after_its_cap_not_after_reading_it_all(
         scan_fields(data, 0, len(data), pb.ModelInferRequest, {7: 4})
     with pytest.raises(InvalidInput, match=f"more than {SPARE_FIELDS + 1} fields"):
         scan_fields(memoryview(b"\x78\x00" * 1000), 0, 2000, pb.ModelInferRequest, {7: 1})
+
+
+def test_fields_are_yielded_one_at_a_time_and_a_flood_stops_at_its_cap() -> None:
+    data = memoryview(b"\x0a\x01m" + b"\x12\x00" * 1000)  # field 1 once, then 1000 empty field 2 entries
+    fields = iter_fields(data, 0, len(data), {2: 3}, 100, "the message", "Test")
+    assert next(fields) == (1, LENGTH_DELIMITED, 2, 3)
+    assert [f[0] for f in (next(fields), next(fields), next(fields))] == [2, 2, 2]
+    with pytest.raises(InvalidInput, match="the message repeats field 2 more than 3 times"):
+        next(fields)
+    with pytest.raises(InvalidInput, match="the message has more than 5 fields; refused before parsing"):
+        list(iter_fields(data, 0, len(data), {}, 5, "the message", "Test"))
+    with pytest.raises(InvalidInput, match="malformed Test: field 1 of the message runs past its end"):
+        list(iter_fields(memoryview(b"\x0a\x05m"), 0, 3, {}, 5, "the message", "Test"))

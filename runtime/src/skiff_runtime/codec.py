@@ -1,21 +1,20 @@
 """Wire <-> domain: decodes ModelInferRequest messages into Tensors and encodes responses as raw bytes.
 
 A request costs what it weighs: a serialized request is first scanned for its fields' tags and lengths only,
-each kind counted against a cap from the model's signature (`RequestLimits`), so a flood of tiny fields is refused
-after ~100 tag reads; then one protobuf parse reads the non-tensor part from merged spans; every input's name,
-datatype and shape is checked against the signature before any data is decoded. Decoding never allocates from
-a declared shape: raw contents are checked against shape x element size and then viewed in place
-(`np.frombuffer`), typed contents are size-bounded and counted before conversion. Outputs are always encoded as
-`raw_output_contents` (tritonclient reads only those).
+each kind counted against a cap (`RequestLimits`; validation.py derives them from the model's signature), so a
+flood of tiny fields is refused after ~100 tag reads; then one protobuf parse reads the non-tensor part from merged
+spans; every input's name, datatype and shape is handed to the caller's `RequestContract` (validation.py) before
+any data is decoded. Decoding never allocates from a declared shape: raw contents are checked against shape x
+element size and then viewed in place (`np.frombuffer`), typed contents are size-bounded and counted before
+conversion. Outputs are always encoded as `raw_output_contents` (tritonclient reads only those).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cache
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -29,9 +28,9 @@ from skiff_runtime.tensors import (
     Datatype,
     InferRequest,
     InferResponse,
-    ModelSignature,
     ParameterValue,
     Tensor,
+    TensorHead,
     element_count,
     parse_datatype,
 )
@@ -69,9 +68,6 @@ CONTENTS_FIELDS: Mapping[Datatype, str] = {
 # Per-message bounds that hold before any per-element work (see `RequestLimits`).
 MAX_PARAMETERS = 64
 MAX_TENSORS = 64
-# Inputs and outputs past the signature's count that are still decoded, so that a request naming one tensor
-# twice or one the model lacks gets that error rather than a bare count.
-_SPARE_TENSORS = 4
 # The most bytes of a request that are not tensor data (names, datatypes, shapes, parameters, requested outputs):
 # only these are copied and parsed by protobuf, so this bounds the copy and the parse (~0.7 ms per MiB, holding the
 # GIL) whatever the message's size.
@@ -81,20 +77,27 @@ MAX_HEAD_BYTES = 1 << 20
 @dataclass(frozen=True)
 class RequestLimits:
     """How many inputs, outputs and parameters one request may carry: counted on the wire before anything is
-    decoded, so a flood of tiny fields is refused after reading only this many of them."""
+    decoded, so a flood of tiny fields is refused after reading only this many of them. `max_bytes_elements`:
+    the most elements each BYTES input may hold, by name (0 for any other input)."""
 
     max_inputs: int = MAX_TENSORS
     max_outputs: int = MAX_TENSORS
     max_parameters: int = MAX_PARAMETERS
     hint: str = f"at most {MAX_TENSORS} tensors"
+    max_bytes_elements: Mapping[str, int] = field(default_factory=dict)
 
-    @classmethod
-    def for_signature(cls, signature: ModelSignature) -> RequestLimits:
-        return cls(
-            max_inputs=len(signature.inputs) + _SPARE_TENSORS,
-            max_outputs=len(signature.outputs) + _SPARE_TENSORS,
-            hint=f"the model takes {len(signature.inputs)} input(s) and has {len(signature.outputs)} output(s)",
-        )
+
+DEFAULT_LIMITS = RequestLimits()
+
+
+class RequestContract(Protocol):
+    """What the served model accepts (validation.ModelContract): the caps the wire is counted against, and the
+    check every input's head passes before any tensor data is decoded."""
+
+    @property
+    def limits(self) -> RequestLimits: ...
+
+    def check_heads(self, inputs: Sequence[TensorHead], requested_outputs: Sequence[str]) -> None: ...
 
 
 def decode_parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, ParameterValue]:
@@ -335,7 +338,7 @@ def split_request(
     input's name, datatype and shape have passed every check), and the raw_input_contents are views into `data`:
     the tensors' bytes are never copied here, where parsing the whole message would copy each of them twice. A
     malformed or over-full message raises InvalidInput."""
-    limits = limits or RequestLimits()
+    limits = limits or DEFAULT_LIMITS
     view = memoryview(data).cast("B")
     fields = scan_fields(view, 0, len(view), pb.ModelInferRequest, _top_caps(limits), hint=limits.hint)
     rest: list[Field] = []
@@ -376,49 +379,38 @@ def split_request(
     return message, inputs, raw
 
 
-@cache
-def _limits_for(signature: ModelSignature) -> RequestLimits:
-    return RequestLimits.for_signature(signature)
-
-
 def decode_request_bytes(
     data: bytes | memoryview,
-    signature: ModelSignature | None = None,
-    max_batch_size: int | None = None,
+    contract: RequestContract | None = None,
     check_model: Callable[[str, str], None] | None = None,
 ) -> InferRequest:
-    """Decode a serialized ModelInferRequest (see `split_request`). With the model's signature, counts are bounded
-    by it and every input's name, datatype and shape is checked against it before any tensor data is decoded;
+    """Decode a serialized ModelInferRequest (see `split_request`). With the model's `contract`, counts are bounded
+    by its limits and every input's name, datatype and shape passes its check before any tensor data is decoded;
     `check_model(name, version)` runs first, so a request for another model hears that before anything else."""
-    limits = _limits_for(signature) if signature is not None else RequestLimits()
-    message, inputs, raw = split_request(data, limits)
+    message, inputs, raw = split_request(data, contract.limits if contract is not None else DEFAULT_LIMITS)
     if check_model is not None:
         check_model(message.model_name, message.model_version)
-    return _decode(message, inputs, raw, signature, max_batch_size)
+    return _decode(message, inputs, raw, contract)
 
 
 def decode_request(
     message: pb.ModelInferRequest,
     raw_contents: Sequence[bytes | memoryview] | None = None,
-    signature: ModelSignature | None = None,
-    max_batch_size: int | None = None,
+    contract: RequestContract | None = None,
 ) -> InferRequest:
-    """Decode and structurally check a ModelInferRequest; with `signature`, check it before decoding the data.
-    `raw_contents`, when given, stands for the message's raw_input_contents."""
+    """Decode and structurally check a ModelInferRequest; with `contract`, check every input against it before
+    decoding the data. `raw_contents`, when given, stands for the message's raw_input_contents."""
     heads = [
         _InputHead(t.name, t.datatype, t.shape, t.contents if t.HasField("contents") else None) for t in message.inputs
     ]
-    return _decode(
-        message, heads, message.raw_input_contents if raw_contents is None else raw_contents, signature, max_batch_size
-    )
+    return _decode(message, heads, message.raw_input_contents if raw_contents is None else raw_contents, contract)
 
 
 def _decode(
     message: pb.ModelInferRequest,
     heads: Sequence[_InputHead],
     raw_input_contents: Sequence[bytes | memoryview],
-    signature: ModelSignature | None,
-    max_batch_size: int | None,
+    contract: RequestContract | None,
 ) -> InferRequest:
     raw_count = len(raw_input_contents)
     if raw_count and raw_count != len(heads):
@@ -427,17 +419,18 @@ def _decode(
             "when raw contents are used every input needs one"
         )
     seen: set[str] = set()
-    checked: list[tuple[str, Datatype, tuple[int, ...]]] = []
+    checked: list[TensorHead] = []
     for head in heads:
         if head.name in seen:
             raise InvalidInput(f"input {shown(head.name)} appears more than once")
         seen.add(head.name)
-        checked.append((head.name, parse_datatype(head.datatype, head.name), _check_shape(head.name, head.shape)))
+        datatype = parse_datatype(head.datatype, head.name)
+        checked.append(TensorHead(head.name, datatype, _check_shape(head.name, head.shape)))
     requested = tuple(o.name for o in message.outputs)
     if len(set(requested)) != len(requested):
         raise InvalidInput(f"requested outputs repeat a name: [{', '.join(shown(n) for n in requested)}]")
-    if signature is not None:
-        _check_signature(checked, requested, signature, max_batch_size or 1)
+    if contract is not None:
+        contract.check_heads(checked, requested)
     inputs: list[Tensor] = []
     for index, (head, (name, datatype, shape)) in enumerate(zip(heads, checked, strict=True)):
         if raw_count:
@@ -466,57 +459,6 @@ def _decode(
         requested_outputs=requested,
         parameters=decode_parameters(message.parameters),
     )
-
-
-def validate_request(request: InferRequest, signature: ModelSignature, max_batch_size: int) -> None:
-    """Check a decoded request against the model's signature; InvalidInput names the tensor and the mismatch."""
-    heads = [(t.name, t.datatype, t.shape) for t in request.inputs]
-    _check_signature(heads, request.requested_outputs, signature, max_batch_size)
-
-
-def _check_signature(
-    heads: Sequence[tuple[str, Datatype, tuple[int, ...]]],
-    requested_outputs: Sequence[str],
-    signature: ModelSignature,
-    max_batch_size: int,
-) -> None:
-    specs = {spec.name: spec for spec in signature.inputs}
-    unknown = [name for name, _, _ in heads if name not in specs]
-    if unknown:
-        raise InvalidInput(f"unknown input {shown(unknown[0])}; the model expects {list(specs)}")
-    missing = [name for name in specs if name not in {h[0] for h in heads}]
-    if missing:
-        raise InvalidInput(f"missing input(s) {missing}; the model expects {list(specs)}")
-    batch_sizes: dict[str, int] = {}
-    for name, datatype, shape in heads:
-        spec = specs[name]
-        if datatype is not spec.datatype:
-            raise InvalidInput(f"input {name!r}: expected datatype {spec.datatype.value}, got {datatype.value}")
-        if len(shape) != len(spec.shape):
-            raise InvalidInput(
-                f"input {name!r}: expected rank {len(spec.shape)} (shape {list(spec.shape)}), "
-                f"got rank {len(shape)} (shape {list(shape)})"
-            )
-        for axis, (want, got) in enumerate(zip(spec.shape, shape, strict=True)):
-            if want != -1 and want != got:
-                raise InvalidInput(
-                    f"input {name!r}: dimension {axis} must be {want} (shape {list(spec.shape)}), "
-                    f"got {got} (shape {list(shape)})"
-                )
-        if spec.shape and spec.shape[0] == -1:
-            batch_sizes[name] = shape[0]
-    if batch_sizes:
-        sizes = set(batch_sizes.values())
-        if len(sizes) > 1:
-            raise InvalidInput(f"inputs disagree on the batch dimension: {batch_sizes}")
-        batch = sizes.pop()
-        if batch < 1 or batch > max_batch_size:
-            raise InvalidInput(f"batch size {batch} is outside 1..{max_batch_size} (the server's max batch size)")
-    for name in requested_outputs:
-        if signature.output(name) is None:
-            raise InvalidInput(
-                f"unknown requested output {shown(name)}; the model has {[s.name for s in signature.outputs]}"
-            )
 
 
 def _tensor_buffer(tensor: Tensor) -> bytes | memoryview:

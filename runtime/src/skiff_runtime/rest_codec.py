@@ -2,9 +2,9 @@
 
 A body is a JSON header, optionally followed by the binary tensor data extension: `Inference-Header-Content-Length`
 says where the JSON ends, and each input with `parameters.binary_data_size` takes that many bytes of the rest, in
-input order. Every input becomes raw wire bytes and goes through `codec.decode_request` with the model's signature,
-so REST requests get the same checks (and the same messages) as gRPC ones. JSON data is converted with numpy in
-one step per tensor, never element by element in Python.
+input order. Every input becomes raw wire bytes and goes through `codec.decode_request` with the model's
+contract (validation.py), so REST requests get the same checks (and the same messages) as gRPC ones. JSON data is
+converted with numpy in one step per tensor, never element by element in Python.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from skiff_runtime.codec import (
-    RequestLimits,
+    DEFAULT_LIMITS,
+    RequestContract,
     decode_request,
     encode_bytes_elements,
     encode_tensor_bytes,
@@ -169,15 +170,14 @@ def decode_infer_body(
     header_length: int | None,
     model_name: str,
     model_version: str,
-    signature: ModelSignature | None,
-    max_batch_size: int,
+    contract: RequestContract | None,
 ) -> RestRequest:
-    """An infer request body, checked against the model's signature (codec.decode_request)."""
+    """An infer request body, checked against the model's contract (codec.decode_request)."""
     view = memoryview(body)
     json_end = len(body) if header_length is None else header_length
     header = _load_json(view[:json_end])
     binary = view[json_end:]
-    limits = RequestLimits.for_signature(signature) if signature is not None else RequestLimits()
+    limits = contract.limits if contract is not None else DEFAULT_LIMITS
     inputs = _field(header, "inputs", list, "the request", [])
     outputs = _field(header, "outputs", list, "the request", [])
     if len(inputs) > limits.max_inputs or len(outputs) > limits.max_outputs:
@@ -226,7 +226,7 @@ def decode_infer_body(
         message.outputs.add(name=name)
         flag = _field(_field(item, "parameters", dict, where, {}), "binary_data", bool, where)
         binary_by_name[name] = binary_default if flag is None else flag
-    decoded = decode_request(message, raw, signature, max_batch_size)
+    decoded = decode_request(message, raw, contract)
     return RestRequest(decoded, lambda name: binary_by_name.get(name, binary_default))
 
 

@@ -1,5 +1,8 @@
 """The model service: validates requests and hands them to the batching stage, which runs them on the workers.
 
+Validation is the model's contract (validation.py): the codecs check every request's heads against it before
+decoding any tensor data (`contract`, `decode`), and `infer` checks every request it runs against it again.
+
 Workers own the engines (one engine per worker, created and run on that worker only), so no predictor is
 ever shared between threads and no inference runs on the event loop. The batcher bounds the queue
 (QueueFull past the limit) and never runs a request whose deadline has passed.
@@ -19,18 +22,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from skiff_runtime import validation
 from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
-from skiff_runtime.codec import decode_request_bytes, validate_request
-from skiff_runtime.errors import (
-    DeadlineExceeded,
-    InferenceFailed,
-    ModelNotFound,
-    ModelNotReady,
-    QueueFull,
-    shown,
-)
+from skiff_runtime.batching.merge import is_batchable
+from skiff_runtime.codec import decode_request_bytes
+from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, ModelNotReady, QueueFull
 from skiff_runtime.tensors import Array, InferRequest, InferResponse, ModelSignature, Tensor, datatype_of
-from skiff_runtime.workers.base import Workers, is_batchable
+from skiff_runtime.workers.base import Workers
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +129,7 @@ class ModelService:
         self.state = ModelState.LOADING
         self.error: str | None = None
         self._arriving = 0  # admitted requests whose message has not reached the queue yet
+        self._contract: validation.ModelContract | None = None
         self.budget = ByteBudget(limits.max_request_bytes)
 
     @property
@@ -142,6 +141,14 @@ class ModelService:
         if self.state in (ModelState.LOADING, ModelState.FAILED):
             raise ModelNotReady(f"model {self.name!r} is {self.state.value.lower()}")
         return self.workers.signature
+
+    @property
+    def contract(self) -> validation.ModelContract:
+        """What requests must be for this model (its signature, max_batch_size): ModelNotReady until loaded."""
+        signature = self.signature
+        if self._contract is None or self._contract.signature is not signature:
+            self._contract = validation.ModelContract(signature, self.limits.max_batch_size)
+        return self._contract
 
     @property
     def platform(self) -> str:
@@ -158,12 +165,7 @@ class ModelService:
 
     def check_model(self, name: str, version: str) -> None:
         """NOT_FOUND unless (name, version) is this model; an empty version means the served one."""
-        if name != self.name:
-            raise ModelNotFound(f"unknown model {shown(name)}; this server serves {self.name!r}")
-        if version and version != self.version:
-            raise ModelNotFound(
-                f"model {shown(name)} has no version {shown(version)}; it serves version {self.version!r}"
-            )
+        validation.check_model(name, version, self.name, self.version)
 
     def warmup_batch_sizes(self) -> list[int]:
         """Every batch size the batcher can emit when it merges; else the smallest and largest request."""
@@ -229,9 +231,9 @@ class ModelService:
 
     def decode(self, data: bytes | memoryview) -> InferRequest:
         """Decode a serialized request against this model: its name and version checked first (NOT_FOUND), counts
-        bounded by its signature, every input's name, datatype and shape checked before any tensor data is decoded
+        bounded by its contract, every input's name, datatype and shape checked before any tensor data is decoded
         (codec.decode_request_bytes)."""
-        return decode_request_bytes(data, self.signature, self.limits.max_batch_size, self.check_model)
+        return decode_request_bytes(data, self.contract, self.check_model)
 
     async def infer(
         self, request: InferRequest, deadline: float | None = None, admission: Admission | None = None
@@ -248,8 +250,9 @@ class ModelService:
         self.check_model(request.model_name, request.model_version)
         if self._batcher is None or self.state is not ModelState.READY:
             raise ModelNotReady(f"model {self.name!r} is {self.state.value.lower()}; retry when it is SERVING")
-        signature = self.workers.signature
-        validate_request(request, signature, self.limits.max_batch_size)
+        contract = self.contract
+        contract.check_request(request)
+        signature = contract.signature
         if deadline is not None and asyncio.get_running_loop().time() >= deadline:
             raise DeadlineExceeded("the request's deadline had passed on arrival; it was not run")
         if admission is not None:

@@ -6,6 +6,7 @@ import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -124,6 +125,14 @@ class Tensor:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.data.shape)
+
+
+class TensorHead(NamedTuple):
+    """An input as a request declares it, before its data is decoded (a tuple: one is made per input per request)."""
+
+    name: str
+    datatype: Datatype
+    shape: tuple[int, ...]
 
 
 ParameterValue = bool | int | str | float

@@ -1,8 +1,8 @@
 """TensorFlow Serving wire <-> domain: PredictRequest's TensorProtos into InferRequest, outputs into TensorProtos.
 
 Each input becomes raw wire bytes (`tensor_content` as sent, or its typed `*_val` field converted with numpy in
-one step) under an OIP head, and goes through `codec.decode_request` with the model's signature: TF Serving
-clients get the same checks and messages as OIP ones. Outputs always travel as `tensor_content` (`string_val`
+one step) under an OIP head, and goes through `codec.decode_request` with the model's contract (validation.py): TF
+Serving clients get the same checks and messages as OIP ones. Outputs always travel as `tensor_content` (`string_val`
 for strings), which is what `tf.make_ndarray` reads. Model versions are numbers in TF Serving: a served version
 "3" or "v3" answers to `model_spec.version` 3, and to the label "3" or "v3" (its own name).
 """
@@ -10,13 +10,14 @@ for strings), which is what `tf.make_ndarray` reads. Model versions are numbers 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
 from skiff_runtime.codec import (
+    DEFAULT_LIMITS,
     MAX_RANK,
-    RequestLimits,
+    RequestContract,
     decode_request,
     encode_bytes_elements,
     encode_tensor_bytes,
@@ -36,7 +37,7 @@ from skiff_runtime.tensors import (
     TensorSpec,
     element_count,
 )
-from skiff_runtime.wire import LENGTH_DELIMITED, SPARE_FIELDS, read_varint, value_span
+from skiff_runtime.wire import LENGTH_DELIMITED, SPARE_FIELDS, iter_fields
 
 # The one signature a Skiff model has, under the name TF Serving gives a SavedModel's default signature.
 DEFAULT_SIGNATURE = "serving_default"
@@ -154,86 +155,46 @@ def _typed_bytes(name: str, datatype: Datatype, shape: list[int], tensor: tf.Ten
 # ---- counts before the parse: protobuf expands tiny repeated entries (an empty TensorShapeProto.Dim is 2 bytes
 # on the wire and ~48 in memory), so a 32 MiB message of them would take ~770 MB and most of a second to parse ----
 
+_MESSAGE = "PredictRequest"
 # Fields of one TensorProto besides string_val's elements: dtype, shape, content, packed typed values, and spares.
 _TENSOR_FIELDS = 64
 
 
-def _fields(
-    view: memoryview, start: int, end: int, caps: Mapping[int, int], total: int, what: str
-) -> Iterator[tuple[int, int, int, int]]:
-    """(number, wire type, value start, end) of each field of view[start:end]; InvalidInput past `total` fields,
-    past caps[n] of field n, or on malformed bytes. Only the tags are read, never the values."""
-    counts = dict.fromkeys(caps, 0)
-    pos, seen = start, 0
-    while pos < end:
-        seen += 1
-        if seen > total:
-            raise InvalidInput(f"{what} has more than {total} fields; refused before parsing")
-        tag, pos = read_varint(view, pos, end)
-        number, wire_type = tag >> 3, tag & 7
-        span = value_span(view, wire_type, pos, end)
-        if span is None:
-            raise InvalidInput(f"malformed PredictRequest: wire type {wire_type} in {what}")
-        value, pos = span
-        if pos > end:
-            raise InvalidInput(f"malformed PredictRequest: field {number} of {what} runs past its end")
-        if number in counts:
-            counts[number] += 1
-            if counts[number] > caps[number]:
-                raise InvalidInput(f"{what} repeats field {number} more than {caps[number]} times")
-        yield number, wire_type, value, pos
-
-
-def _string_cap(spec: TensorSpec | None, max_batch_size: int) -> int:
-    """The most string_val elements a BYTES input of this signature can hold (0 for other inputs)."""
-    if spec is None or spec.datatype is not Datatype.BYTES:
-        return 0
-    dims = [max_batch_size if d == -1 and i == 0 else d for i, d in enumerate(spec.shape)]
-    return element_count(dims) if all(d >= 0 for d in dims) else 1 << 20
-
-
-def check_predict_bytes(data: bytes | memoryview, signature: ModelSignature | None, max_batch_size: int) -> None:
+def check_predict_bytes(data: bytes | memoryview, contract: RequestContract | None) -> None:
     """Bound a serialized PredictRequest before protobuf parses it: inputs and outputs counted against the
-    signature, each tensor's fields (string elements included) and each shape's rank bounded."""
+    contract's limits, each tensor's fields (string elements included) and each shape's rank bounded."""
     view = memoryview(data).cast("B")
-    limits = RequestLimits.for_signature(signature) if signature is not None else RequestLimits()
+    limits = contract.limits if contract is not None else DEFAULT_LIMITS
     caps = {1: 4, 2: limits.max_inputs, 3: limits.max_outputs, 5: 4, 6: 4, 7: 4}
-    specs = {s.name: s for s in signature.inputs} if signature is not None else {}
-    for number, wire, start, end in _fields(view, 0, len(view), caps, sum(caps.values()) + SPARE_FIELDS, "the request"):
+    total = sum(caps.values()) + SPARE_FIELDS
+    for number, wire, start, end in iter_fields(view, 0, len(view), caps, total, "the request", _MESSAGE):
         if wire != LENGTH_DELIMITED:
             continue
         if number == 5:  # predict_streamed_options: its split_dimensions map
-            list(_fields(view, start, end, {2: 16}, 32, "predict_streamed_options"))
+            list(iter_fields(view, start, end, {2: 16}, 32, "predict_streamed_options", _MESSAGE))
         if number != 2:
             continue
         name, tensor = "", None
-        for part, part_wire, value, part_end in _fields(view, start, end, {1: 1, 2: 1}, 2, "an inputs entry"):
+        entry = iter_fields(view, start, end, {1: 1, 2: 1}, 2, "an inputs entry", _MESSAGE)
+        for part, part_wire, value, part_end in entry:
             if part == 1 and part_wire == LENGTH_DELIMITED:
                 name = bytes(view[value:part_end]).decode(errors="replace")
             elif part == 2 and part_wire == LENGTH_DELIMITED:
                 tensor = (value, part_end)
         if tensor is None:
             continue
-        total = _TENSOR_FIELDS + _string_cap(specs.get(name), max_batch_size)
         what = f"input {shown(name)}"
-        for field, field_wire, value, field_end in _fields(view, *tensor, {2: 4}, total, what):
+        fields = _TENSOR_FIELDS + limits.max_bytes_elements.get(name, 0)
+        for field, field_wire, value, field_end in iter_fields(view, *tensor, {2: 4}, fields, what, _MESSAGE):
             if field == 2 and field_wire == LENGTH_DELIMITED:
-                list(
-                    _fields(
-                        view,
-                        value,
-                        field_end,
-                        {2: MAX_RANK, 3: 4},
-                        MAX_RANK + 8,
-                        f"the tensor_shape (rank at most {MAX_RANK}) of {what}",
-                    )
-                )
+                shape = f"the tensor_shape (rank at most {MAX_RANK}) of {what}"
+                list(iter_fields(view, value, field_end, {2: MAX_RANK, 3: 4}, MAX_RANK + 8, shape, _MESSAGE))
 
 
 def decode_predict(
-    request: tfs.PredictRequest, name: str, version: str, signature: ModelSignature | None, max_batch_size: int
+    request: tfs.PredictRequest, name: str, version: str, contract: RequestContract | None
 ) -> InferRequest:
-    """A PredictRequest for model `name` at `version`, checked against the signature (codec.decode_request)."""
+    """A PredictRequest for model `name` at `version`, checked against the model's contract (codec.decode_request)."""
     check_spec(request.model_spec, name, version)
     message = pb.ModelInferRequest(model_name=name)
     raw: list[bytes] = []
@@ -254,7 +215,7 @@ def decode_predict(
             raw.append(_typed_bytes(input_name, datatype, shape, tensor))
     for output in request.output_filter:
         message.outputs.add(name=output)
-    return decode_request(message, raw, signature, max_batch_size)
+    return decode_request(message, raw, contract)
 
 
 def encode_tensor(tensor: Tensor) -> tf.TensorProto:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from google.protobuf.message import Message
@@ -110,6 +110,33 @@ def scan_fields(
                 )
         fields.append(Field(number, wire_type, field_start, value, pos))
     return fields
+
+
+def iter_fields(
+    view: memoryview, start: int, end: int, caps: Mapping[int, int], total: int, what: str, message: str
+) -> Iterator[tuple[int, int, int, int]]:
+    """(number, wire type, value start, end) of each field of view[start:end], one at a time (a flood of tiny
+    fields is never held as a list); InvalidInput past `total` fields, past caps[n] of field n, or on malformed
+    bytes (`message` names the message type). Only the tags are read, never the values."""
+    counts = dict.fromkeys(caps, 0)
+    pos, seen = start, 0
+    while pos < end:
+        seen += 1
+        if seen > total:
+            raise InvalidInput(f"{what} has more than {total} fields; refused before parsing")
+        tag, pos = read_varint(view, pos, end)
+        number, wire_type = tag >> 3, tag & 7
+        span = value_span(view, wire_type, pos, end)
+        if span is None:
+            raise InvalidInput(f"malformed {message}: wire type {wire_type} in {what}")
+        value, pos = span
+        if pos > end:
+            raise InvalidInput(f"malformed {message}: field {number} of {what} runs past its end")
+        if number in counts:
+            counts[number] += 1
+            if counts[number] > caps[number]:
+                raise InvalidInput(f"{what} repeats field {number} more than {caps[number]} times")
+        yield number, wire_type, value, pos
 
 
 def joined_spans(view: memoryview, fields: Sequence[Field]) -> bytes:

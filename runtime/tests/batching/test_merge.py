@@ -1,11 +1,21 @@
-"""Pure batch merging: keys, concatenation along axis 0, and splitting outputs back into views."""
+"""Pure batch merging: which signatures merge, keys, concatenation along axis 0 (into new arrays or given ones), and
+splitting outputs back into views."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from skiff_runtime.batching.merge import batch_key, batch_size, merge_inputs, split_outputs
+from skiff_runtime.batching.merge import (
+    batch_key,
+    batch_size,
+    is_batchable,
+    merge_inputs,
+    merge_into,
+    merged_shapes,
+    split_outputs,
+)
+from skiff_runtime.tensors import Datatype, ModelSignature, TensorSpec
 
 
 def test_key_separates_dtype_and_non_batch_shape_but_not_batch_size() -> None:
@@ -25,6 +35,38 @@ def test_merge_concatenates_in_request_order_and_passes_a_single_request_through
     assert batch_size(merged) == 3
     alone = merge_inputs([first])
     assert alone["x"] is first["x"]
+
+
+FIRST = {"x": np.full((1, 2), 1.0, np.float32), "ids": np.array([[7]], np.int64)}
+SECOND = {"x": np.full((2, 2), 2.0, np.float32), "ids": np.array([[8], [9]], np.int64)}
+
+
+@pytest.mark.parametrize(
+    ("requests", "rows"), [([FIRST], 1), ([FIRST, SECOND], 3)], ids=["one request", "two requests"]
+)
+def test_merge_into_given_arrays_writes_the_same_batch_in_place(
+    requests: list[dict[str, np.ndarray]], rows: int
+) -> None:
+    shapes = merged_shapes(requests)
+    assert shapes == {"x": (np.dtype(np.float32), (rows, 2)), "ids": (np.dtype(np.int64), (rows, 1))}
+    out = {name: np.empty(shape, dtype) for name, (dtype, shape) in shapes.items()}
+    merge_into(requests, out)
+    for name, array in merge_inputs(requests).items():
+        np.testing.assert_array_equal(out[name], array)
+        assert not np.shares_memory(out[name], requests[0][name])
+
+
+def _signature(input_shape: tuple[int, ...], output_shape: tuple[int, ...]) -> ModelSignature:
+    return ModelSignature(
+        (TensorSpec("x", Datatype.FP32, input_shape),), (TensorSpec("y", Datatype.FP32, output_shape),)
+    )
+
+
+def test_only_signatures_with_a_batch_dimension_everywhere_merge() -> None:
+    assert is_batchable(_signature((-1, 4), (-1,)))
+    assert not is_batchable(_signature((1, 4), (-1,)))
+    assert not is_batchable(_signature((-1, 4), (4,)))
+    assert not is_batchable(_signature((-1, 4), ()))
 
 
 def test_split_returns_views_per_request() -> None:

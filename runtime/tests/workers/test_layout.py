@@ -1,4 +1,4 @@
-"""Placing batches in a worker's shared buffer: alignment, one-copy concatenation, capacity errors."""
+"""Placing batches in a worker's shared buffer: alignment, the merge written in place, capacity errors."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 
 from skiff_runtime.errors import InferenceFailed
-from skiff_runtime.workers.layout import ALIGN, plan, views, write_arrays, write_concatenated
+from skiff_runtime.workers.layout import ALIGN, plan, views, write_arrays, write_batch
 
 
-def test_concatenation_lands_in_the_buffer_and_reads_back_through_views() -> None:
+def test_a_merged_batch_lands_in_the_buffer_and_reads_back_through_views() -> None:
     buffer = memoryview(bytearray(4096))
     parts = [
         {"x": np.arange(6, dtype=np.float32).reshape(1, 6), "ids": np.array([[1, 2]], np.int64)},
         {"x": np.arange(12, dtype=np.float32).reshape(2, 6) + 100, "ids": np.array([[3, 4], [5, 6]], np.int64)},
     ]
-    descriptors = write_concatenated(buffer, parts, len(buffer))
+    descriptors = write_batch(buffer, parts, len(buffer))
     assert [(name, shape) for name, _, shape, _ in descriptors] == [("x", (3, 6)), ("ids", (3, 2))]
     assert all(offset % ALIGN == 0 for *_, offset in descriptors)
     read = views(buffer, descriptors)

@@ -20,8 +20,8 @@ from skiff_runtime.batching.merge import BatchKey, batch_key, batch_size, split_
 from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, QueueFull, SkiffError
 from skiff_runtime.tensors import Array
 
-# Runs the concatenation of the requests' inputs as one batch (the runner concatenates: it knows where the
-# batch must end up, e.g. straight into a worker's shared memory).
+# Runs the requests' inputs as one batch (the runner merges them with batching.merge: it knows where the batch
+# must end up, e.g. straight into a worker's shared memory).
 RunBatch = Callable[[Sequence[Mapping[str, Array]]], Awaitable[dict[str, Array]]]
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from skiff_runtime.predictor.engine import Engine
 from skiff_runtime.settings import RuntimeSettings
-from skiff_runtime.workers.base import Engine
 
 
 def load_engine(settings: RuntimeSettings) -> Engine:

@@ -4,8 +4,8 @@ aiohttp because the project already locks it (the operator's Kubernetes client) 
 (llhttp), keep-alive, chunked bodies and a body-size limit, on the same event loop as grpc.aio; a hand-written
 HTTP/1.1 parser would be the riskiest code in the runtime. Requests take the gRPC path's steps in the same order:
 admission before the body is read, the body read within the receive timeout and bounded by the max message size
-(413 past it), the request-memory budget, codec checks against the signature, the batcher. Errors map to HTTP
-statuses by one table, with Triton's `{"error": "..."}` body.
+(413 past it), the request-memory budget, the codec with the model's contract (validation.py), the batcher.
+Errors map to HTTP statuses by one table, with Triton's `{"error": "..."}` body.
 """
 
 from __future__ import annotations
@@ -218,8 +218,7 @@ class RestServer:
                     header_length,
                     self.service.name,
                     request.match_info.get("version", ""),
-                    self.service.signature,
-                    self.service.limits.max_batch_size,
+                    self.service.contract,
                 )
                 response = await self.service.infer(decoded.request, None, admission)
         encoded = encode_infer_body(response, decoded.binary_outputs)

@@ -44,14 +44,12 @@ class PredictionServicer(tfs_grpc.PredictionServiceServicer):
         with service.admit() as admission:
             data = await read_message(context, self.receive_timeout_s, "PredictRequest")
             with service.budget.hold(len(data)):
-                tf_codec.check_predict_bytes(data, service.signature, service.limits.max_batch_size)
+                tf_codec.check_predict_bytes(data, service.contract)
                 try:
                     message = tfs.PredictRequest.FromString(data)
                 except DecodeError as exc:
                     raise InvalidInput(f"malformed PredictRequest: {exc}") from None
-                decoded = tf_codec.decode_predict(
-                    message, service.name, service.version, service.signature, service.limits.max_batch_size
-                )
+                decoded = tf_codec.decode_predict(message, service.name, service.version, service.contract)
                 del message, data
                 response = await service.infer(decoded, _deadline(context), admission)
         return tf_codec.encode_predict(response).SerializeToString()

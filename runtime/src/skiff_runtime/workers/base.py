@@ -1,16 +1,12 @@
-"""What the service needs from its workers, and the warm-up every worker runs before it is ready."""
+"""What the service needs from its workers: one async `run` per batch, and events when a worker dies or returns."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-
-from skiff_runtime.tensors import NUMPY_DTYPES, Array, ModelSignature
-
-WARMUP_VARIABLE_DIM = 16
+from skiff_runtime.tensors import Array, ModelSignature
 
 
 @dataclass(frozen=True)
@@ -26,15 +22,6 @@ class WorkerEvent:
 
 
 WorkerEvents = Callable[[WorkerEvent], None]
-
-
-class Engine(Protocol):
-    """One inference engine (predictor/paddle.py provides the real one). Used by one thread at a time."""
-
-    platform: str
-    signature: ModelSignature
-
-    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]: ...
 
 
 class Workers(Protocol):
@@ -55,27 +42,3 @@ class Workers(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def warmup_inputs(signature: ModelSignature, batch_size: int) -> dict[str, Array]:
-    """Zero tensors for every input: batch dimension = batch_size, other variable dimensions = 16."""
-    inputs: dict[str, Array] = {}
-    for spec in signature.inputs:
-        shape = [
-            (batch_size if axis == 0 else WARMUP_VARIABLE_DIM) if dim == -1 else dim
-            for axis, dim in enumerate(spec.shape)
-        ]
-        inputs[spec.name] = np.zeros(shape, dtype=NUMPY_DTYPES[spec.datatype])
-    return inputs
-
-
-def warm_up(engine: Engine, batch_sizes: Iterable[int]) -> None:
-    """Run every batch size once: first runs build kernels (oneDNN primitives, TensorRT engines) per shape."""
-    for size in batch_sizes:
-        engine.run(warmup_inputs(engine.signature, size))
-
-
-def is_batchable(signature: ModelSignature) -> bool:
-    """Requests can be merged only when every input and output has a variable leading (batch) dimension."""
-    tensors = signature.inputs + signature.outputs
-    return all(t.shape and t.shape[0] == -1 for t in tensors)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from skiff_runtime.batching.merge import merge_into, merged_shapes
 from skiff_runtime.errors import InferenceFailed
 from skiff_runtime.tensors import Array
 
@@ -48,20 +49,10 @@ def views(buffer: memoryview, descriptors: Sequence[Descriptor]) -> dict[str, Ar
     return out
 
 
-def write_concatenated(buffer: memoryview, parts: Sequence[Mapping[str, Array]], capacity: int) -> list[Descriptor]:
-    """Concatenate each input of `parts` along axis 0 straight into the buffer: one copy per byte."""
-    first = parts[0]
-    shapes = {
-        name: (array.dtype, (sum(int(p[name].shape[0]) for p in parts), *array.shape[1:]))
-        for name, array in first.items()
-    }
-    descriptors = plan(shapes, capacity)
-    targets = views(buffer, descriptors)
-    for name, target in targets.items():
-        if len(parts) == 1:
-            np.copyto(target, first[name])
-        else:
-            np.concatenate([p[name] for p in parts], axis=0, out=target)
+def write_batch(buffer: memoryview, parts: Sequence[Mapping[str, Array]], capacity: int) -> list[Descriptor]:
+    """Merge `parts` into one batch straight in the buffer (batching.merge: one copy per byte); its descriptors."""
+    descriptors = plan(merged_shapes(parts), capacity)
+    merge_into(parts, views(buffer, descriptors))
     return descriptors
 
 

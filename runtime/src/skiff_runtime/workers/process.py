@@ -32,9 +32,10 @@ import numpy as np
 
 from skiff_runtime.errors import InferenceFailed, ModelLoadError, ModelNotReady, WorkerLost
 from skiff_runtime.logs import configure_logging
+from skiff_runtime.predictor.engine import Engine, warm_up
 from skiff_runtime.tensors import Array, ModelSignature
-from skiff_runtime.workers.base import Engine, WorkerEvent, WorkerEvents, warm_up
-from skiff_runtime.workers.layout import views, write_arrays, write_concatenated
+from skiff_runtime.workers.base import WorkerEvent, WorkerEvents
+from skiff_runtime.workers.layout import views, write_arrays, write_batch
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ class ProcessPool:
         assert self._idle is not None
         worker = await self._idle_worker()
         try:
-            descriptors = write_concatenated(memoryview(worker.inputs), parts, self._buffer_bytes)
+            descriptors = write_batch(memoryview(worker.inputs), parts, self._buffer_bytes)
             worker.reply = asyncio.get_running_loop().create_future()
             try:
                 worker.conn.send(("run", descriptors))

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from skiff_runtime.batching.merge import merge_inputs
 from skiff_runtime.errors import InferenceFailed, ModelNotReady, SkiffError
+from skiff_runtime.predictor.engine import Engine, warm_up
 from skiff_runtime.tensors import Array, ModelSignature
-from skiff_runtime.workers.base import Engine, warm_up
 
 
 class ThreadWorker:

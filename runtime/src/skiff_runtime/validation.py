@@ -1,0 +1,117 @@
+"""The model contract the service enforces: which model a request may name, how many tensors it may carry, and
+each input's name, datatype and shape, the batch size and the requested outputs, checked against the signature.
+
+Pure and transport-free. The codecs ask it through `codec.RequestContract` between reading a request's heads and
+decoding its tensor data, so a request that cannot run is refused before its data is touched; the service asks
+it again of every request it runs (`check_request`), whichever codec decoded it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from skiff_runtime.codec import RequestLimits
+from skiff_runtime.errors import InvalidInput, ModelNotFound, shown
+from skiff_runtime.tensors import Datatype, InferRequest, ModelSignature, TensorHead, TensorSpec, element_count
+
+# Inputs and outputs past the signature's count that are still decoded, so that a request naming one tensor
+# twice or one the model lacks gets that error rather than a bare count.
+SPARE_TENSORS = 4
+# The most elements of a BYTES input whose non-batch dimensions are variable.
+MAX_VARIABLE_BYTES_ELEMENTS = 1 << 20
+
+
+def check_model(name: str, version: str, served_name: str, served_version: str) -> None:
+    """NOT_FOUND unless (name, version) is the served model; an empty version means the served one."""
+    if name != served_name:
+        raise ModelNotFound(f"unknown model {shown(name)}; this server serves {served_name!r}")
+    if version and version != served_version:
+        raise ModelNotFound(
+            f"model {shown(name)} has no version {shown(version)}; it serves version {served_version!r}"
+        )
+
+
+def _max_bytes_elements(spec: TensorSpec, max_batch_size: int) -> int:
+    dims = [max_batch_size if d == -1 and i == 0 else d for i, d in enumerate(spec.shape)]
+    return element_count(dims) if all(d >= 0 for d in dims) else MAX_VARIABLE_BYTES_ELEMENTS
+
+
+def request_limits(signature: ModelSignature, max_batch_size: int) -> RequestLimits:
+    """The wire caps for requests to a model with this signature (a few spare tensors, see SPARE_TENSORS)."""
+    return RequestLimits(
+        max_inputs=len(signature.inputs) + SPARE_TENSORS,
+        max_outputs=len(signature.outputs) + SPARE_TENSORS,
+        hint=f"the model takes {len(signature.inputs)} input(s) and has {len(signature.outputs)} output(s)",
+        max_bytes_elements={
+            s.name: _max_bytes_elements(s, max_batch_size) for s in signature.inputs if s.datatype is Datatype.BYTES
+        },
+    )
+
+
+def check_heads(
+    heads: Sequence[TensorHead],
+    requested_outputs: Sequence[str],
+    signature: ModelSignature,
+    max_batch_size: int,
+) -> None:
+    """Every input the model takes, each with its datatype and a shape that fits its spec, one batch size within
+    1..max_batch_size, and only outputs the model has; InvalidInput names the tensor and the mismatch."""
+    specs = {spec.name: spec for spec in signature.inputs}
+    unknown = [name for name, _, _ in heads if name not in specs]
+    if unknown:
+        raise InvalidInput(f"unknown input {shown(unknown[0])}; the model expects {list(specs)}")
+    missing = [name for name in specs if name not in {h[0] for h in heads}]
+    if missing:
+        raise InvalidInput(f"missing input(s) {missing}; the model expects {list(specs)}")
+    batch_sizes: dict[str, int] = {}
+    for name, datatype, shape in heads:
+        spec = specs[name]
+        if datatype is not spec.datatype:
+            raise InvalidInput(f"input {name!r}: expected datatype {spec.datatype.value}, got {datatype.value}")
+        if len(shape) != len(spec.shape):
+            raise InvalidInput(
+                f"input {name!r}: expected rank {len(spec.shape)} (shape {list(spec.shape)}), "
+                f"got rank {len(shape)} (shape {list(shape)})"
+            )
+        for axis, (want, got) in enumerate(zip(spec.shape, shape, strict=True)):
+            if want != -1 and want != got:
+                raise InvalidInput(
+                    f"input {name!r}: dimension {axis} must be {want} (shape {list(spec.shape)}), "
+                    f"got {got} (shape {list(shape)})"
+                )
+        if spec.shape and spec.shape[0] == -1:
+            batch_sizes[name] = shape[0]
+    if batch_sizes:
+        sizes = set(batch_sizes.values())
+        if len(sizes) > 1:
+            raise InvalidInput(f"inputs disagree on the batch dimension: {batch_sizes}")
+        batch = sizes.pop()
+        if batch < 1 or batch > max_batch_size:
+            raise InvalidInput(f"batch size {batch} is outside 1..{max_batch_size} (the server's max batch size)")
+    for name in requested_outputs:
+        if signature.output(name) is None:
+            raise InvalidInput(
+                f"unknown requested output {shown(name)}; the model has {[s.name for s in signature.outputs]}"
+            )
+
+
+@dataclass(frozen=True)
+class ModelContract:
+    """A loaded model's signature and the server's max batch size: the `codec.RequestContract` the codecs check
+    requests against, built once per model."""
+
+    signature: ModelSignature
+    max_batch_size: int
+    limits: RequestLimits = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "limits", request_limits(self.signature, self.max_batch_size))
+
+    def check_heads(self, inputs: Sequence[TensorHead], requested_outputs: Sequence[str]) -> None:
+        check_heads(inputs, requested_outputs, self.signature, self.max_batch_size)
+
+    def check_request(self, request: InferRequest) -> None:
+        """A decoded request, checked as its heads are: the service runs no request that fails this."""
+        heads = [TensorHead(t.name, t.datatype, t.shape) for t in request.inputs]
+        check_heads(heads, request.requested_outputs, self.signature, self.max_batch_size)
