@@ -55,28 +55,38 @@ SERVICE_ACCOUNT_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/service
 SCRAPE_TIMEOUT_S = 5.0
 _GONE = 410
 EVENT_MESSAGE_LIMIT = 1024  # the API server refuses longer Event messages
-# Custom resources the operator applies: (apiVersion, kind) -> plural.
-_CUSTOM_PLURALS = {
+# Every kind the operator applies, lists, looks up or deletes by path: (apiVersion, kind) -> plural.
+_PLURALS = {
+    ("apps/v1", "Deployment"): "deployments",
+    ("v1", "Service"): "services",
+    ("v1", "Secret"): "secrets",
+    ("v1", CONFIG_MAP_KIND): "configmaps",
+    (NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND): "networkpolicies",
     ("cert-manager.io/v1", "Certificate"): "certificates",
     (GRPC_ROUTE_API_VERSION, GRPC_ROUTE_KIND): "grpcroutes",
     (BACKEND_TLS_POLICY_API_VERSION, BACKEND_TLS_POLICY_KIND): "backendtlspolicies",
 }
-# The typed kinds the operator applies or lists: (apiVersion, kind) -> collection path in a namespace.
-_TYPED_PATHS = {
-    ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{namespace}/deployments",
-    ("v1", "Service"): "/api/v1/namespaces/{namespace}/services",
-    ("v1", "Secret"): "/api/v1/namespaces/{namespace}/secrets",
-    ("v1", CONFIG_MAP_KIND): "/api/v1/namespaces/{namespace}/configmaps",
-    (
-        NETWORK_POLICY_API_VERSION,
-        NETWORK_POLICY_KIND,
-    ): "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
+# The kinds of a model's children (listed, looked up and pruned by kind): kind -> apiVersion.
+_CHILD_API_VERSIONS = {
+    kind: api_version
+    for (api_version, kind) in _PLURALS
+    if kind in ("Deployment", "Service", CONFIG_MAP_KIND, NETWORK_POLICY_KIND, GRPC_ROUTE_KIND, BACKEND_TLS_POLICY_KIND)
 }
-_TYPED_API_VERSIONS = {kind: api_version for api_version, kind in _TYPED_PATHS}
 # Kinds whose status changes often (and bumps resourceVersion): a spec change shows in metadata.generation instead.
 _GENERATION_KINDS = frozenset({"Deployment"})
-# Custom children listed, looked up and pruned by kind: kind -> apiVersion (the plural is in _CUSTOM_PLURALS).
-_CUSTOM_CHILDREN = {GRPC_ROUTE_KIND: GRPC_ROUTE_API_VERSION, BACKEND_TLS_POLICY_KIND: BACKEND_TLS_POLICY_API_VERSION}
+
+
+def collection_path(api_version: str, kind: str, namespace: str) -> str:
+    """The URL path of a namespaced kind's objects: /api/v1/... for the core group, /apis/GROUP/VERSION/... else."""
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{prefix}/namespaces/{namespace}/{_PLURALS[(api_version, kind)]}"
+
+
+def _child_path(kind: str, namespace: str, name: str) -> str:
+    """The URL path of a child by kind; ApplyRejected for a kind the operator does not manage."""
+    if kind not in _CHILD_API_VERSIONS:
+        raise ApplyRejected(kind, name, f"the operator does not manage {kind}")
+    return f"{collection_path(_CHILD_API_VERSIONS[kind], kind, namespace)}/{name}"
 
 
 class DeadlineApiClient(client.ApiClient):
@@ -117,13 +127,10 @@ class Kube:
         self._api = api
         self._apps = client.AppsV1Api(api)
         self._core = client.CoreV1Api(api)
-        self._custom = client.CustomObjectsApi(api)
-        self._extensions = client.ApiextensionsV1Api(api)
-        self._networking = client.NetworkingV1Api(api)
         self._coordination = client.CoordinationV1Api(api)
         self._crds: dict[tuple[str, str], tuple[float, bool]] = {}  # (name, version) -> (read at, served)
         self._claims: dict[tuple[str, str], float] = {}  # (namespace, claim) -> when it was last found
-        # What this process last applied to each child, and the object its apply returned (see unchanged_since):
+        # What this process last applied to each child, and the object its apply returned (see `fingerprint`):
         # (namespace, kind, name) -> (digest of the manifest, fingerprint of the stored object).
         self._applied: dict[tuple[str, str, str], tuple[str, tuple[Any, ...]]] = {}
         # The children the latest list_owned of each model returned: (namespace, model label) -> (kind, name) -> object.
@@ -148,7 +155,7 @@ class Kube:
     async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply of the full desired object. Returns the object as stored (its status included), which
         saves reading it again. Skipped, returning the listed object, when this process applied the same manifest
-        before and the object this reconcile listed is still the one that apply left (`unchanged_since`): an apply
+        before and the object this reconcile listed is still the one that apply left (`fingerprint`): an apply
         of an unchanged object changes nothing, but costs the API server a full merge (most of a resync's cost)."""
         kind = manifest["kind"]
         metadata = manifest["metadata"]
@@ -160,16 +167,11 @@ class Kube:
         last = self._applied.get(key)
         if listed is not None and last is not None and last == (digest, fingerprint(listed, manifest)):
             return listed
-        if (manifest["apiVersion"], kind) in _CUSTOM_PLURALS:
-            group, version = manifest["apiVersion"].split("/")
-            path = f"/apis/{group}/{version}/namespaces/{namespace}/{_CUSTOM_PLURALS[(manifest['apiVersion'], kind)]}"
-        elif (manifest["apiVersion"], kind) in _TYPED_PATHS:
-            path = _TYPED_PATHS[(manifest["apiVersion"], kind)].format(namespace=namespace)
-        else:
+        if (manifest["apiVersion"], kind) not in _PLURALS:
             raise ApplyRejected(kind, name, f"the operator does not apply {manifest['apiVersion']} {kind}")
         stored = await self._request(
             "PATCH",
-            f"{path}/{name}",
+            f"{collection_path(manifest['apiVersion'], kind, namespace)}/{name}",
             kind,
             name,
             query={"fieldManager": FIELD_MANAGER, "force": "true"},
@@ -220,18 +222,14 @@ class Kube:
     async def read_secret(self, namespace: str, name: str) -> StoredSecret | None:
         """A Secret's data (decoded), type and controller; None when it does not exist. Callers never log or
         format the values."""
-        try:
-            secret = await self._core.read_namespaced_secret(name, namespace)
-        except ApiException as error:
-            if error.status == _NOT_FOUND:
-                return None
-            raise translate_error(error, "Secret", name) from error
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise translate_error(error, "Secret", name) from error
-        metadata = self._api.sanitize_for_serialization(secret.metadata) or {}
+        path = f"{collection_path('v1', 'Secret', namespace)}/{name}"
+        secret = await self._request("GET", path, "Secret", name, not_found=True)
+        if secret is None:
+            return None
+        metadata = secret.get("metadata") or {}
         return StoredSecret(
-            data=secret_data(secret.data),
-            type=str(secret.type or "Opaque"),
+            data=secret_data(secret.get("data")),
+            type=str(secret.get("type") or "Opaque"),
             holder=controller_of({"metadata": metadata}),
             annotations=dict(metadata.get("annotations") or {}),
         )
@@ -249,15 +247,9 @@ class Kube:
         return served
 
     async def _read_crd_serves(self, name: str, version: str) -> bool:
-        try:
-            crd = await self._extensions.read_custom_resource_definition(name)
-        except ApiException as error:
-            if error.status == _NOT_FOUND:
-                return False
-            raise translate_error(error, "CustomResourceDefinition", name) from error
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise translate_error(error, "CustomResourceDefinition", name) from error
-        return crd_serves_version(self._api.sanitize_for_serialization(crd), version)
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        crd = await self._request("GET", path, "CustomResourceDefinition", name, not_found=True)
+        return crd is not None and crd_serves_version(crd, version)
 
     async def list_owned(
         self, model: InferenceModel, *, routes: bool, backend_tls: bool = False
@@ -267,27 +259,22 @@ class Kube:
         the model's own objects."""
         namespace = model.ref.namespace
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
-        typed = ["Deployment", "Service", NETWORK_POLICY_KIND, *([CONFIG_MAP_KIND] if backend_tls else [])]
+        kinds = [
+            "Deployment",
+            "Service",
+            NETWORK_POLICY_KIND,
+            *([GRPC_ROUTE_KIND] if routes else []),
+            *([BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND] if backend_tls else []),
+        ]
 
-        async def typed_list(kind: str) -> list[dict[str, Any]]:
-            path = _TYPED_PATHS[_TYPED_API_VERSIONS[kind], kind].format(namespace=namespace)
+        async def list_kind(kind: str) -> list[dict[str, Any]]:
+            path = collection_path(_CHILD_API_VERSIONS[kind], kind, namespace)
             listed = await self._request("GET", path, kind, selector, query={"labelSelector": selector}) or {}
             # Items of a list carry no kind; set it from the list they came from.
             return [{**item, "kind": kind} for item in listed.get("items") or []]
 
-        async def custom_list(kind: str) -> list[dict[str, Any]]:
-            group, version, plural = _custom_child(kind)
-            async with _translated_errors(kind, selector):
-                found = await self._custom.list_namespaced_custom_object(
-                    group, version, namespace, plural, label_selector=selector
-                )
-            return [{**item, "kind": kind} for item in found.get("items", [])]
-
-        custom = [
-            kind for kind, wanted in ((GRPC_ROUTE_KIND, routes), (BACKEND_TLS_POLICY_KIND, backend_tls)) if wanted
-        ]
         # At once: the lists are independent, and a reconcile's latency is the sum of its sequential requests.
-        lists = await asyncio.gather(*(typed_list(kind) for kind in typed), *(custom_list(kind) for kind in custom))
+        lists = await asyncio.gather(*(list_kind(kind) for kind in kinds))
         raw = [item for listed in lists for item in listed if owned_by(item, model.ref.uid)]
         # What apply() compares with; replaced on every list, so an object deleted since is never taken as current.
         label = names.fit_name(model.ref.name)
@@ -300,69 +287,24 @@ class Kube:
         """The objects among `wanted` (kind, name) that exist and are not controlled by the model with `uid`: one
         GET per name. Called only for names the model renders and its label-selected list did not return (new
         names, or names someone else holds), so a reconcile in steady state makes none of these calls."""
-        readers: dict[str, Any] = {
-            "Deployment": self._apps.read_namespaced_deployment,
-            "Service": self._core.read_namespaced_service,
-            NETWORK_POLICY_KIND: self._networking.read_namespaced_network_policy,
-            CONFIG_MAP_KIND: self._core.read_namespaced_config_map,
-        }
 
         async def look_up(kind: str, name: str) -> Occupant | None:
-            try:
-                if kind in _CUSTOM_CHILDREN:
-                    group, version, plural = _custom_child(kind)
-                    found = await self._custom.get_namespaced_custom_object(group, version, namespace, plural, name)
-                elif kind in readers:
-                    found = self._api.sanitize_for_serialization(await readers[kind](name, namespace))
-                else:
-                    raise ApplyRejected(kind, name, f"the operator does not read {kind}")
-            except ApiException as error:
-                if error.status == _NOT_FOUND:
-                    return None
-                raise translate_error(error, kind, name) from error
-            except (aiohttp.ClientError, TimeoutError) as error:
-                raise translate_error(error, kind, name) from error
-            return occupant(kind, found, uid)
+            found = await self._request("GET", _child_path(kind, namespace, name), kind, name, not_found=True)
+            return None if found is None else occupant(kind, found, uid)
 
         found = await asyncio.gather(*(look_up(kind, name) for kind, name in sorted(wanted)))  # at once
         return tuple(held for held in found if held is not None)
 
     async def read_controller(self, api_version: str, kind: str, namespace: str, name: str) -> Holder | None:
         """The controller of a custom object (a cert-manager Certificate); None when it does not exist."""
-        group, version = api_version.split("/")
-        try:
-            found = await self._custom.get_namespaced_custom_object(
-                group, version, namespace, _CUSTOM_PLURALS[(api_version, kind)], name
-            )
-        except ApiException as error:
-            if error.status == _NOT_FOUND:
-                return None
-            raise translate_error(error, kind, name) from error
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise translate_error(error, kind, name) from error
-        return controller_of(found)
+        path = f"{collection_path(api_version, kind, namespace)}/{name}"
+        found = await self._request("GET", path, kind, name, not_found=True)
+        return None if found is None else controller_of(found)
 
     async def delete_child(self, namespace: str, child: OwnedChild) -> None:
         """Deletes a child; its ReplicaSets and Pods follow through the garbage collector. Gone already is fine."""
-        try:
-            if child.kind == "Deployment":
-                await self._apps.delete_namespaced_deployment(child.name, namespace)
-            elif child.kind == "Service":
-                await self._core.delete_namespaced_service(child.name, namespace)
-            elif child.kind == CONFIG_MAP_KIND:
-                await self._core.delete_namespaced_config_map(child.name, namespace)
-            elif child.kind in _CUSTOM_CHILDREN:
-                group, version, plural = _custom_child(child.kind)
-                await self._custom.delete_namespaced_custom_object(group, version, namespace, plural, child.name)
-            elif child.kind == NETWORK_POLICY_KIND:
-                await self._networking.delete_namespaced_network_policy(child.name, namespace)
-            else:
-                raise ApplyRejected(child.kind, child.name, f"the operator does not delete {child.kind}")
-        except ApiException as error:
-            if error.status != _NOT_FOUND:
-                raise translate_error(error, child.kind, child.name) from error
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise translate_error(error, child.kind, child.name) from error
+        path = _child_path(child.kind, namespace, child.name)
+        await self._request("DELETE", path, child.kind, child.name, not_found=True)
 
     async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]:
         """The claims among `claims` that do not exist (one found within CLAIM_CACHE_S is not read again)."""
@@ -389,16 +331,14 @@ class Kube:
         deployments = [item for item in applied if item.get("kind") == "Deployment"]
         query = {"labelSelector": selector}
         if not deployments_cover(deployments, versions_by_label):
-            path = _TYPED_PATHS["apps/v1", "Deployment"].format(namespace=namespace)
+            path = collection_path("apps/v1", "Deployment", namespace)
             deployments = (await self._request("GET", path, "Deployment", selector, query=query) or {}).get(
                 "items"
             ) or []
-        pods = await self._request("GET", f"/api/v1/namespaces/{namespace}/pods", "Pod", selector, query=query) or {}
+        pods = await self._list_pods(namespace, selector)
         states = deployment_states(deployments, versions_by_label, model.ref.uid)
         pod_states = tuple(
-            state
-            for state in (pod_state(item, versions_by_label) for item in pods.get("items") or [])
-            if state is not None
+            state for state in (pod_state(item, versions_by_label) for item in pods) if state is not None
         )
         pod_events: tuple[PodEvent, ...] = ()
         if any(p.phase == "Pending" for p in pod_states):
@@ -459,17 +399,21 @@ class Kube:
         """The inference counters of each of `versions`, summed over its running pods, read straight from each
         pod's metrics port at its pod IP (not through the API server's pod proxy: docs/canary.md says why)."""
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
-        async with _translated_errors("Pod", selector):
-            pods = await self._core.list_namespaced_pod(model.ref.namespace, label_selector=selector)
-        serialize = self._api.sanitize_for_serialization
+        pods = await self._list_pods(model.ref.namespace, selector)
         deployments = {
             names.fit_name(v.name): names.deployment_name(model.ref.name, v.name)
             for v in model.spec.versions
             if v.name in versions
         }
         versions_by_label = {names.fit_name(v.name): v.name for v in model.spec.versions if v.name in versions}
-        targets = metrics_targets([serialize(item) for item in pods.items], versions_by_label, deployments)
+        targets = metrics_targets(pods, versions_by_label, deployments)
         return await scrape_targets(targets, METRICS_PORT, versions)
+
+    async def _list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        return (await self._request("GET", path, "Pod", selector, query={"labelSelector": selector}) or {}).get(
+            "items"
+        ) or []
 
     async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
@@ -518,13 +462,6 @@ class Kube:
         return await self._request(
             "PATCH", path, "InferenceModel", name, body=body, content_type=MERGE_PATCH_CONTENT_TYPE
         )
-
-
-def _custom_child(kind: str) -> tuple[str, str, str]:
-    """(group, version, plural) of a custom child kind (GRPCRoute, BackendTLSPolicy)."""
-    api_version = _CUSTOM_CHILDREN[kind]
-    group, version = api_version.split("/")
-    return group, version, _CUSTOM_PLURALS[(api_version, kind)]
 
 
 @contextlib.asynccontextmanager
