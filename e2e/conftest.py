@@ -28,7 +28,7 @@ from e2e.cluster import (
     missing_simulated_nodes,
     user_kubeconfig,
 )
-from e2e.harness import CRD_PATH, OperatorProcess, create_model_claims, install_crd
+from e2e.harness import CRD_PATH, OperatorProcess, create_model_claims, install_crd, running_operator
 from e2e.helm import HELM_HINT, Helm, helm_binary
 from e2e.node import RealNode, real_node_problem, start_real_node
 
@@ -138,14 +138,8 @@ def simulated_nodes(kube: Kubectl) -> None:
 @pytest.fixture
 def operator(kube: Kubectl, namespace: str, simulated_nodes: None, tmp_path: Path) -> Iterator[OperatorProcess]:
     """The operator watching the test's namespace; its log is printed when the test fails."""
-    process = OperatorProcess(kube, namespace, tmp_path / "operator.log")
-    process.start()
-    try:
+    with running_operator(kube, namespace, tmp_path / "operator.log") as process:
         yield process
-    finally:
-        process.stop()
-        with contextlib.suppress(OSError):
-            print(f"---- operator log ({process.log_path}) ----\n{process.log()[-20000:]}")
 
 
 @pytest.fixture(scope="session")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -176,6 +177,21 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@contextlib.contextmanager
+def running_operator(
+    kube: Kubectl, namespace: str, log_path: Path, extra_args: Sequence[str] = ()
+) -> Iterator[OperatorProcess]:
+    """An OperatorProcess started for a test and stopped after it; its log's end is printed (shown when it fails)."""
+    process = OperatorProcess(kube, namespace, log_path, extra_args)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        with contextlib.suppress(OSError):
+            print(f"---- operator log ({process.log_path}) ----\n{process.log()[-20000:]}")
 
 
 def load_example(name: str, namespace: str) -> dict[str, Any]:

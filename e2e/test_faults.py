@@ -27,6 +27,7 @@ from e2e.harness import (
     condition,
     load_example,
     model_children,
+    running_operator,
     wait_model_ready,
 )
 
@@ -117,13 +118,8 @@ def test_conflicts_and_timeouts_are_retried_with_backoff_not_a_tight_loop(
 @pytest.fixture
 def idle_operator(kube: Kubectl, namespace: str, simulated_nodes: None, tmp_path: Path) -> Iterator[OperatorProcess]:
     """The operator with the documented default resync period, so idle traffic is what users get."""
-    process = OperatorProcess(kube, namespace, tmp_path / "operator.log", ("--resync-seconds", str(RESYNC_S)))
-    process.start()
-    try:
+    with running_operator(kube, namespace, tmp_path / "operator.log", ("--resync-seconds", str(RESYNC_S))) as process:
         yield process
-    finally:
-        process.stop()
-        print(f"---- operator log (last lines) ----\n{process.log()[-5000:]}")
 
 
 def _small_model(namespace: str, index: int) -> dict[str, Any]:

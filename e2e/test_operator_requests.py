@@ -12,7 +12,7 @@ import pytest
 
 from e2e.cluster import Kubectl, LocalControlPlane
 from e2e.faults import AuditLog, Request, count_by_verb_and_resource
-from e2e.harness import OperatorProcess, load_example, wait_model_ready
+from e2e.harness import OperatorProcess, load_example, running_operator, wait_model_ready
 
 # A reconcile at most: GET the model (none when the watch delivered it), GET its claim (none when found in the last
 # 30 s), LIST its Deployments, Services and NetworkPolicies, 4 server-side applies (none for a child unchanged
@@ -35,13 +35,8 @@ IDLE_S = 20
 @pytest.fixture
 def quiet_operator(kube: Kubectl, namespace: str, simulated_nodes: None, tmp_path: Path) -> Iterator[OperatorProcess]:
     """The operator with no resync due during the test, so every request it makes is caused by the model."""
-    process = OperatorProcess(kube, namespace, tmp_path / "operator.log", ("--resync-seconds", "3600"))
-    process.start()
-    try:
+    with running_operator(kube, namespace, tmp_path / "operator.log", ("--resync-seconds", "3600")) as process:
         yield process
-    finally:
-        process.stop()
-        print(f"---- operator log (last lines) ----\n{process.log()[-5000:]}")
 
 
 def _operator_requests(audit: AuditLog, since: int, namespace: str) -> list[Request]:
