@@ -106,8 +106,8 @@ def ensure_mlserver_venv(cache: Path, device: str) -> Path:
         return venv
     say(f"creating MLServer's virtualenv {venv} ({', '.join(pins)}); first time only, takes a minute")
     started = time.monotonic()
-    uv = shutil.which("uv")
-    if uv:
+    uv = Path(sys.executable).with_name("uv")  # the venv's own (dev extra), as scripts/bootstrap.sh installs it
+    if uv.exists():
         subprocess.run([uv, "venv", "-q", "--clear", "--python", "3.11", str(venv)], check=True)
         subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *pins], check=True)
     else:

@@ -36,7 +36,9 @@ SKIFF_TRIXIE_SOURCES to a file with a line like 'deb http://deb.debian.org/debia
 }
 
 command -v mmdebstrap >/dev/null || fail "mmdebstrap is not installed; as root: apt-get install -y mmdebstrap"
-command -v uv >/dev/null || fail "uv is not on PATH; see README (make setup)"
+# The project's own uv (the dev extra in .venv, pinned in uv.lock), never whichever uv PATH has.
+uv="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin/uv"
+[[ -x "$uv" ]] || fail "$uv is missing; run \`make setup\` (installs the dev extras, uv among them, into .venv)"
 sources="$(trixie_sources)"
 key="$({ cat "${BASH_SOURCE[0]}"; echo "$sources"; mmdebstrap --version; } | sha256sum | cut -c1-16)"
 dir="$cache/$key"
@@ -50,7 +52,7 @@ if [[ ! -x "$dir/perf_analyzer" ]]; then
     || fail "mmdebstrap trixie failed; check that the mirror in $dir.partial/trixie.sources serves trixie (or set \
 SKIFF_TRIXIE_SOURCES) and rerun"
   echo "$WHEEL" >"$dir.partial/requirements.txt"
-  uv pip install --quiet --target "$dir.partial/wheel" --python-platform x86_64-manylinux_2_38 --python-version 3.13 \
+  "$uv" pip install --quiet --target "$dir.partial/wheel" --python-platform x86_64-manylinux_2_38 --python-version 3.13 \
     --no-deps --require-hashes -r "$dir.partial/requirements.txt" >&2 || fail "could not install ${WHEEL%% *} from PyPI"
   cat >"$dir.partial/perf_analyzer" <<'EOF'
 #!/bin/sh

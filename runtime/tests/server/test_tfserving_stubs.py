@@ -68,14 +68,14 @@ def _write_shims(site: Path) -> None:
 @pytest.fixture(scope="module")
 def tensorflow_messages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder for PYTHONPATH with TensorFlow's generated messages and the error-code shims."""
-    if shutil.which("uv") is None and not os.environ.get("SKIFF_E2E_REQUIRED"):
-        pytest.skip("uv is not on PATH (see README, make setup)")
+    uv = Path(sys.executable).with_name("uv")  # the venv's own (dev extra `uv`), never one from PATH
+    assert uv.exists(), f"{uv} is missing: run `make setup` (installs the dev extras, uv among them, into .venv)"
     root = tmp_path_factory.mktemp("tensorflow-protos")
     requirements = root / "requirements.txt"
     requirements.write_text(TENSORFLOW_PROTOS + "\n")
     target = root / "site"
     subprocess.run(
-        ["uv", "pip", "install", "--quiet", "--target", str(target), "--no-deps", "--require-hashes",
+        [str(uv), "pip", "install", "--quiet", "--target", str(target), "--no-deps", "--require-hashes",
          "--python", sys.executable, "-r", str(requirements)],
         check=True, timeout=300,
     )  # fmt: skip
