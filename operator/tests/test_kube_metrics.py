@@ -19,12 +19,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import grpc
 import pytest
 from aiohttp import web
+from kubernetes_asyncio import client
 from prometheus_client import generate_latest, start_http_server
 
-from skiff_operator.kube import scrape_targets
+from skiff_operator.kube import DeadlineApiClient, Kube, scrape_targets
 from skiff_operator.prometheus import parse_exposition
 from skiff_operator.scrape import MAX_PAGE_BYTES, SCRAPE_TIMEOUT_S
+from skiff_operator.spec import parse_inference_model
 from skiff_runtime.metrics import RuntimeMetrics
+from tests.conftest import stored_body
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 PREDICT = "/tensorflow.serving.PredictionService/Predict"
@@ -333,3 +336,84 @@ async def test_one_pods_failure_is_its_own_and_the_other_pods_are_still_read(
         "v3": f"pod p3 (127.0.0.3:{port}): reply broken off",
     }
     assert scrape.counts["v2"].codes == {"OK": 1}
+
+
+async def test_kube_reads_the_pod_whose_owner_chain_reaches_the_deployment_uid_and_not_the_look_alike(
+    serve: Serve, runtime_metrics: tuple[RuntimeMetrics, int]
+) -> None:
+    """Against a small HTTP server as the API server: the model's Deployments, ReplicaSets and Pods are listed
+    (label-selected); of two pods labelled as v1 under ReplicaSets named demo-v1-*, only the one whose ReplicaSet
+    the version's Deployment controls is read - the look-alike's fake counters never arrive, it is never asked."""
+    metrics, port = runtime_metrics
+    metrics.observe_rpc(INFER, "OK", 0.001)
+    look_alike_hits: list[str] = []
+
+    async def fake_counters(request: web.Request) -> web.Response:
+        look_alike_hits.append(request.path)
+        return web.Response(body=SAMPLE.replace(b"1.0", b"1000000"), content_type="text/plain")
+
+    await serve(fake_counters, "127.0.0.2", port)
+
+    def owner(kind: str, name: str, uid: str) -> list[dict[str, object]]:
+        return [{"apiVersion": "v1", "kind": kind, "name": name, "uid": uid, "controller": True}]
+
+    def running_pod(name: str, ip: str, rs: str, rs_uid: str) -> dict[str, object]:
+        metadata = {"name": name, "labels": {"skiff.dev/model": "demo", "skiff.dev/version": "v1"},
+                    "ownerReferences": owner("ReplicaSet", rs, rs_uid)}  # fmt: skip
+        status = {"phase": "Running", "podIP": ip, "containerStatuses": [{"name": "runtime", "started": True}]}
+        return {"metadata": metadata, "status": status}
+
+    labels = {"skiff.dev/model": "demo", "skiff.dev/version": "v1"}
+    lists = {
+        "/apis/apps/v1/namespaces/ml/deployments": [
+            {
+                "metadata": {
+                    "name": "demo-v1",
+                    "uid": "dep-1",
+                    "labels": labels,
+                    "ownerReferences": owner("InferenceModel", "demo", "uid-1"),
+                }
+            },
+        ],
+        "/apis/apps/v1/namespaces/ml/replicasets": [
+            {
+                "metadata": {
+                    "name": "demo-v1-5d8f7",
+                    "uid": "rs-1",
+                    "labels": labels,
+                    "ownerReferences": owner("Deployment", "demo-v1", "dep-1"),
+                }
+            },
+            {
+                "metadata": {
+                    "name": "demo-v1-x",
+                    "uid": "rs-x",
+                    "labels": labels,
+                    "ownerReferences": owner("Deployment", "demo-v1", "dep-someone-elses"),
+                }
+            },
+        ],
+        "/api/v1/namespaces/ml/pods": [
+            running_pod("demo-v1-5d8f7-aaaaa", "127.0.0.1", "demo-v1-5d8f7", "rs-1"),
+            running_pod("demo-v1-x-bbbbb", "127.0.0.2", "demo-v1-x", "rs-x"),
+        ],
+    }
+    asked: list[tuple[str, str]] = []
+
+    async def api(request: web.Request) -> web.Response:
+        asked.append((request.path, request.query.get("labelSelector", "")))
+        return web.json_response({"kind": "List", "apiVersion": "v1", "metadata": {}, "items": lists[request.path]})
+
+    api_port = await serve(api)
+    body = {"apiVersion": "skiff.dev/v1alpha1", "kind": "InferenceModel",
+            "metadata": {"name": "demo", "namespace": "ml", "uid": "uid-1", "generation": 1},
+            "spec": {"versions": [{"name": "v1", "modelUri": "pvc://models/a"}]}}  # fmt: skip
+    model = parse_inference_model(stored_body(body))
+    async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{api_port}")) as api_client:
+        kube = Kube(api_client)
+        kube.metrics_port = port
+        scrape = await kube.scrape_metrics(model, ["v1"])
+    assert scrape.problems == {}
+    assert scrape.counts["v1"].codes == {"OK": 1}
+    assert look_alike_hits == []
+    assert sorted(asked) == sorted((path, "skiff.dev/model=demo") for path in lists)

@@ -141,6 +141,8 @@ def untrusted_env(api: client.ApiClient) -> None:
 class Kube:
     """An API client bound to the operator's identity (in-cluster service account or $KUBECONFIG)."""
 
+    metrics_port = METRICS_PORT  # where scrape_metrics reads pods (the runtime contract's; a test serves elsewhere)
+
     def __init__(self, api: client.ApiClient, operator_namespace: str | None = None) -> None:
         self.operator_namespace = operator_namespace  # where the operator's pod runs; None out of cluster
         self._api = api
@@ -436,7 +438,7 @@ class Kube:
         )
         uids = deployment_uids((deployments or {}).get("items") or [], deployment_names, model.ref.uid)
         targets = metrics_targets(pods, (replica_sets or {}).get("items") or [], uids, versions_by_label)
-        return await scrape_targets(targets, METRICS_PORT, versions)
+        return await scrape_targets(targets, self.metrics_port, versions)
 
     async def _list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{namespace}/pods"
