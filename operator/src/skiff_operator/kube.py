@@ -73,6 +73,10 @@ CLAIM_CACHE_S = 30.0
 # The namespace of the operator's own pod, as Kubernetes mounts it with the service account token.
 SERVICE_ACCOUNT_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _GONE = 410
+# FailedScheduling Events are listed namespace-wide (a field selector cannot name a set of pods) in pages of this
+# many, and at most this many pages: a namespace with thousands of other pods' Events is read in bounded steps.
+EVENT_PAGE_SIZE = 250
+EVENT_PAGES_MAX = 8
 EVENT_MESSAGE_LIMIT = 1024  # the API server refuses longer Event messages
 # Every kind the operator applies, lists, looks up or deletes by path: (apiVersion, kind) -> plural.
 _PLURALS = {
@@ -152,8 +156,9 @@ class Kube:
         self._crds: dict[tuple[str, str], tuple[float, bool]] = {}  # (name, version) -> (read at, served)
         self._claims: dict[tuple[str, str], float] = {}  # (namespace, claim) -> when it was last found
         # What this process last applied to each child, and the object its apply returned (see `fingerprint`):
-        # (namespace, kind, name) -> (digest of the manifest, fingerprint of the stored object).
-        self._applied: dict[tuple[str, str, str], tuple[str, tuple[Any, ...]]] = {}
+        # (namespace, model label) -> (kind, name) -> (digest of the manifest, fingerprint of the stored object).
+        # A child gone from its model's list is dropped at that list; a deleted model's entries in forget_model.
+        self._applied: dict[tuple[str, str], dict[tuple[str, str], tuple[str, tuple[Any, ...]]]] = {}
         # The children the latest list_owned of each model returned: (namespace, model label) -> (kind, name) -> object.
         self._listed: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
 
@@ -181,11 +186,10 @@ class Kube:
         kind = manifest["kind"]
         metadata = manifest["metadata"]
         name, namespace = metadata["name"], metadata["namespace"]
-        key = (namespace, kind, name)
         digest = manifest_digest(manifest)
         model = (metadata.get("labels") or {}).get(names.MODEL_LABEL, "")
         listed = self._listed.get((namespace, model), {}).pop((kind, name), None)
-        last = self._applied.get(key)
+        last = self._applied.get((namespace, model), {}).get((kind, name))
         if listed is not None and last is not None and last == (digest, fingerprint(listed, manifest)):
             return listed
         if (manifest["apiVersion"], kind) not in _PLURALS:
@@ -200,8 +204,14 @@ class Kube:
             content_type=APPLY_CONTENT_TYPE,
         )
         stored = {**(stored or manifest), "kind": kind}
-        self._applied[key] = (digest, fingerprint(stored, manifest))
+        self._applied.setdefault((namespace, model), {})[(kind, name)] = (digest, fingerprint(stored, manifest))
         return stored
+
+    def forget_model(self, namespace: str, name: str) -> None:
+        """Drops what this process remembers of a deleted model's children (its applies and its last list)."""
+        label = names.fit_name(name)
+        self._applied.pop((namespace, label), None)
+        self._listed.pop((namespace, label), None)
 
     async def _request(
         self,
@@ -299,7 +309,11 @@ class Kube:
         raw = [item for listed in lists for item in listed if owned_by(item, model.ref.uid)]
         # What apply() compares with; replaced on every list, so an object deleted since is never taken as current.
         label = names.fit_name(model.ref.name)
-        self._listed[(namespace, label)] = {(item["kind"], item["metadata"]["name"]): item for item in raw}
+        listed = {(item["kind"], item["metadata"]["name"]): item for item in raw}
+        self._listed[(namespace, label)] = listed
+        applied = self._applied.get((namespace, label), {})
+        for gone in [key for key in applied if key[0] in kinds and key not in listed]:  # deleted, or not ours now
+            del applied[gone]
         return tuple(owned_child(item) for item in raw)
 
     async def find_occupants(
@@ -361,22 +375,25 @@ class Kube:
         pod_states = tuple(
             state for state in (pod_state(item, versions_by_label) for item in pods) if state is not None
         )
-        pod_events: tuple[PodEvent, ...] = ()
-        if any(p.phase == "Pending" for p in pod_states):
-            events = await self._request(
-                "GET",
-                f"/api/v1/namespaces/{namespace}/events",
-                "Event",
-                "FailedScheduling",
-                query={"fieldSelector": "involvedObject.kind=Pod,reason=FailedScheduling"},
-            )
-            pod_names = {p.name for p in pod_states}
-            pod_events = tuple(
-                event
-                for event in (pod_event(item) for item in (events or {}).get("items") or [])
-                if event.pod in pod_names
-            )
+        pending = {p.name for p in pod_states if p.phase == "Pending"}
+        pod_events = await self._failed_scheduling(namespace, pending) if pending else ()
         return ChildStates(deployments=states, pods=pod_states, events=pod_events)
+
+    async def _failed_scheduling(self, namespace: str, pods: Collection[str]) -> tuple[PodEvent, ...]:
+        """The FailedScheduling Events of `pods`, from the namespace's (field-selected, every pod's) in pages of
+        EVENT_PAGE_SIZE: it stops once each of `pods` has one, or after EVENT_PAGES_MAX pages (a namespace full
+        of other pods' Events costs the API server and the operator a bounded read, not the whole list)."""
+        path = f"/api/v1/namespaces/{namespace}/events"
+        query = {"fieldSelector": "involvedObject.kind=Pod,reason=FailedScheduling", "limit": str(EVENT_PAGE_SIZE)}
+        found: list[PodEvent] = []
+        for _ in range(EVENT_PAGES_MAX):
+            page = await self._request("GET", path, "Event", "FailedScheduling", query=query) or {}
+            found += [event for event in map(pod_event, page.get("items") or []) if event.pod in pods]
+            token = (page.get("metadata") or {}).get("continue")
+            if not token or {event.pod for event in found} >= set(pods):
+                break
+            query = {**query, "continue": str(token)}
+        return tuple(found)
 
     async def watch_children(
         self, kind: str, namespace: str | None, selector: str, timeout_s: int
