@@ -76,6 +76,10 @@ class EventCluster(FakeCluster):
         self.patched: list[dict[str, Any]] = []
         self.events: list[StatusEvent] = []
         self.read_fails: ClusterUnavailable | None = None
+        self.forgotten: list[tuple[str, str]] = []  # models whose caches Kube.forget_model was told to drop
+
+    def forget_model(self, namespace: str, name: str) -> None:
+        self.forgotten.append((namespace, name))
 
     async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
         if self.read_fails is not None:
@@ -135,6 +139,7 @@ async def test_a_deleted_model_is_forgotten(make_body: Callable[..., Any]) -> No
     assert await reconcile_key(shared, ("ml", "gone")) is None
     assert shared.scheduler.known == set()
     assert cluster.objects == {}
+    assert cluster.forgotten == [("ml", "gone")]
 
 
 async def test_model_events_reconcile_on_first_sight_and_spec_changes_only(make_body: Callable[..., Any]) -> None:
@@ -151,8 +156,10 @@ async def test_model_events_reconcile_on_first_sight_and_spec_changes_only(make_
     assert not model_needs_reconcile(shared, key, "MODIFIED", cluster.body or {})  # its status patch
     body["metadata"]["generation"] = 2
     assert model_needs_reconcile(shared, key, "MODIFIED", body)  # a spec change
+    assert cluster.forgotten == []
     assert not model_needs_reconcile(shared, key, "DELETED", body)
     assert key not in shared.scheduler.known
+    assert cluster.forgotten == [key]
 
 
 class WatchingKube:

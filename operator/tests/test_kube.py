@@ -15,6 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kube import (
     CRD_CACHE_S,
+    EVENT_PAGES_MAX,
     DeadlineApiClient,
     Kube,
     deployment_state,
@@ -334,3 +335,123 @@ def test_manifest_digest_ignores_key_order_and_sees_every_value() -> None:
     b = {"metadata": {"labels": {"b": "2", "a": "1"}, "name": "s"}, "kind": "Service"}
     assert manifest_digest(a) == manifest_digest(b)
     assert manifest_digest(a) != manifest_digest({**a, "spec": {"type": "ClusterIP"}})
+
+
+async def test_the_apply_caches_drop_deleted_children_and_deleted_models() -> None:
+    """Against a small HTTP server: what Kube remembers of its applies and lists stays with children that still
+    exist (a child gone from its model's list is dropped there) and with models that still exist (forget_model);
+    an unchanged child is still not applied twice."""
+    stored: dict[str, dict[str, object]] = {}
+    patches: list[str] = []
+
+    async def serve(request: web.Request) -> web.Response:
+        if request.method == "PATCH":
+            name = request.path.rsplit("/", 1)[1]
+            patches.append(name)
+            body = await request.json()
+            body["metadata"] |= {"uid": f"uid-{name}", "generation": 1, "resourceVersion": "1"}
+            stored[name] = body
+            return web.json_response(body)
+        model = request.query.get("labelSelector", "").split("=")[-1]
+        items = [o for o in stored.values() if o["metadata"]["labels"]["skiff.dev/model"] == model]  # type: ignore[index]
+        is_deployments = request.path.endswith("/deployments")
+        return web.json_response({"kind": "List", "metadata": {}, "items": items if is_deployments else []})
+
+    app = web.Application()
+    app.router.add_route("*", "/{path:.*}", serve)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+
+    def model_named(name: str) -> tuple[object, list[dict[str, object]]]:
+        body = {"apiVersion": "skiff.dev/v1alpha1", "kind": "InferenceModel",
+                "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "generation": 1},
+                "spec": {"versions": [{"name": "v1", "modelUri": "pvc://models/a"},
+                                      {"name": "v2", "modelUri": "pvc://models/a"}],
+                         "traffic": [{"version": "v1", "percent": 50}, {"version": "v2", "percent": 50}]}}  # fmt: skip
+        owner = [{"apiVersion": "skiff.dev/v1alpha1", "kind": "InferenceModel", "name": name, "uid": f"uid-{name}",
+                  "controller": True}]  # fmt: skip
+        manifests = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {
+                    "name": f"{name}-{v}",
+                    "namespace": "ml",
+                    "ownerReferences": owner,
+                    "labels": {"skiff.dev/model": name, "skiff.dev/version": v},
+                },
+            }
+            for v in ("v1", "v2")
+        ]
+        return parse_inference_model(stored_body(body)), manifests
+
+    demo, demo_manifests = model_named("demo")
+    other, other_manifests = model_named("other")
+    async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
+        kube = Kube(api)
+        for manifest in demo_manifests + other_manifests:
+            await kube.apply(manifest)
+        assert {key: len(children) for key, children in kube._applied.items()} == {
+            ("ml", "demo"): 2,
+            ("ml", "other"): 2,
+        }
+
+        del stored["demo-v2"]  # a removed version's Deployment, deleted
+        await kube.list_owned(demo, routes=False)  # type: ignore[arg-type]
+        assert set(kube._applied[("ml", "demo")]) == {("Deployment", "demo-v1")}
+        await kube.apply(demo_manifests[0])  # unchanged since its apply, as listed: not applied again
+        assert patches.count("demo-v1") == 1
+
+        await kube.list_owned(other, routes=False)  # type: ignore[arg-type]
+        kube.forget_model("ml", "demo")  # the model was deleted
+        assert set(kube._applied) == {("ml", "other")}
+        assert set(kube._listed) == {("ml", "other")}
+    await runner.cleanup()
+
+
+async def test_failed_scheduling_events_are_read_in_pages_until_every_pending_pod_has_one() -> None:
+    """Against a small HTTP server with 3,000 FailedScheduling Events of other pods in the namespace: the list is
+    paginated (limit, continue), stops at the page that holds the pending pods' Events, and is bounded when they
+    have none."""
+    others = [{"involvedObject": {"name": f"someone-{n:04}"}, "reason": "FailedScheduling", "message": "x"}
+              for n in range(3000)]  # fmt: skip
+    ours = {"involvedObject": {"name": "demo-v1-abc"}, "reason": "FailedScheduling", "message": "0/1 nodes: GPU"}
+    events = [*others[:600], ours, *others[600:]]
+    pages: list[tuple[str, str]] = []
+
+    async def serve(request: web.Request) -> web.Response:
+        if request.path.endswith("/events"):
+            limit, start = int(request.query["limit"]), int(request.query.get("continue") or 0)
+            pages.append((request.query["limit"], request.query.get("continue", "")))
+            more = str(start + limit) if start + limit < len(events) else ""
+            return web.json_response({"metadata": {"continue": more}, "items": events[start : start + limit]})
+        pod = {
+            "metadata": {"name": "demo-v1-abc", "labels": {"skiff.dev/version": "v1"}},
+            "status": {"phase": "Pending"},
+        }
+        return web.json_response({"metadata": {}, "items": [pod] if request.path.endswith("/pods") else []})
+
+    app = web.Application()
+    app.router.add_route("*", "/{path:.*}", serve)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    body = {"apiVersion": "skiff.dev/v1alpha1", "kind": "InferenceModel",
+            "metadata": {"name": "demo", "namespace": "ml", "uid": "uid-1", "generation": 1},
+            "spec": {"versions": [{"name": "v1", "modelUri": "pvc://models/a"}]}}  # fmt: skip
+    model = parse_inference_model(stored_body(body))
+    async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
+        kube = Kube(api)
+        children = await kube.read_children(model)
+        assert [(e.pod, e.message) for e in children.events] == [("demo-v1-abc", "0/1 nodes: GPU")]
+        assert pages == [("250", ""), ("250", "250"), ("250", "500")]  # the third page holds it: no fourth
+        del events[600]
+        pages.clear()
+        assert (await kube.read_children(model)).events == ()
+        assert len(pages) == EVENT_PAGES_MAX  # 3,000 others would be 12 pages of 250: 8 are read
+    await runner.cleanup()

@@ -4,11 +4,22 @@ histogram buckets the way Prometheus' histogram_quantile computes it."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 from prometheus_client import generate_latest
 
-from skiff_operator.prometheus import Counts, ExpositionError, add, parse_exposition, quantile, subtract
+from skiff_operator.prometheus import (
+    Counts,
+    ExpositionError,
+    ExpositionReader,
+    LineTooLong,
+    PageTooLarge,
+    add,
+    parse_exposition,
+    quantile,
+    subtract,
+)
 from skiff_runtime.metrics import SECONDS_BUCKETS, RuntimeMetrics
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -62,11 +73,69 @@ def test_labels_with_escapes_and_timestamps_parse() -> None:
         ("<html>not metrics</html>", "not a Prometheus sample"),
         ('grpc_server_handled_total{grpc_method="ModelInfer",grpc_code="OK"} lots', "not a number"),
         ('grpc_server_handled_total{grpc_method="ModelInfer",grpc_code="OK"} -1', "cannot be"),
+        ('grpc_server_handled_total{grpc_method="ModelInfer",grpc_code="OK"} 1e999', "cannot be"),
+        ('grpc_server_handled_total{grpc_method="ModelInfer",grpc_code="OK"} +Inf', "cannot be"),
     ],
 )
 def test_a_page_that_is_not_metrics_is_an_error(text: str, message: str) -> None:
     with pytest.raises(ExpositionError, match=message):
         parse_exposition(text)
+
+
+def test_an_error_names_the_line_but_never_repeats_the_page() -> None:
+    with pytest.raises(ExpositionError) as raised:
+        parse_exposition("ok 1\n<script>steal()</script>\n")
+    assert str(raised.value) == "line 2 is not a Prometheus sample"
+
+
+@pytest.mark.parametrize("size", [1, 7, 4096])
+def test_a_page_streamed_in_chunks_of_any_size_reads_as_the_whole_page(size: int) -> None:
+    page = exposition([(INFER, "OK", 0.004)] * 3 + [(INFER, "INTERNAL", 0.2)]).encode()
+    reader = ExpositionReader(max_bytes=len(page), max_line_bytes=200)
+    for start in range(0, len(page), size):
+        reader.feed(page[start : start + size])
+    assert reader.close() == parse_exposition(page.decode())
+    assert reader.close().codes == {"OK": 3, "INTERNAL": 1}
+
+
+def test_the_byte_cap_holds_while_streaming_and_the_page_at_the_cap_is_read() -> None:
+    page = exposition([(INFER, "OK", 0.004)]).encode()
+    at_cap = ExpositionReader(max_bytes=len(page), max_line_bytes=200)
+    at_cap.feed(page)
+    assert at_cap.close().codes == {"OK": 1}
+    over = ExpositionReader(max_bytes=len(page) - 1, max_line_bytes=200)
+    with pytest.raises(PageTooLarge):
+        over.feed(page)
+
+
+def test_the_line_cap_holds_within_a_chunk_and_across_chunks() -> None:
+    within = ExpositionReader(max_bytes=10_000, max_line_bytes=100)
+    with pytest.raises(LineTooLong, match="line 2 is over 100 bytes"):
+        within.feed(b"ok 1\n# " + b"x" * 200 + b"\nok 2\n")
+    across = ExpositionReader(max_bytes=10_000, max_line_bytes=100)
+    for _ in range(10):
+        across.feed(b"# xxxxxxxx")  # no newline: the partial line grows to the cap...
+    with pytest.raises(LineTooLong):
+        across.feed(b"x")  # ...and past it
+    exactly = ExpositionReader(max_bytes=10_000, max_line_bytes=100)
+    exactly.feed(b"# " + b"x" * 98 + b"\n")
+    assert exactly.close() == Counts()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'a{b="' + "} 1 " * 1000 + "x y",  # each `}` a place a greedy `\\{(.*)\\}` backtracked to: 7 ms a line
+        "a{" + '"' * 4000 + "} 1 x",
+    ],
+)
+def test_a_page_of_hostile_lines_is_refused_without_backtracking(line: str) -> None:
+    # 256 of them are a 1 MiB page: 1.8 s of the event loop with the greedy pattern, about a millisecond now.
+    started = time.perf_counter()
+    for _ in range(256):
+        with pytest.raises(ExpositionError, match="not a Prometheus sample"):
+            ExpositionReader(max_bytes=1 << 20, max_line_bytes=4096).feed((line + "\n").encode())
+    assert time.perf_counter() - started < 0.5
 
 
 def test_pods_add_up_and_reads_subtract() -> None:

@@ -95,6 +95,11 @@ are exactly what it calls; e2e/test_install.py runs the operator with only these
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
+# spec.rollout reads the metrics of a version's pods only when the pod's controlling ReplicaSet is controlled by the
+# version's Deployment (by uid): the model's ReplicaSets are listed, label-selected, for that check.
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [list]
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, patch, delete]

@@ -109,6 +109,7 @@ def model_needs_reconcile(shared: _Shared, key: Key, event_type: str | None, bod
     read (a status write, a label): the first sighting (create, or the listing at start), a spec change."""
     if event_type == "DELETED":
         shared.scheduler.forget(key)
+        shared.kube.forget_model(*key)
         shared.generations.pop(key, None)
         shared.bodies.pop(key, None)
         return False
@@ -132,6 +133,7 @@ async def reconcile_key(shared: _Shared, key: Key) -> float | None:
             return error.retry_after_s
         if body is None:
             shared.scheduler.forget(key)
+            shared.kube.forget_model(namespace, name)
             shared.generations.pop(key, None)
             return None  # the model is gone; the garbage collector removes its children
         remember_body(shared, key, body)

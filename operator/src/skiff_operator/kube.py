@@ -8,6 +8,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import logging
 import os
 import pathlib
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -21,7 +22,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from skiff_operator import names
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.ownership import Holder, Occupant, StoredSecret, controller_of, occupant
-from skiff_operator.prometheus import Counts, ExpositionError, MetricsScrape, add, parse_exposition
+from skiff_operator.prometheus import (
+    Counts,
+    ExpositionError,
+    ExpositionReader,
+    LineTooLong,
+    MetricsScrape,
+    PageTooLarge,
+    add,
+)
 from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_API_VERSION, BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND
 from skiff_operator.render.contract import CONTAINER_NAME, METRICS_PORT
 from skiff_operator.render.network_policy import NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND
@@ -29,8 +38,20 @@ from skiff_operator.render.route import GRPC_ROUTE_API_VERSION
 from skiff_operator.render.service import HEADLESS
 from skiff_operator.route_status import route_state
 from skiff_operator.routing import GRPC_ROUTE_KIND, OwnedChild
+from skiff_operator.scrape import (
+    MAX_LINE_BYTES,
+    MAX_PAGE_BYTES,
+    SCRAPE_CONCURRENCY,
+    SCRAPE_TIMEOUT_S,
+    Refusal,
+    ScrapeFailure,
+    deployment_uids,
+    metrics_targets,
+)
 from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
 from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState, StatusEvent
+
+_log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "skiff-operator"
 USER_AGENT = "skiff-operator"
@@ -51,9 +72,11 @@ CRD_CACHE_S = 30.0
 CLAIM_CACHE_S = 30.0
 # The namespace of the operator's own pod, as Kubernetes mounts it with the service account token.
 SERVICE_ACCOUNT_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-# A metrics page is small and local; a pod that does not answer in this time counts as unreadable for this pass.
-SCRAPE_TIMEOUT_S = 5.0
 _GONE = 410
+# FailedScheduling Events are listed namespace-wide (a field selector cannot name a set of pods) in pages of this
+# many, and at most this many pages: a namespace with thousands of other pods' Events is read in bounded steps.
+EVENT_PAGE_SIZE = 250
+EVENT_PAGES_MAX = 8
 EVENT_MESSAGE_LIMIT = 1024  # the API server refuses longer Event messages
 # Every kind the operator applies, lists, looks up or deletes by path: (apiVersion, kind) -> plural.
 _PLURALS = {
@@ -122,6 +145,8 @@ def untrusted_env(api: client.ApiClient) -> None:
 class Kube:
     """An API client bound to the operator's identity (in-cluster service account or $KUBECONFIG)."""
 
+    metrics_port = METRICS_PORT  # where scrape_metrics reads pods (the runtime contract's; a test serves elsewhere)
+
     def __init__(self, api: client.ApiClient, operator_namespace: str | None = None) -> None:
         self.operator_namespace = operator_namespace  # where the operator's pod runs; None out of cluster
         self._api = api
@@ -131,8 +156,9 @@ class Kube:
         self._crds: dict[tuple[str, str], tuple[float, bool]] = {}  # (name, version) -> (read at, served)
         self._claims: dict[tuple[str, str], float] = {}  # (namespace, claim) -> when it was last found
         # What this process last applied to each child, and the object its apply returned (see `fingerprint`):
-        # (namespace, kind, name) -> (digest of the manifest, fingerprint of the stored object).
-        self._applied: dict[tuple[str, str, str], tuple[str, tuple[Any, ...]]] = {}
+        # (namespace, model label) -> (kind, name) -> (digest of the manifest, fingerprint of the stored object).
+        # A child gone from its model's list is dropped at that list; a deleted model's entries in forget_model.
+        self._applied: dict[tuple[str, str], dict[tuple[str, str], tuple[str, tuple[Any, ...]]]] = {}
         # The children the latest list_owned of each model returned: (namespace, model label) -> (kind, name) -> object.
         self._listed: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
 
@@ -160,11 +186,10 @@ class Kube:
         kind = manifest["kind"]
         metadata = manifest["metadata"]
         name, namespace = metadata["name"], metadata["namespace"]
-        key = (namespace, kind, name)
         digest = manifest_digest(manifest)
         model = (metadata.get("labels") or {}).get(names.MODEL_LABEL, "")
         listed = self._listed.get((namespace, model), {}).pop((kind, name), None)
-        last = self._applied.get(key)
+        last = self._applied.get((namespace, model), {}).get((kind, name))
         if listed is not None and last is not None and last == (digest, fingerprint(listed, manifest)):
             return listed
         if (manifest["apiVersion"], kind) not in _PLURALS:
@@ -179,8 +204,14 @@ class Kube:
             content_type=APPLY_CONTENT_TYPE,
         )
         stored = {**(stored or manifest), "kind": kind}
-        self._applied[key] = (digest, fingerprint(stored, manifest))
+        self._applied.setdefault((namespace, model), {})[(kind, name)] = (digest, fingerprint(stored, manifest))
         return stored
+
+    def forget_model(self, namespace: str, name: str) -> None:
+        """Drops what this process remembers of a deleted model's children (its applies and its last list)."""
+        label = names.fit_name(name)
+        self._applied.pop((namespace, label), None)
+        self._listed.pop((namespace, label), None)
 
     async def _request(
         self,
@@ -278,7 +309,11 @@ class Kube:
         raw = [item for listed in lists for item in listed if owned_by(item, model.ref.uid)]
         # What apply() compares with; replaced on every list, so an object deleted since is never taken as current.
         label = names.fit_name(model.ref.name)
-        self._listed[(namespace, label)] = {(item["kind"], item["metadata"]["name"]): item for item in raw}
+        listed = {(item["kind"], item["metadata"]["name"]): item for item in raw}
+        self._listed[(namespace, label)] = listed
+        applied = self._applied.get((namespace, label), {})
+        for gone in [key for key in applied if key[0] in kinds and key not in listed]:  # deleted, or not ours now
+            del applied[gone]
         return tuple(owned_child(item) for item in raw)
 
     async def find_occupants(
@@ -340,22 +375,25 @@ class Kube:
         pod_states = tuple(
             state for state in (pod_state(item, versions_by_label) for item in pods) if state is not None
         )
-        pod_events: tuple[PodEvent, ...] = ()
-        if any(p.phase == "Pending" for p in pod_states):
-            events = await self._request(
-                "GET",
-                f"/api/v1/namespaces/{namespace}/events",
-                "Event",
-                "FailedScheduling",
-                query={"fieldSelector": "involvedObject.kind=Pod,reason=FailedScheduling"},
-            )
-            pod_names = {p.name for p in pod_states}
-            pod_events = tuple(
-                event
-                for event in (pod_event(item) for item in (events or {}).get("items") or [])
-                if event.pod in pod_names
-            )
+        pending = {p.name for p in pod_states if p.phase == "Pending"}
+        pod_events = await self._failed_scheduling(namespace, pending) if pending else ()
         return ChildStates(deployments=states, pods=pod_states, events=pod_events)
+
+    async def _failed_scheduling(self, namespace: str, pods: Collection[str]) -> tuple[PodEvent, ...]:
+        """The FailedScheduling Events of `pods`, from the namespace's (field-selected, every pod's) in pages of
+        EVENT_PAGE_SIZE: it stops once each of `pods` has one, or after EVENT_PAGES_MAX pages (a namespace full
+        of other pods' Events costs the API server and the operator a bounded read, not the whole list)."""
+        path = f"/api/v1/namespaces/{namespace}/events"
+        query = {"fieldSelector": "involvedObject.kind=Pod,reason=FailedScheduling", "limit": str(EVENT_PAGE_SIZE)}
+        found: list[PodEvent] = []
+        for _ in range(EVENT_PAGES_MAX):
+            page = await self._request("GET", path, "Event", "FailedScheduling", query=query) or {}
+            found += [event for event in map(pod_event, page.get("items") or []) if event.pod in pods]
+            token = (page.get("metadata") or {}).get("continue")
+            if not token or {event.pod for event in found} >= set(pods):
+                break
+            query = {**query, "continue": str(token)}
+        return tuple(found)
 
     async def watch_children(
         self, kind: str, namespace: str | None, selector: str, timeout_s: int
@@ -397,17 +435,27 @@ class Kube:
 
     async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape:
         """The inference counters of each of `versions`, summed over its running pods, read straight from each
-        pod's metrics port at its pod IP (not through the API server's pod proxy: docs/canary.md says why)."""
+        pod's metrics port at its pod IP (not through the API server's pod proxy: docs/canary.md says why). Only
+        pods whose owner chain reaches the version's Deployment uid are read (scrape.metrics_targets): the model's
+        Deployments, ReplicaSets and Pods are listed at once, label-selected."""
+        namespace = model.ref.namespace
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
-        pods = await self._list_pods(model.ref.namespace, selector)
-        deployments = {
-            names.fit_name(v.name): names.deployment_name(model.ref.name, v.name)
-            for v in model.spec.versions
-            if v.name in versions
-        }
-        versions_by_label = {names.fit_name(v.name): v.name for v in model.spec.versions if v.name in versions}
-        targets = metrics_targets(pods, versions_by_label, deployments)
-        return await scrape_targets(targets, METRICS_PORT, versions)
+        wanted = [v for v in model.spec.versions if v.name in versions]
+        deployment_names = {names.fit_name(v.name): names.deployment_name(model.ref.name, v.name) for v in wanted}
+        versions_by_label = {names.fit_name(v.name): v.name for v in wanted}
+        query = {"labelSelector": selector}
+        deployments, replica_sets, pods = await asyncio.gather(
+            self._request(
+                "GET", collection_path("apps/v1", "Deployment", namespace), "Deployment", selector, query=query
+            ),
+            self._request(
+                "GET", f"/apis/apps/v1/namespaces/{namespace}/replicasets", "ReplicaSet", selector, query=query
+            ),
+            self._list_pods(namespace, selector),
+        )
+        uids = deployment_uids((deployments or {}).get("items") or [], deployment_names, model.ref.uid)
+        targets = metrics_targets(pods, (replica_sets or {}).get("items") or [], uids, versions_by_label)
+        return await scrape_targets(targets, self.metrics_port, versions)
 
     async def _list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{namespace}/pods"
@@ -526,40 +574,27 @@ def own_namespace() -> str | None:
         return None
 
 
-def metrics_targets(
-    pods: Collection[Mapping[str, Any]], versions_by_label: Mapping[str, str], deployments: Mapping[str, str]
-) -> list[tuple[str, str, str]]:
-    """(version, pod name, pod IP) of each Running pod of the wanted versions that has an IP, is not being deleted,
-    whose runtime container has started (passed its startup probe: the model is loaded and the metrics port
-    open) and is controlled by a ReplicaSet of the version's Deployment (`deployments`: version label ->
-    Deployment name); a pod someone else labelled like the model's is not read. A pod still starting has served
-    nothing: reading it would only fail (a spurious RolloutMetricsUnavailable at every rollout's start)."""
-    targets = []
-    for pod in pods:
-        metadata = pod.get("metadata") or {}
-        status = pod.get("status") or {}
-        label = (metadata.get("labels") or {}).get(names.VERSION_LABEL, "")
-        version = versions_by_label.get(label)
-        if version is None or metadata.get("deletionTimestamp") or status.get("phase") != "Running":
-            continue
-        containers = status.get("containerStatuses") or []
-        if not any(c.get("name") == CONTAINER_NAME and c.get("started") for c in containers):
-            continue
-        owner: Mapping[str, Any] = next((o for o in metadata.get("ownerReferences") or [] if o.get("controller")), {})
-        if owner.get("kind") != "ReplicaSet" or not str(owner.get("name", "")).startswith(f"{deployments[label]}-"):
-            continue
-        if status.get("podIP"):
-            targets.append((version, str(metadata.get("name", "")), str(status["podIP"])))
-    return sorted(targets)
-
-
 async def scrape_targets(
-    targets: Collection[tuple[str, str, str]], port: int, versions: Collection[str]
+    targets: Collection[tuple[str, str, str]],
+    port: int,
+    versions: Collection[str],
+    *,
+    timeout_s: float = SCRAPE_TIMEOUT_S,
 ) -> MetricsScrape:
-    """GET http://<ip>:<port>/metrics of every target at once; per version the sum, or why a pod failed."""
-    timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        pages = await asyncio.gather(*(_scrape(session, ip, port) for _, _, ip in targets))
+    """GET http://<ip>:<port>/metrics of every target (SCRAPE_CONCURRENCY at once); per version the sum, or why a
+    pod failed, in the operator's own words (scrape.Refusal): a pod's reply never reaches status or an Event."""
+    limit = asyncio.Semaphore(SCRAPE_CONCURRENCY)
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(force_close=True),  # one request per pod: nothing to keep alive
+        cookie_jar=aiohttp.DummyCookieJar(),  # a pod's Set-Cookie is not kept (nor sent to the next pod)
+        headers={"Accept-Encoding": "identity"},
+        auto_decompress=False,  # a compressed body is refused, never inflated
+        max_field_size=4096,
+        max_headers=32,
+        trust_env=False,  # no proxy, no ~/.netrc
+    )
+    async with session:
+        pages = await asyncio.gather(*(_scrape(session, limit, ip, port, timeout_s) for _, _, ip in targets))
     per_version: dict[str, list[Counts]] = {version: [] for version in versions}
     problems: dict[str, str] = {}
     for (version, pod, ip), page in zip(targets, pages, strict=True):
@@ -570,15 +605,48 @@ async def scrape_targets(
     return MetricsScrape({v: add(counts) for v, counts in per_version.items()}, problems)
 
 
-async def _scrape(session: aiohttp.ClientSession, ip: str, port: int) -> Counts | str:
-    """One pod's counters, or why they could not be read."""
-    try:
-        async with session.get(f"http://{_host(ip)}:{port}/metrics") as response:
-            if response.status != 200:  # the one status that carries a page
-                return f"HTTP {response.status}"
-            return parse_exposition(await response.text())
-    except (aiohttp.ClientError, TimeoutError, ExpositionError) as error:
-        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+async def _scrape(
+    session: aiohttp.ClientSession, limit: asyncio.Semaphore, ip: str, port: int, timeout_s: float
+) -> Counts | Refusal:
+    """One pod's counters, or why they could not be read. Never raises (but for cancellation): whatever one pod
+    does fails that pod's read, not the reconcile."""
+    async with limit:
+        try:
+            async with asyncio.timeout(timeout_s):  # connect, headers and the whole body
+                url = f"http://{_host(ip)}:{port}/metrics"
+                async with session.get(url, allow_redirects=False) as response:
+                    return await _read_page(response)
+        except TimeoutError:
+            return Refusal(ScrapeFailure.TIMED_OUT)
+        except LineTooLong:
+            return Refusal(ScrapeFailure.LINE_TOO_LONG)
+        except PageTooLarge:
+            return Refusal(ScrapeFailure.PAGE_TOO_LARGE)
+        except ExpositionError:
+            return Refusal(ScrapeFailure.NOT_PROMETHEUS)
+        except aiohttp.ClientConnectionError as error:
+            connected = not isinstance(error, aiohttp.ClientConnectorError)
+            return Refusal(ScrapeFailure.BROKEN if connected else ScrapeFailure.UNREACHABLE)
+        except Exception as error:  # a malformed reply (aiohttp.ClientResponseError, ...) or anything else
+            _log.warning("metrics of %s:%s unreadable: %s", _host(ip), port, type(error).__name__)
+            return Refusal(ScrapeFailure.BROKEN)
+
+
+async def _read_page(response: aiohttp.ClientResponse) -> Counts | Refusal:
+    """The counters of a reply, refused before the body when its headers already say no: a redirect (never
+    followed: it could point anywhere), another status, a compressed body, a Content-Length over the cap."""
+    if 300 <= response.status < 400:
+        return Refusal(ScrapeFailure.REDIRECT)
+    if response.status != 200:  # the one status that carries a page
+        return Refusal(ScrapeFailure.HTTP_STATUS, response.status)
+    if response.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity"):
+        return Refusal(ScrapeFailure.COMPRESSED)
+    if response.content_length is not None and response.content_length > MAX_PAGE_BYTES:
+        return Refusal(ScrapeFailure.PAGE_TOO_LARGE)
+    reader = ExpositionReader(MAX_PAGE_BYTES, MAX_LINE_BYTES)
+    async for chunk in response.content.iter_any():  # the cap holds while streaming, with or without a length
+        reader.feed(chunk)
+    return reader.close()
 
 
 def _host(ip: str) -> str:
