@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from skiff_runtime.errors import ModelLoadError
+from skiff_runtime.errors import GPUUnavailable, ModelLoadError
 from skiff_runtime.predictor.config_plan import config_calls
 from skiff_runtime.predictor.files import ModelFiles, ModelFormat, find_model_files
+from skiff_runtime.predictor.placement import Placement, placement_problem, read_placement
 from skiff_runtime.predictor.signature import PADDLE_DTYPES, pir_intermediates, read_pir_signature, tensors_bytes
 from skiff_runtime.settings import IntermediateTensors, RuntimeSettings
 from skiff_runtime.tensors import Array, ModelSignature, TensorSpec
@@ -114,6 +115,25 @@ def build_config(files: ModelFiles, settings: RuntimeSettings) -> paddle_infer.C
     return config
 
 
+def cuda_device_count() -> int:
+    """CUDA devices this process sees (0 on a build without CUDA, or with no device or driver)."""
+    if not paddle.is_compiled_with_cuda():
+        return 0
+    try:
+        return int(paddle.device.cuda.device_count())
+    except Exception:  # no driver: Paddle raises its own errors
+        return 0
+
+
+def check_placement(config: Any, settings: RuntimeSettings) -> Placement:
+    """Where a built Config will run; GPUUnavailable when a GPU was asked for and would not be used."""
+    placement = read_placement(config, settings, paddle.is_compiled_with_cuda(), cuda_device_count(), os.environ)
+    problem = placement_problem(settings.device, placement)
+    if problem is not None:
+        raise GPUUnavailable(problem)
+    return placement
+
+
 class PaddleEngine:
     """One Paddle predictor and the model's signature. Not thread-safe by design: one engine per thread."""
 
@@ -138,8 +158,11 @@ class PaddleEngine:
                 "pid": os.getpid(),
             },
         )
+        config = build_config(self.files, settings)
+        self.placement = check_placement(config, settings)  # before the load: a CPU fallback never serves
+        log.info("predictor placement", extra={"device": self.placement.describe(settings.device), "pid": os.getpid()})
         try:
-            self._predictor = paddle_infer.create_predictor(build_config(self.files, settings))
+            self._predictor = paddle_infer.create_predictor(config)
         except Exception as exc:  # Paddle raises RuntimeError/ValueError subclasses of its own
             raise ModelLoadError(f"Paddle could not load {self.files.program}: {exc}") from exc
         self._input_names = list(self._predictor.get_input_names())
