@@ -19,30 +19,30 @@ class FakeNvml:
     initialised: bool = False
     failing: int | None = None  # this index raises on read, as a GPU fallen off the bus does
 
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+    def nvmlInit(self) -> None:
         self.initialised = True
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return self.count
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         assert 0 <= index < self.count
         return index
 
-    def nvmlDeviceGetUUID(self, handle: int) -> bytes:  # noqa: N802 - older bindings return bytes
+    def nvmlDeviceGetUUID(self, handle: int) -> bytes:
         return f"GPU-{handle:04d}-uuid".encode()
 
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
         if handle == self.failing:
             raise RuntimeError("GPU is lost")
         return SimpleNamespace(gpu=10 * (handle + 1), memory=0)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
         return SimpleNamespace(used=(handle + 1) << 30, total=80 << 30, free=0)
 
 
 class NoDriver:
-    def nvmlInit(self) -> None:  # noqa: N802
+    def nvmlInit(self) -> None:
         raise RuntimeError("NVML Shared Library Not Found")
 
 

@@ -26,4 +26,5 @@ def test_the_message_is_written_only_where_kubelet_provides_the_file(tmp_path: P
     absent.touch()
     assert write_termination_message("GPUUnavailable: " + "x" * 5000, absent) is True
     written = absent.read_bytes()
-    assert written.startswith(b"GPUUnavailable: ") and len(written) == MAX_MESSAGE_BYTES
+    assert written.startswith(b"GPUUnavailable: ")
+    assert len(written) == MAX_MESSAGE_BYTES

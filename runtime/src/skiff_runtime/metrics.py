@@ -39,7 +39,9 @@ class GpuCollector(Collector):
         self._devices: list[tuple[NvmlDevice, object]] = []
         try:
             if nvml is None:
-                import pynvml as nvml
+                import pynvml
+
+                nvml = pynvml
             nvml.nvmlInit()
             handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
             listed = [NvmlDevice(i, _text(nvml.nvmlDeviceGetUUID(h))) for i, h in enumerate(handles)]

@@ -70,7 +70,8 @@ def test_a_gpu_asked_for_and_not_used_is_refused_with_its_cause(
 
 def test_the_message_shows_cuda_visible_devices_as_the_worker_saw_it() -> None:
     problem = _problem(FakeConfig(), "--device", "gpu:0", devices=0, env={"CUDA_VISIBLE_DEVICES": "GPU-abc"})
-    assert problem is not None and "CUDA_VISIBLE_DEVICES 'GPU-abc'" in problem
+    assert problem is not None
+    assert "CUDA_VISIBLE_DEVICES 'GPU-abc'" in problem
 
 
 def test_describe_names_the_device_the_predictor_runs_on() -> None:

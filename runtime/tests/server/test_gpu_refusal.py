@@ -3,6 +3,7 @@ serving on the CPU: here the CPU-only Paddle build is the cause, as it would be 
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import grpc
@@ -19,10 +20,8 @@ def test_gpu_asked_for_on_a_cpu_paddle_build_exits_with_gpu_unavailable(runtime_
     deadline = time.monotonic() + 90
     with SkiffClient(runtime.health_target, timeout_s=2) as client:
         while runtime.proc.poll() is None and time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(grpc.RpcError):  # the process is exiting
                 seen.add(client.health("conv"))
-            except grpc.RpcError:  # the process is exiting
-                pass
             time.sleep(0.1)
     assert runtime.proc.wait(timeout=5) == 1
     assert "SERVING" not in seen  # ports open, health never SERVING

@@ -117,7 +117,7 @@ def build_config(files: ModelFiles, settings: RuntimeSettings) -> paddle_infer.C
 
 def cuda_device_count() -> int:
     """CUDA devices this process sees (0 on a build without CUDA, or with no device or driver)."""
-    if not paddle.is_compiled_with_cuda():
+    if not paddle.device.is_compiled_with_cuda():
         return 0
     try:
         return int(paddle.device.cuda.device_count())
@@ -127,7 +127,7 @@ def cuda_device_count() -> int:
 
 def check_placement(config: Any, settings: RuntimeSettings) -> Placement:
     """Where a built Config will run; GPUUnavailable when a GPU was asked for and would not be used."""
-    placement = read_placement(config, settings, paddle.is_compiled_with_cuda(), cuda_device_count(), os.environ)
+    placement = read_placement(config, settings, paddle.device.is_compiled_with_cuda(), cuda_device_count(), os.environ)
     problem = placement_problem(settings.device, placement)
     if problem is not None:
         raise GPUUnavailable(problem)
