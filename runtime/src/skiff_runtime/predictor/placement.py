@@ -32,7 +32,7 @@ class PlacedConfig(Protocol):
 class Placement:
     """What Paddle and the built Config say about the device a predictor runs on."""
 
-    compiled_with_cuda: bool  # paddle.is_compiled_with_cuda()
+    compiled_with_cuda: bool  # paddle.device.is_compiled_with_cuda()
     config_uses_gpu: bool  # Config.use_gpu() after enable_use_gpu
     visible_devices: int  # CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied)
     config_device: int = 0  # Config.gpu_device_id()
@@ -54,8 +54,8 @@ def placement_problem(device: Device, placement: Placement) -> str | None:
     asked = f"--device {device} was asked for"
     if not placement.compiled_with_cuda:
         return (
-            f"{asked}, but this Paddle build has no CUDA (paddle.is_compiled_with_cuda() is False): the predictor "
-            f"would run on the CPU. Install a paddlepaddle-gpu build: {WHAT_TO_DO}"
+            f"{asked}, but this Paddle build has no CUDA (paddle.device.is_compiled_with_cuda() is False): the "
+            f"predictor would run on the CPU. Install a paddlepaddle-gpu build: {WHAT_TO_DO}"
         )
     seen = placement.cuda_visible_devices
     shown = "unset" if seen is None else repr(seen)
