@@ -1,5 +1,5 @@
 # Two commands do everything:  `make demo` (the main job) and `make test` (every test, as CI runs it).
-.PHONY: demo demo-runtime up down test e2e controlplane manifests lint unit proto setup clean bench
+.PHONY: demo demo-runtime up down test e2e controlplane manifests lint unit proto setup clean bench gpu-check
 PY := .venv/bin/python
 
 setup:
@@ -74,6 +74,12 @@ push: images
 # (its own venv under .cache/bench). Writes bench/RESULTS.md; ~20 min on 2 cores. Smoke run: make bench ARGS=--quick
 bench: setup
 	@$(PY) -m bench $(ARGS)
+
+# The GPU path in one run on an NVIDIA GPU machine with network to PyPI (scripts/gpu_check.sh installs Paddle GPU
+# into .cache/gpu-check): writes bench/GPU-RESULTS.md in under 10 minutes. Rehearsal on CPU Paddle (CI runs it as
+# bench/tests/test_gpu_check.py): make gpu-check ARGS=--dry-run
+gpu-check:
+	@bash scripts/gpu_check.sh $(ARGS)
 
 clean:
 	rm -rf .venv .cache .pytest_cache .mypy_cache .ruff_cache

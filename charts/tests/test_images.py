@@ -24,7 +24,7 @@ DOCKERFILES = {
     "runtime-gpu": REPO / "runtime" / "Dockerfile.gpu",
 }
 RUNTIMES = ("runtime", "runtime-gpu")
-# The extras each image installs with `uv sync --extra` (the GPU image adds paddlepaddle-gpu from Paddle's index).
+# The extras each image installs with `uv sync --extra` (the GPU image adds paddlepaddle-gpu from its hashed lock).
 EXTRAS = {"operator": {"operator"}, "runtime": {"runtime", "paddle-cpu"}, "runtime-gpu": {"runtime"}}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 LOCKED = {package["name"]: package["version"] for package in tomllib.loads((REPO / "uv.lock").read_text())["package"]}
@@ -168,14 +168,49 @@ def test_downloads_trust_the_build_secret_ca_and_nothing_else_mounts_it(image: s
     assert '--secret "id=skiff-ca,src=$ca"' in (REPO / "scripts" / "images.sh").read_text()
 
 
-def test_gpu_image_installs_paddle_gpu_from_paddles_index() -> None:
-    text = DOCKERFILES["runtime-gpu"].read_text()
-    assert "https://www.paddlepaddle.org.cn/packages/stable/cu126/" in text
-    # The CPU image's paddle is the one the paddle-cpu extra pins; the GPU wheel is the same version.
-    assert PYPROJECT["project"]["optional-dependencies"]["paddle-cpu"] == ["paddlepaddle==3.3.1"]
-    gpu_wheel = re.search(r"paddlepaddle-gpu==([\d.]+)", text)
-    assert gpu_wheel
-    assert gpu_wheel.group(1) == LOCKED["paddlepaddle"]
+def _run_text(image: str) -> str:
+    return " ".join(ins.args for ins in instructions(DOCKERFILES[image]) if ins.keyword == "RUN")
+
+
+def test_gpu_image_installs_paddle_hashed_from_its_lock_with_paddles_index_first() -> None:
+    """Paddle comes from runtime/requirements-gpu.txt (scripts/lock_gpu.sh), --require-hashes --no-deps, with Paddle's
+    index asked before PyPI (uv's --extra-index-url): never unhashed, never PyPI's older paddlepaddle-gpu."""
+    runs = _run_text("runtime-gpu")
+    install = next(part for part in runs.split("&&") if "requirements-gpu.txt" in part and "uv pip install" in part)
+    assert "--require-hashes" in install
+    assert "--no-deps" in install
+    assert "--extra-index-url https://www.paddlepaddle.org.cn/packages/stable/cu126/" in install
+    assert "--index-url" not in install.replace("--extra-index-url", "")  # PyPI stays the default, asked last
+    assert not [part for part in runs.split("&&") if "uv pip install" in part and "paddlepaddle-gpu" in part]
+    assert "runtime/requirements-gpu.txt" in context_copies(DOCKERFILES["runtime-gpu"])
+    # The lock's input is the CPU image's Paddle release (the paddle-cpu extra, uv.lock).
+    wanted = (REPO / "runtime" / "requirements-gpu.in").read_text()
+    assert f"paddlepaddle-gpu=={LOCKED['paddlepaddle']}" in wanted.split()
+    assert PYPROJECT["project"]["optional-dependencies"]["paddle-cpu"] == [f"paddlepaddle=={LOCKED['paddlepaddle']}"]
+
+
+def test_gpu_image_refuses_to_build_from_an_unlocked_requirements_file() -> None:
+    """Until scripts/lock_gpu.sh has run where Paddle's index is reachable, the build stops and says what to run."""
+    runs = _run_text("runtime-gpu")
+    assert "grep -q '^paddlepaddle-gpu==' runtime/requirements-gpu.txt" in runs
+    assert "run bash scripts/lock_gpu.sh" in runs
+    lock = (REPO / "runtime" / "requirements-gpu.txt").read_text()
+    locked = [line for line in lock.splitlines() if line.startswith("paddlepaddle-gpu==")]
+    if locked:  # once locked, every requirement carries its hash
+        assert "--hash=sha256:" in lock
+    script = (REPO / "scripts" / "lock_gpu.sh").read_text()
+    assert "--generate-hashes" in script
+    assert "--constraint" in script  # resolved against uv.lock's runtime packages
+
+
+def test_every_package_the_gpu_image_installs_is_hashed() -> None:
+    """uv.lock (uv sync --frozen), the lock file (--require-hashes) and setuptools with uv.lock's wheel hash."""
+    runs = _run_text("runtime-gpu")
+    installs = [part for part in runs.split("&&") if "uv pip install" in part]
+    assert len(installs) == 2
+    assert all("--require-hashes" in part for part in installs)
+    locked = next(p for p in tomllib.loads((REPO / "uv.lock").read_text())["package"] if p["name"] == "setuptools")
+    assert f"setuptools=={locked['version']} --hash={locked['wheels'][0]['hash']}" in runs
 
 
 def test_operator_image_entrypoint_and_default_command() -> None:

@@ -80,6 +80,21 @@ def test_pod_state_reads_unschedulable_and_waiting() -> None:
     assert (state.waiting_reason, state.waiting_message) == ("ImagePullBackOff", "not found")
 
 
+def test_pod_state_reads_the_runtimes_termination_message_only_while_it_is_not_running() -> None:
+    last = {"terminated": {"exitCode": 1, "message": "GPUUnavailable: no CUDA"}}
+    restarting = {"name": "runtime", "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": last}
+    exited = {"name": "runtime", "state": last}
+    running = {"name": "runtime", "state": {"running": {}}, "lastState": last}
+
+    def pod(status: dict[str, object]) -> dict[str, object]:
+        meta = {"name": "bert-v1-abc", "labels": {"skiff.dev/version": "v1"}}
+        return {"metadata": meta, "status": {"phase": "Running", "containerStatuses": [status]}}
+
+    assert pod_state(pod(restarting), {"v1": "v1"}).terminated_message == "GPUUnavailable: no CUDA"  # type: ignore[union-attr]
+    assert pod_state(pod(exited), {"v1": "v1"}).terminated_message == "GPUUnavailable: no CUDA"  # type: ignore[union-attr]
+    assert pod_state(pod(running), {"v1": "v1"}).terminated_message is None  # type: ignore[union-attr]
+
+
 def test_pods_of_removed_versions_and_terminating_pods_are_skipped() -> None:
     old = {"metadata": {"name": "p", "labels": {"skiff.dev/version": "v0"}}, "status": {"phase": "Running"}}
     leaving = {

@@ -216,9 +216,12 @@ def test_tensorrt_parses_precision_shape_ranges_and_cache_claim(make_body: Body)
         "precision": "int8",
         "shapeRanges": [{"input": "x", "min": [1, 3], "opt": [4, 3], "max": [8, 3]}],
         "cacheDir": {"claimName": "engines"},
+        "calibration": "calibration/set-1",
     }
     options = parse_inference_model(make_body(runtime={"tensorrt": tensorrt})).spec.runtime.tensorrt
-    assert options == TensorRTOptions(TensorRTPrecision.INT8, (ShapeRange("x", (1, 3), (4, 3), (8, 3)),), "engines")
+    assert options == TensorRTOptions(
+        TensorRTPrecision.INT8, (ShapeRange("x", (1, 3), (4, 3), (8, 3)),), "engines", "calibration/set-1"
+    )
     assert parse_inference_model(make_body(runtime={"tensorrt": {}})).spec.runtime.tensorrt == TensorRTOptions()
 
 
@@ -231,6 +234,10 @@ def test_tensorrt_parses_precision_shape_ranges_and_cache_claim(make_body: Body)
         ({"shapeRanges": [{"input": "x", "min": [0], "opt": [1], "max": [4]}]}, "at least 1"),
         ({"shapeRanges": [{"input": "x", "min": [1], "opt": [1], "max": [1]}] * 2}, "must not repeat an input"),
         ({"cacheDir": {"claimName": ""}}, "claimName must be a non-empty string"),
+        ({"precision": "int8"}, "int8 calibrates on sample inputs: set spec.runtime.tensorrt.calibration"),
+        ({"precision": "int8", "calibration": "/etc"}, "must be a relative directory inside the model's volume"),
+        ({"precision": "int8", "calibration": "../other"}, "must be a relative directory"),
+        ({"precision": "int8", "calibration": "a/" * 200}, "must be a relative directory"),
     ],
 )
 def test_bad_tensorrt_options_are_refused(make_body: Body, tensorrt: dict[str, Any], message: str) -> None:

@@ -218,6 +218,46 @@ CASES: dict[str, Case] = {
             "Degraded": ("True", "CrashLoopBackOff"),
         },
     ),
+    "gpu-unavailable": (
+        model,
+        ChildStates(
+            deployments={"v1": dep(2, 0)},
+            pods=(
+                PodState(
+                    name="bert-v1-xyz",
+                    version="v1",
+                    phase="Running",
+                    waiting_reason="CrashLoopBackOff",
+                    terminated_message="GPUUnavailable: --device gpu:0 was asked for, but Paddle has no CUDA",
+                ),
+            ),
+        ),
+        {
+            "Ready": ("False", "GPUUnavailable"),
+            "Progressing": ("True", "RollingOut"),
+            "Degraded": ("True", "GPUUnavailable"),
+        },
+    ),
+    "crash-loop-for-another-cause": (
+        model,
+        ChildStates(
+            deployments={"v1": dep(2, 0)},
+            pods=(
+                PodState(
+                    name="bert-v1-xyz",
+                    version="v1",
+                    phase="Running",
+                    waiting_reason="CrashLoopBackOff",
+                    terminated_message="ModelLoadFailed: no Paddle model in '/models/v1'",
+                ),
+            ),
+        ),
+        {
+            "Ready": ("False", "CrashLoopBackOff"),
+            "Progressing": ("True", "RollingOut"),
+            "Degraded": ("True", "CrashLoopBackOff"),
+        },
+    ),
     "rollout-stuck": (
         model,
         ChildStates(deployments={"v1": dep(2, 0, stuck=True)}),

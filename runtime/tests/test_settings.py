@@ -96,6 +96,7 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "trt_workspace_mb": ("2048", 2048),
         "trt_shape_ranges": ("x=1x3:2x3:8x3", {"x": ShapeRange((1, 3), (2, 3), (8, 3))}),
         "trt_cache_dir": ("/cache", Path("/cache")),
+        "trt_calibration_dir": ("/models/1/calibration", Path("/models/1/calibration")),
         "max_batch_size": ("16", 16),
         "workers": ("3", 3),
         "worker_nice": ("5", 5),
@@ -266,3 +267,15 @@ def test_rest_is_off_unless_a_port_is_given() -> None:
     assert parse_settings(["--model-dir", "/m", "--model-name", "m"], env={}).http_port is None
     assert parse_settings(["--model-dir", "/m", "--model-name", "m", "--http-port", "off"], env={}).http_port is None
     assert parse_settings(["--model-dir", "/m", "--model-name", "m"], env={"SKIFF_HTTP_PORT": "0"}).http_port == 0
+
+
+def test_int8_on_gpu_without_calibration_data_is_refused_with_what_to_do() -> None:
+    base = ["--model-dir", "/m", "--model-name", "m", "--device", "gpu:0", "--tensorrt-precision", "int8"]
+    with pytest.raises(SettingsError, match="calibrates TensorRT on sample inputs") as refused:
+        parse_settings(base, env={})
+    assert "--trt-calibration-dir" in str(refused.value)
+    assert "--tensorrt-precision fp16" in str(refused.value)
+    given = parse_settings([*base, "--trt-calibration-dir", "/m/calibration"], env={})
+    assert given.trt_calibration_dir == Path("/m/calibration")
+    # CPU pods ignore TensorRT (config_plan), so the same precision there needs no samples
+    assert parse_settings(["--model-dir", "/m", "--model-name", "m", "--tensorrt-precision", "int8"], env={})

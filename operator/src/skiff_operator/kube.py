@@ -779,7 +779,13 @@ def pod_state(manifest: Mapping[str, Any], versions_by_label: Mapping[str, str])
         (c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER_NAME),
         {},
     )
-    waiting = (runtime.get("state") or {}).get("waiting") or {}
+    state = runtime.get("state") or {}
+    waiting = state.get("waiting") or {}
+    # Why the runtime last exited (its termination message), while it is not running: exited now, or waiting to
+    # restart after exiting.
+    terminated = state.get("terminated") or (
+        ((runtime.get("lastState") or {}).get("terminated") or {}) if waiting else {}
+    )
     return PodState(
         name=str(metadata.get("name", "")),
         version=version,
@@ -787,6 +793,7 @@ def pod_state(manifest: Mapping[str, Any], versions_by_label: Mapping[str, str])
         unschedulable_message=scheduled.get("message") if unschedulable else None,
         waiting_reason=waiting.get("reason"),
         waiting_message=waiting.get("message"),
+        terminated_message=terminated.get("message"),
     )
 
 

@@ -162,6 +162,11 @@ class ShapeRange:
     max: tuple[int, ...]
 
 
+# spec.runtime.tensorrt.calibration: a relative path inside the model's volume (the CRD's pattern and maxLength).
+CALIBRATION_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*")
+MAX_CALIBRATION_PATH = 256
+
+
 @dataclass(frozen=True)
 class TensorRTOptions:
     """spec.runtime.tensorrt: TensorRT subgraphs on GPU pods, and where their engines are cached."""
@@ -169,6 +174,7 @@ class TensorRTOptions:
     precision: TensorRTPrecision = TensorRTPrecision.FP32
     shape_ranges: tuple[ShapeRange, ...] = ()
     cache_claim: str | None = None  # a PersistentVolumeClaim; None: an emptyDir
+    calibration: str | None = None  # int8: a directory of .npz sample inputs, relative to the model's directory
 
 
 @dataclass(frozen=True)
@@ -503,10 +509,27 @@ def _parse_tensorrt(raw: Mapping[str, Any]) -> TensorRTOptions:
         raise SpecError("InvalidSpec", "spec.runtime.tensorrt.shapeRanges must not repeat an input")
     cache = _mapping(raw.get("cacheDir") or {}, "spec.runtime.tensorrt.cacheDir")
     claim = cache.get("claimName")
+    calibration = raw.get("calibration")
+    if calibration is not None:
+        calibration = _string(calibration, "spec.runtime.tensorrt.calibration")
+        if not CALIBRATION_PATH.fullmatch(calibration) or len(calibration) > MAX_CALIBRATION_PATH:
+            raise SpecError(
+                "InvalidSpec",
+                f"spec.runtime.tensorrt.calibration {calibration[:64]!r} must be a relative directory inside the "
+                f"model's volume (segments of letters, digits, '_', '-', '.', not starting with '.'; at most "
+                f"{MAX_CALIBRATION_PATH} characters), e.g. calibration",
+            )
+    if precision is TensorRTPrecision.INT8 and calibration is None:
+        raise SpecError(
+            "InvalidSpec",
+            "spec.runtime.tensorrt.precision int8 calibrates on sample inputs: set spec.runtime.tensorrt.calibration "
+            "to a directory of .npz files (one batch each, keyed by input name) on the model's volume, or use fp16",
+        )
     return TensorRTOptions(
         precision=precision,
         shape_ranges=ranges,
         cache_claim=None if claim is None else _string(claim, "spec.runtime.tensorrt.cacheDir.claimName"),
+        calibration=calibration,
     )
 
 

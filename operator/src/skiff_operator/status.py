@@ -20,6 +20,10 @@ CONDITION_TYPES = (READY, PROGRESSING, DEGRADED)
 
 # Container waiting reasons that mean the pod will not start without a change from the user.
 _IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+# The runtime's termination message when it refuses to serve on the CPU a model that asked for a GPU
+# (skiff_runtime.termination); kept to MAX_POD_MESSAGE characters in the condition.
+GPU_UNAVAILABLE_MARK = "GPUUnavailable:"
+MAX_POD_MESSAGE = 1024
 _CRASH_REASONS = frozenset({"CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError"})
 
 
@@ -38,6 +42,7 @@ class Reason(enum.StrEnum):
     UNSCHEDULABLE = "Unschedulable"
     IMAGE_PULL_FAILED = "ImagePullFailed"
     CRASH_LOOP = "CrashLoopBackOff"
+    GPU_UNAVAILABLE = "GPUUnavailable"  # the runtime exited: its GPU is not usable (its termination message says why)
     ROLLOUT_STUCK = "RolloutStuck"
     INVALID_SPEC = "InvalidSpec"
     INVALID_MODEL_URI = "InvalidModelUri"
@@ -115,6 +120,7 @@ class PodState:
     unschedulable_message: str | None = None  # PodScheduled=False, reason Unschedulable
     waiting_reason: str | None = None  # the runtime container's state.waiting.reason
     waiting_message: str | None = None
+    terminated_message: str | None = None  # the runtime's termination message while it is not running
 
 
 @dataclass(frozen=True)
@@ -400,6 +406,12 @@ def _version_problem(version: Version, deployment: DeploymentState | None, child
         )
     if scheduling:
         return Problem(Reason.UNSCHEDULABLE, f"{where}: pods cannot be scheduled: {scheduling[0]}")
+    no_gpu = [p for p in pods if (p.terminated_message or "").startswith(GPU_UNAVAILABLE_MARK)]
+    if no_gpu:
+        message = (no_gpu[0].terminated_message or "")[len(GPU_UNAVAILABLE_MARK) :].strip()
+        return Problem(
+            Reason.GPU_UNAVAILABLE, f"{where}: pod {no_gpu[0].name} cannot use its GPU: {message[:MAX_POD_MESSAGE]}"
+        )
     for reasons, problem in ((_IMAGE_PULL_REASONS, Reason.IMAGE_PULL_FAILED), (_CRASH_REASONS, Reason.CRASH_LOOP)):
         failing = [p for p in pods if p.waiting_reason in reasons]
         if failing:

@@ -209,6 +209,13 @@ def test_tensorrt_shape_ranges_are_passed_in_the_runtime_format(make_body: Body)
     assert values["SKIFF_TRT_SHAPE_RANGES"] == ("image=1x3x224x224:8x3x224x224:32x3x224x224;scale=1x2:8x2:32x2")
 
 
+def test_int8_calibration_is_passed_as_a_directory_inside_the_versions_model_directory(make_body: Body) -> None:
+    tensorrt = {"precision": "int8", "calibration": "calibration"}
+    values = env(make_body(resources={"gpu": 1}, runtime={"tensorrt": tensorrt}))
+    assert values["SKIFF_TRT_CALIBRATION_DIR"] == f"{values['SKIFF_MODEL_DIR']}/calibration"
+    assert "SKIFF_TRT_CALIBRATION_DIR" not in env(make_body(resources={"gpu": 1}, runtime={"tensorrt": {}}))
+
+
 @pytest.mark.parametrize(
     ("cache_dir", "volume"),
     [

@@ -47,3 +47,8 @@ class InferenceFailed(SkiffError):
 
 class ModelLoadError(SkiffError):
     """The model directory cannot be loaded (missing or unreadable files)."""
+
+
+class GPUUnavailable(ModelLoadError):
+    """A GPU was asked for (--device gpu:N) and the engine would not run on it: the runtime refuses to serve on
+    the CPU instead (predictor/placement.py says why)."""

@@ -1,8 +1,10 @@
-"""Which GPU each worker process sees: the pod's GPUs as CUDA_VISIBLE_DEVICES values, one per worker (pure)."""
+"""Which GPU each worker process sees: the pod's GPUs as CUDA_VISIBLE_DEVICES values, one per worker, and which
+NVML devices the metrics report (pure)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 # NVIDIA_VISIBLE_DEVICES values that name no particular device (a CUDA base image's "all", a CPU-only "void", the
 # device plugin's volume-mounts strategy, which sets a path): the pod's GPUs then come from --gpus alone.
@@ -37,3 +39,48 @@ def worker_devices(gpus: Sequence[str], workers: int) -> tuple[str, ...]:
     if not gpus:
         return ()
     return tuple(gpus[i % len(gpus)] for i in range(workers))
+
+
+@dataclass(frozen=True)
+class NvmlDevice:
+    """One GPU as NVML enumerates it inside the container: its index there and its UUID."""
+
+    index: int
+    uuid: str
+
+
+def visible_gpus(devices: Sequence[NvmlDevice], env: Mapping[str, str]) -> tuple[NvmlDevice, ...]:
+    """The GPUs this process may use, of those NVML lists (NVML itself ignores CUDA_VISIBLE_DEVICES).
+
+    CUDA_VISIBLE_DEVICES, when set, names them by NVML index or UUID (a UUID prefix, as CUDA accepts), in its
+    order, up to the first entry that names none (CUDA's rule; empty means none). Else NVIDIA_VISIBLE_DEVICES: UUIDs
+    keep those devices; node indices, `all` or nothing keep every device NVML lists (the container runtime mounts
+    only the pod's); `void`/`none` keep none.
+    """
+    cuda = env.get("CUDA_VISIBLE_DEVICES")
+    if cuda is not None:
+        chosen: list[NvmlDevice] = []
+        for entry in (e.strip() for e in cuda.split(",")):
+            match = _device_named(devices, entry)
+            if match is None:
+                break
+            if match not in chosen:
+                chosen.append(match)
+        return tuple(chosen)
+    text = (env.get("NVIDIA_VISIBLE_DEVICES") or "").strip()
+    if text.lower() in ("void", "none"):
+        return ()
+    listed = [d.strip() for d in text.split(",") if d.strip()]
+    uuids = [d for d in listed if d.startswith(_UUID_PREFIXES)]
+    if uuids and "/" not in text:
+        return tuple(d for d in devices if d.uuid in uuids)
+    return tuple(devices)
+
+
+def _device_named(devices: Sequence[NvmlDevice], entry: str) -> NvmlDevice | None:
+    if entry.isdigit():
+        return next((d for d in devices if d.index == int(entry)), None)
+    if entry.startswith(_UUID_PREFIXES):
+        found = [d for d in devices if d.uuid.startswith(entry)]
+        return found[0] if len(found) == 1 else None
+    return None

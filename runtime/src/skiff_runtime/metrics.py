@@ -1,20 +1,23 @@
 """Prometheus metrics of one runtime, in a registry of its own, served on the metrics port.
 
 Names follow the conventions users already scrape: go-grpc-prometheus's `grpc_server_*`, Paddle Serving's
-`paddle_inference_time_ms`, and NVML-backed `gpu_utilization` / `gpu_memory_used_bytes` when a GPU exists.
+`paddle_inference_time_ms`, and NVML-backed `gpu_utilization` / `gpu_memory_used_bytes` for every visible GPU.
 Workers are processes, but batches are timed here in the front process, so no multiprocess mode is needed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from skiff_runtime.batching.batcher import BatchStats
+from skiff_runtime.gpus import NvmlDevice, visible_gpus
 
 log = logging.getLogger(__name__)
 
@@ -23,34 +26,55 @@ MS_BUCKETS = tuple(b * 1000 for b in SECONDS_BUCKETS)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)  # older NVML bindings return bytes
+
+
 class GpuCollector(Collector):
-    """GPU utilization and memory through NVML; yields nothing where no NVIDIA driver is present."""
+    """Utilization and memory of every GPU this process may use (gpus.visible_gpus), through NVML, labelled by
+    NVML index (`gpu`) and UUID (`uuid`); yields nothing where no NVIDIA driver is present. `nvml` is the pynvml
+    module (a fake one in tests)."""
 
-    def __init__(self, device_index: int) -> None:
-        self.device_index = device_index
-        self._handle: object | None = None
+    def __init__(self, env: Mapping[str, str] | None = None, nvml: Any = None) -> None:
+        self._devices: list[tuple[NvmlDevice, object]] = []
         try:
-            import pynvml
+            if nvml is None:
+                import pynvml
 
-            pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-            self._nvml = pynvml
+                nvml = pynvml
+            nvml.nvmlInit()
+            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+            listed = [NvmlDevice(i, _text(nvml.nvmlDeviceGetUUID(h))) for i, h in enumerate(handles)]
+            chosen = visible_gpus(listed, os.environ if env is None else env)
+            self._devices = [(d, handles[d.index]) for d in chosen]
+            self._nvml = nvml
         except Exception as exc:  # no driver, no device: metrics simply absent
             log.info("NVML unavailable; no GPU metrics", extra={"reason": str(exc)})
+            return
+        log.info("GPU metrics", extra={"gpus": [f"{d.index}:{d.uuid}" for d, _ in self._devices]})
+
+    @property
+    def devices(self) -> tuple[NvmlDevice, ...]:
+        return tuple(d for d, _ in self._devices)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        if self._handle is None:
+        if not self._devices:
             return
-        nvml = self._nvml
-        utilization = nvml.nvmlDeviceGetUtilizationRates(self._handle)
-        memory = nvml.nvmlDeviceGetMemoryInfo(self._handle)
-        gpu = str(self.device_index)
-        util = GaugeMetricFamily("gpu_utilization", "GPU busy percentage (NVML)", labels=["gpu"])
-        util.add_metric([gpu], float(utilization.gpu))
-        used = GaugeMetricFamily("gpu_memory_used_bytes", "GPU memory in use (NVML)", labels=["gpu"])
-        used.add_metric([gpu], float(memory.used))
-        total = GaugeMetricFamily("gpu_memory_total_bytes", "GPU memory size (NVML)", labels=["gpu"])
-        total.add_metric([gpu], float(memory.total))
+        labels = ["gpu", "uuid"]
+        util = GaugeMetricFamily("gpu_utilization", "GPU busy percentage (NVML)", labels=labels)
+        used = GaugeMetricFamily("gpu_memory_used_bytes", "GPU memory in use (NVML)", labels=labels)
+        total = GaugeMetricFamily("gpu_memory_total_bytes", "GPU memory size (NVML)", labels=labels)
+        for device, handle in self._devices:
+            values = [str(device.index), device.uuid]
+            try:
+                utilization = self._nvml.nvmlDeviceGetUtilizationRates(handle)
+                memory = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+            except Exception as exc:  # a GPU fallen off the bus: the others still report
+                log.warning("NVML read failed", extra={"gpu": device.index, "error": str(exc)})
+                continue
+            util.add_metric(values, float(utilization.gpu))
+            used.add_metric(values, float(memory.used))
+            total.add_metric(values, float(memory.total))
         yield from (util, used, total)
 
 
@@ -141,8 +165,11 @@ class RuntimeMetrics:
         self.http_handled.labels(route, str(status)).inc()
         self.http_handling.labels(route).observe(seconds)
 
-    def watch_gpu(self, device_index: int) -> None:
-        self.registry.register(GpuCollector(device_index))
+    def watch_gpus(self, env: Mapping[str, str] | None = None, nvml: Any = None) -> GpuCollector:
+        """Export every visible GPU's utilization and memory (GpuCollector)."""
+        collector = GpuCollector(env, nvml)
+        self.registry.register(collector)
+        return collector
 
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP server in a thread; returns the bound port."""

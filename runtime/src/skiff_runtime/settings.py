@@ -164,6 +164,7 @@ class RuntimeSettings:
     trt_workspace_mb: int = 1024
     trt_shape_ranges: Mapping[str, ShapeRange] = field(default_factory=dict)
     trt_cache_dir: Path | None = None
+    trt_calibration_dir: Path | None = None
     workers: int = 0
     worker_nice: int = 10
     max_batch_size: int = 32
@@ -270,6 +271,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("trt_shape_ranges", parse_shape_ranges, "TensorRT dynamic shapes: name=MIN:OPT:MAX;... (1x3x224x224)"),
     Option("trt_cache_dir", Path, "directory where TensorRT engines are cached across restarts"),
     Option(
+        "trt_calibration_dir",
+        Path,
+        "calibration inputs for --tensorrt-precision int8: a directory of .npz files, each holding one batch keyed "
+        "by input name (on the model's volume); run through a calibrating engine before the serving one is built",
+    ),
+    Option(
         "workers",
         _non_negative,
         "inference worker processes, one engine each (default 0 = auto: CPU cores; on GPU one per GPU)",
@@ -373,6 +380,13 @@ def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, 
     settings = RuntimeSettings(**kwargs)
     if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
         raise SettingsError("--tls-cert-file and --tls-key-file (SKIFF_TLS_CERT_FILE/SKIFF_TLS_KEY_FILE) go together")
+    int8 = settings.device.kind == "gpu" and settings.tensorrt_precision is TensorRTPrecision.INT8
+    if int8 and settings.trt_calibration_dir is None:
+        raise SettingsError(
+            "--tensorrt-precision int8 (SKIFF_TENSORRT_PRECISION) calibrates TensorRT on sample inputs, and none were "
+            "given: pass --trt-calibration-dir DIR (SKIFF_TRT_CALIBRATION_DIR), a directory of .npz files keyed by "
+            "input name holding real inputs (a few hundred rows), or serve with --tensorrt-precision fp16"
+        )
     if settings.tls_client_ca_file is not None and settings.tls_cert_file is None:
         raise SettingsError("--tls-client-ca-file (mutual TLS) needs --tls-cert-file and --tls-key-file")
     return settings

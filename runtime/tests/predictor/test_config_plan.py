@@ -37,7 +37,8 @@ def test_gpu_without_tensorrt_uses_the_memory_pool_and_device() -> None:
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 def test_tensorrt_precision_and_calibration(precision: str) -> None:
-    engine = _calls("--device", "gpu", "--tensorrt-precision", precision)["enable_tensorrt_engine"].kwargs
+    samples = ("--trt-calibration-dir", "/m/calibration") if precision == "int8" else ()
+    engine = _calls("--device", "gpu", "--tensorrt-precision", precision, *samples)["enable_tensorrt_engine"].kwargs
     assert engine["precision_mode"] == PRECISION_TYPES[TensorRTPrecision(precision)]
     assert engine["use_calib_mode"] is (precision == "int8")
     assert engine["use_static"] is False  # nowhere to keep engines

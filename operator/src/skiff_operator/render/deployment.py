@@ -212,6 +212,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_TENSORRT_PRECISION, tensorrt.precision.value if tensorrt else None),
         (contract.ENV_TRT_SHAPE_RANGES, shape_ranges_value(tensorrt.shape_ranges) if tensorrt else None),
         (contract.ENV_TRT_CACHE_DIR, contract.TRT_CACHE_DIR if tensorrt else None),
+        (contract.ENV_TRT_CALIBRATION_DIR, calibration_dir(version, tensorrt)),
         (contract.ENV_GRACE_PERIOD_S, runtime.grace_period_s),
         (contract.ENV_MAX_MESSAGE_MB, runtime.max_message_mb),
         (contract.ENV_LOG_LEVEL, runtime.log_level.value),
@@ -226,6 +227,13 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
 def _tensorrt(version: Version, options: TensorRTOptions | None) -> TensorRTOptions | None:
     """spec.runtime.tensorrt, on GPU pods only (CPU pods of a model whose other versions use GPUs ignore it)."""
     return options if version.resources.gpu > 0 else None
+
+
+def calibration_dir(version: Version, tensorrt: TensorRTOptions | None) -> str | None:
+    """SKIFF_TRT_CALIBRATION_DIR: spec.runtime.tensorrt.calibration inside the version's model directory."""
+    if tensorrt is None or tensorrt.calibration is None:
+        return None
+    return f"{model_dir(version)}/{tensorrt.calibration}"
 
 
 def shape_ranges_value(ranges: tuple[ShapeRange, ...]) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from skiff_runtime.errors import ModelLoadError
+from skiff_runtime.errors import GPUUnavailable, ModelLoadError
+from skiff_runtime.predictor.calibration import calibrate, has_table, read_samples, table_dirs
 from skiff_runtime.predictor.config_plan import config_calls
 from skiff_runtime.predictor.files import ModelFiles, ModelFormat, find_model_files
+from skiff_runtime.predictor.placement import Placement, placement_problem, read_placement
 from skiff_runtime.predictor.signature import PADDLE_DTYPES, pir_intermediates, read_pir_signature, tensors_bytes
-from skiff_runtime.settings import IntermediateTensors, RuntimeSettings
+from skiff_runtime.settings import IntermediateTensors, RuntimeSettings, TensorRTPrecision
 from skiff_runtime.tensors import Array, ModelSignature, TensorSpec
 
 # Quiet Paddle's C++ logging unless the user asked for it (must be set before paddle is imported).
@@ -114,6 +117,44 @@ def build_config(files: ModelFiles, settings: RuntimeSettings) -> paddle_infer.C
     return config
 
 
+def cuda_device_count() -> int:
+    """CUDA devices this process sees (0 on a build without CUDA, or with no device or driver)."""
+    if not paddle.device.is_compiled_with_cuda():
+        return 0
+    try:
+        return int(paddle.device.cuda.device_count())
+    except Exception:  # no driver: Paddle raises its own errors
+        return 0
+
+
+def check_placement(config: Any, settings: RuntimeSettings) -> Placement:
+    """Where a built Config will run; GPUUnavailable when a GPU was asked for and would not be used."""
+    placement = read_placement(config, settings, paddle.device.is_compiled_with_cuda(), cuda_device_count(), os.environ)
+    problem = placement_problem(settings.device, placement)
+    if problem is not None:
+        raise GPUUnavailable(problem)
+    return placement
+
+
+class _Runner:
+    """One Paddle predictor with its input and output handles."""
+
+    def __init__(self, predictor: Any) -> None:
+        self._predictor = predictor
+        self.input_names = list(predictor.get_input_names())
+        self._output_names = list(predictor.get_output_names())
+        self._inputs = {name: predictor.get_input_handle(name) for name in self.input_names}
+        self._outputs = [predictor.get_output_handle(name) for name in self._output_names]
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        for name, handle in self._inputs.items():
+            array = np.ascontiguousarray(inputs[name])
+            handle.reshape(list(array.shape))
+            handle.copy_from_cpu(array)
+        self._predictor.run()
+        return {name: handle.copy_to_cpu() for name, handle in zip(self._output_names, self._outputs, strict=True)}
+
+
 class PaddleEngine:
     """One Paddle predictor and the model's signature. Not thread-safe by design: one engine per thread."""
 
@@ -138,23 +179,38 @@ class PaddleEngine:
                 "pid": os.getpid(),
             },
         )
+        config = build_config(self.files, settings)
+        self.placement = check_placement(config, settings)  # before the load: a CPU fallback never serves
+        log.info("predictor placement", extra={"device": self.placement.describe(settings.device), "pid": os.getpid()})
+        self.calibrated = 0  # INT8 calibration samples run before the serving predictor was built
+        if settings.device.kind == "gpu" and settings.tensorrt_precision is TensorRTPrecision.INT8:
+            self.calibrated = self._calibrate(settings)
+        self._runner = self._build(config)
+
+    def _build(self, config: Any) -> _Runner:
         try:
-            self._predictor = paddle_infer.create_predictor(build_config(self.files, settings))
+            runner = _Runner(paddle_infer.create_predictor(config))
         except Exception as exc:  # Paddle raises RuntimeError/ValueError subclasses of its own
             raise ModelLoadError(f"Paddle could not load {self.files.program}: {exc}") from exc
-        self._input_names = list(self._predictor.get_input_names())
-        self._output_names = list(self._predictor.get_output_names())
         declared = [t.name for t in self.signature.inputs]
-        if sorted(declared) != sorted(self._input_names):
-            raise ModelLoadError(f"program declares inputs {declared}, predictor reports {self._input_names}")
-        self._inputs = {name: self._predictor.get_input_handle(name) for name in self._input_names}
-        self._outputs = [self._predictor.get_output_handle(name) for name in self._output_names]
+        if sorted(declared) != sorted(runner.input_names):
+            raise ModelLoadError(f"program declares inputs {declared}, predictor reports {runner.input_names}")
+        return runner
+
+    def _calibrate(self, settings: RuntimeSettings) -> int:
+        """INT8: run --trt-calibration-dir's samples through a calibrating predictor first (predictor.calibration);
+        0 when an earlier start left its table."""
+        if settings.trt_calibration_dir is None:  # settings refuse this; an engine built directly says so too
+            raise ModelLoadError("--tensorrt-precision int8 needs --trt-calibration-dir (sample inputs)")
+        samples = read_samples(settings.trt_calibration_dir, self.signature)
+        if has_table(table_dirs(self.files.program.parent, settings.trt_cache_dir)):
+            log.info("INT8 calibration table found; not calibrating again", extra={"pid": os.getpid()})
+            return 0
+        started = time.monotonic()
+        count = calibrate(lambda: self._build(build_config(self.files, settings)), samples)
+        log.info("INT8 calibrated", extra={"samples": count, "seconds": round(time.monotonic() - started, 3)})
+        return count
 
     def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         """Run one batch; inputs are C-contiguous arrays keyed by input name."""
-        for name, handle in self._inputs.items():
-            array = np.ascontiguousarray(inputs[name])
-            handle.reshape(list(array.shape))
-            handle.copy_from_cpu(array)
-        self._predictor.run()
-        return {name: handle.copy_to_cpu() for name, handle in zip(self._output_names, self._outputs, strict=True)}
+        return self._runner.run(inputs)

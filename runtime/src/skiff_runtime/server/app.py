@@ -32,6 +32,7 @@ from skiff_runtime.server.status_codes import ErrorInterceptor
 from skiff_runtime.server.tls import ReloadingCredentials, ReloadingSslContext, TlsFiles
 from skiff_runtime.service import ModelService, ServiceLimits
 from skiff_runtime.settings import RuntimeSettings
+from skiff_runtime.termination import termination_message, write_termination_message
 from skiff_runtime.workers.base import WorkerEvent, WorkerEvents, Workers
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class RuntimeServer:
         self.metrics.track_request_bytes(lambda: self.service.budget.held)
         self.metrics.workers.set(workers.count)
         if settings.device.kind == "gpu":
-            self.metrics.watch_gpu(settings.device.index)
+            self.metrics.watch_gpus()
         self.health = ModelHealth(settings.model_name)
         self.rpcs = RpcObserver(self.metrics.observe_rpc)
         interceptors: list[grpc.aio.ServerInterceptor] = [self.rpcs]
@@ -197,6 +198,7 @@ class RuntimeServer:
         try:
             await self.service.load()
         except Exception as exc:
+            write_termination_message(termination_message(str(exc)))  # the pod's status says why (GPUUnavailable)
             self._fail("model failed to load; exiting", error=str(exc))
             return
         finally:

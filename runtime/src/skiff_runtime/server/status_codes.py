@@ -22,6 +22,7 @@ STATUS_CODES: Mapping[type[errors.SkiffError], grpc.StatusCode] = {
     errors.InferenceFailed: grpc.StatusCode.INTERNAL,
     errors.WorkerLost: grpc.StatusCode.UNAVAILABLE,
     errors.ModelLoadError: grpc.StatusCode.UNAVAILABLE,
+    errors.GPUUnavailable: grpc.StatusCode.UNAVAILABLE,
 }
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from skiff_runtime.errors import InferenceFailed, ModelLoadError, ModelNotReady, WorkerLost
 from skiff_runtime.logs import configure_logging
-from skiff_runtime.predictor.engine import Engine, warm_up
+from skiff_runtime.predictor.engine import Engine, warm_up, warmup_shape_ranges
 from skiff_runtime.tensors import Array, ModelSignature
 from skiff_runtime.workers.base import WorkerEvent, WorkerEvents
 from skiff_runtime.workers.layout import views, write_arrays, write_batch
@@ -81,7 +81,7 @@ def worker_main(conn: Connection, factory: EngineFactory, settings: Any, buffer_
     try:
         batch_sizes = conn.recv()
         engine = factory(settings)
-        warm_up(engine, batch_sizes)
+        warm_up(engine, batch_sizes, warmup_shape_ranges(settings))
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return

@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from skiff_runtime.batching.merge import merge_inputs
 from skiff_runtime.errors import InferenceFailed, ModelNotReady, SkiffError
-from skiff_runtime.predictor.engine import Engine, warm_up
+from skiff_runtime.predictor.engine import NO_RANGES, Engine, warm_up
+from skiff_runtime.settings import ShapeRange
 from skiff_runtime.tensors import Array, ModelSignature
 
 
@@ -22,8 +23,11 @@ class ThreadWorker:
 
     count = 1
 
-    def __init__(self, engine_factory: Callable[[], Engine]) -> None:
+    def __init__(
+        self, engine_factory: Callable[[], Engine], shape_ranges: Mapping[str, ShapeRange] = NO_RANGES
+    ) -> None:
         self._engine_factory = engine_factory
+        self._shape_ranges = shape_ranges  # TensorRT's: warmed at their min, opt and max
         self._engine: Engine | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer")
 
@@ -43,7 +47,7 @@ class ThreadWorker:
 
     def _load(self, batch_sizes: Sequence[int]) -> Engine:
         engine = self._engine_factory()
-        warm_up(engine, batch_sizes)
+        warm_up(engine, batch_sizes, self._shape_ranges)
         return engine
 
     async def start(self, warmup_batch_sizes: Sequence[int]) -> None:
