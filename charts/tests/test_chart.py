@@ -15,6 +15,7 @@ ALL_RULE_RESOURCES = {
     "inferencemodels",
     "inferencemodels/status",
     "deployments",
+    "replicasets",
     "services",
     "pods",
     "events",
