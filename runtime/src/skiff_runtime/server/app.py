@@ -1,5 +1,6 @@
 """The runtime process: inference + health on the gRPC port, health alone on the plaintext health port (its own
-thread-pool server, so request handling never delays a probe), Prometheus metrics on the metrics port.
+asyncio server on its own thread and event loop, so request handling never delays a probe), Prometheus metrics on
+the metrics port.
 
 Lifecycle: ports open at once with health NOT_SERVING; the workers load and warm the model; health turns
 SERVING. SIGTERM/SIGINT: health NOT_SERVING, new RPCs refused with UNAVAILABLE, accepted ones answered within
@@ -113,7 +114,6 @@ class RuntimeServer:
             ],
             settings.receive_timeout_s,
         )
-        self.health_server = self.health.probe_server()
         self.tls = (
             ReloadingCredentials(TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file))
             if settings.tls_cert_file is not None and settings.tls_key_file is not None
@@ -149,8 +149,7 @@ class RuntimeServer:
             self.grpc_port = self.grpc_server.add_secure_port(address, self.tls.server_credentials())
         else:
             self.grpc_port = self.grpc_server.add_insecure_port(address)
-        self.health_port = self.health_server.add_insecure_port(f"{host}:{self.settings.health_port}")
-        self.health_server.start()
+        self.health_port = self.health.probes.start(f"{host}:{self.settings.health_port}")
         await self.grpc_server.start()
         self.metrics_port = self.metrics.serve(host, self.settings.metrics_port)
         if self.rest is not None and self.settings.http_port is not None:
@@ -225,7 +224,7 @@ class RuntimeServer:
             await self.rest.stop()  # REST requests in flight finish first (within the grace period)
         log.info("drained", extra={"seconds": round(loop.time() - started, 3)})
         await self.grpc_server.stop(max(0.5, self.settings.grace_period_s - (loop.time() - started)))
-        self.health_server.stop(0).wait(5)
+        self.health.probes.stop()
         await self.service.close()
         log.info("stopped")
 
