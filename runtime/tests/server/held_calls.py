@@ -10,6 +10,7 @@ or DATA with END_STREAM, RST_STREAM, GOAWAY past it, or the connection closed) a
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -123,7 +124,7 @@ class Connection:
                     self._send(_frame(PING, ACK, 0, payload))
                 elif kind == DATA and stream_id in self.streams:
                     self.streams[stream_id].data += payload
-                if kind in (DATA, HEADERS) and flags & END_STREAM or kind == RST_STREAM:
+                if (kind in (DATA, HEADERS) and flags & END_STREAM) or kind == RST_STREAM:
                     self._end(stream_id)
                 elif kind == GOAWAY:
                     self._end(last_id=struct.unpack(">I", payload[:4])[0] & 0x7FFFFFFF)
@@ -131,9 +132,7 @@ class Connection:
             self._end()  # the connection closed: every stream still open ended with it
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._sock.close()
         self._reader.join(5)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -29,6 +30,7 @@ from skiff_runtime.server.status_codes import ErrorInterceptor
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 
 # Health Watch streams open at once on a port; past this a new one is refused RESOURCE_EXHAUSTED (Check answers).
 MAX_WATCH_STREAMS = 4
@@ -48,6 +50,35 @@ PROBE_THREAD_TIMEOUT_S = 10.0
 T = TypeVar("T")
 
 
+class HealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
+    """grpc's asyncio health servicer with Watch mended: upstream drops a service's condition when any one of its
+    watchers ends, and that service's other watchers never hear a change again. Here the condition stays while any
+    watcher waits on it and goes with the last one (watching many names leaves nothing behind)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._watching: Counter[str] = Counter()
+
+    async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
+        service = request.service
+        condition = self._server_watchers[service]
+        self._watching[service] += 1
+        last = None
+        try:
+            async with condition:
+                while True:
+                    status = self._server_status.get(service, SERVICE_UNKNOWN)
+                    if status != last:
+                        await context.write(health_pb2.HealthCheckResponse(status=status))
+                        last = status
+                    await condition.wait()
+        finally:
+            self._watching[service] -= 1
+            if self._watching[service] <= 0:
+                del self._watching[service]
+                self._server_watchers.pop(service, None)
+
+
 class ProbeServer:
     """The plaintext health port: an asyncio gRPC server and its health servicer, on an event loop in a thread of
     their own. Its methods are called from any other thread or event loop."""
@@ -56,7 +87,7 @@ class ProbeServer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="skiff-health", daemon=True)
         self._thread.start()
-        self.servicer = health.aio.HealthServicer()  # touched only on the probe loop from here on
+        self.servicer = HealthServicer()  # touched only on the probe loop from here on
         self._server: grpc.aio.Server | None = None
 
     def _run(self, work: Coroutine[Any, Any, T]) -> T:
@@ -89,7 +120,7 @@ class ProbeServer:
         service, handlers = capture(health_pb2_grpc.add_HealthServicer_to_server, self.servicer)
         handlers = per_peer(bounded(handlers, PROBE_RECEIVE_TIMEOUT_S, MAX_WATCH_STREAMS), PROBE_CALLS_PER_PEER)
         add_handlers(server, service, handlers)
-        port = server.add_insecure_port(address)
+        port: int = server.add_insecure_port(address)
         await server.start()
         self._server = server
         return port
@@ -107,7 +138,7 @@ class ModelHealth:
     """Health of one model, for the inference port (`servicer`, asyncio) and the probe port (`probes`)."""
 
     def __init__(self, model_name: str) -> None:
-        self.servicer = health.aio.HealthServicer()
+        self.servicer = HealthServicer()
         self.probes = ProbeServer()
         self.services = ("", model_name)
 
