@@ -23,8 +23,8 @@ from skiff_runtime.metrics import RuntimeMetrics
 from skiff_runtime.proto import inference_pb2
 from skiff_runtime.server import tfserving
 from skiff_runtime.server.auth import BearerTokenAuth, TokenFile
-from skiff_runtime.server.health import MAX_WATCH_STREAMS, ModelHealth
-from skiff_runtime.server.receive import add_handlers, bounded, capture
+from skiff_runtime.server.health import HEALTH_REQUEST_BYTES, MAX_WATCH_STREAMS, ModelHealth
+from skiff_runtime.server.receive import add_handlers, bounded, capture, small
 from skiff_runtime.server.reflection import add_reflection
 from skiff_runtime.server.rest import RestServer
 from skiff_runtime.server.rpcs import RpcObserver
@@ -100,10 +100,12 @@ class RuntimeServer:
         register(servicer, self.grpc_server)
         # TensorFlow Serving's Predict, GetModelMetadata and GetModelStatus, onto the same service.
         tfserving.register(self.service, self.grpc_server, settings.receive_timeout_s)
-        # Health on the inference port: each call reads its message within the receive timeout, and Watch streams
-        # are capped so they cannot hold the server's concurrent-RPC places.
+        # Health on the inference port: each call reads its message within the receive timeout, a message past a
+        # service name's size is refused unparsed, and Watch streams are capped so they cannot hold the server's
+        # concurrent-RPC places.
         service, handlers = capture(health_pb2_grpc.add_HealthServicer_to_server, self.health.servicer)
-        add_handlers(self.grpc_server, service, bounded(handlers, settings.receive_timeout_s, MAX_WATCH_STREAMS))
+        handlers = bounded(small(handlers, HEALTH_REQUEST_BYTES), settings.receive_timeout_s, MAX_WATCH_STREAMS)
+        add_handlers(self.grpc_server, service, handlers)
         # Reflection lists and describes every service of the inference port (grpcurl needs no .proto files).
         self.reflected = add_reflection(
             self.grpc_server,

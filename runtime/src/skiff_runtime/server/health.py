@@ -43,7 +43,9 @@ PROBE_CALLS_PER_PEER = 8
 # A probe connection is closed after this long (GOAWAY; Watch clients reconnect). Kubelet opens one per probe.
 PROBE_CONNECTION_AGE_MS = 300_000
 PROBE_CONNECTION_GRACE_MS = 10_000
-PROBE_MAX_MESSAGE_BYTES = 1024  # a HealthCheckRequest is a service name
+# A HealthCheckRequest is a service name: the probe port's gRPC limit, and the inference port's limit for health.
+HEALTH_REQUEST_BYTES = 1024
+PROBE_MAX_MESSAGE_BYTES = HEALTH_REQUEST_BYTES
 # How long the probe thread may take to start, bind, stop or apply a status before that is an error.
 PROBE_THREAD_TIMEOUT_S = 10.0
 
