@@ -74,10 +74,9 @@ def test_held_header_only_calls_leave_a_fresh_check_serving_within_1s_and_end_at
         time.sleep(0.2)  # every call's headers are in
         status, took = _check(target)
         assert (status, took < 1) == (SERVING, True), took
-        assert [s for s in streams if s.ended is not None] == []  # held, not refused: no thread was taken
         _wait(lambda: all(s.ended is not None for s in streams), PROBE_RECEIVE_TIMEOUT_S + 3)
         lived = [s.ended - s.opened for s in streams if s.ended is not None]
-        assert min(lived) >= PROBE_RECEIVE_TIMEOUT_S - 0.1, lived  # each waited out the deadline
+        assert min(lived) >= PROBE_RECEIVE_TIMEOUT_S - 0.1, lived  # each was held to the deadline, not refused
         assert max(lived) < PROBE_RECEIVE_TIMEOUT_S + 2, lived
         assert all(s.data == b"" for s in streams)  # ended with a status, no answer
         assert _check(target)[0] == SERVING
