@@ -15,7 +15,7 @@ def rules_by_port(policy: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {rule["ports"][0]["port"]: rule for rule in policy["spec"]["ingress"]}
 
 
-def test_default_policy_same_namespace_inference_health_open_metrics_from_monitoring(make_body: Body) -> None:
+def test_default_policy_same_namespace_inference_no_pod_on_health_metrics_from_monitoring(make_body: Body) -> None:
     policy = render_network_policy(parse_inference_model(make_body()))
     assert policy is not None
     assert policy["metadata"]["name"] == "demo"
@@ -24,7 +24,9 @@ def test_default_policy_same_namespace_inference_health_open_metrics_from_monito
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     rules = rules_by_port(policy)
     assert rules[8001]["from"] == [{"podSelector": {}}]  # the model's own namespace
-    assert "from" not in rules[8002]  # kubelet probes come from the node: open to all
+    # No rule admits any pod to health: kubelet probes come from the pod's own node, which no policy blocks.
+    assert 8002 not in rules
+    assert all(port["port"] != 8002 for rule in policy["spec"]["ingress"] for port in rule["ports"])
     assert rules[8003]["from"] == [
         {"namespaceSelector": {"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["monitoring"]}
@@ -57,6 +59,7 @@ def test_named_peers_and_gateway_namespaces_reach_the_inference_port(make_body: 
         ]}},
     ]  # fmt: skip
     assert 8003 not in rules  # no metrics namespaces: closed
+    assert sorted(rules) == [8001]  # health is never opened, whatever the peers and gateways
 
 
 def test_opt_out_renders_nothing(make_body: Body) -> None:

@@ -55,7 +55,8 @@ class SkiffClient:
         """TLS is on when ca_file is given (the CA that signed the server's certificate); cert_file and
         key_file add a client certificate for mutual TLS; server_name overrides the name checked against the
         certificate (e.g. the Service DNS name when connecting through a port-forward); token is sent as
-        `authorization: Bearer <token>` on inference RPCs."""
+        `authorization: Bearer <token>` on every RPC (the inference port asks it for health too; the probe port
+        ignores it)."""
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         options: list[tuple[str, str | int]] = [
             ("grpc.max_receive_message_length", max_message_mb << 20),
@@ -109,7 +110,9 @@ class SkiffClient:
 
     def health(self, service: str = "") -> str:
         """grpc.health.v1 status name: SERVING, NOT_SERVING, ..."""
-        reply = self._health.Check(health_pb2.HealthCheckRequest(service=service), timeout=self.timeout_s)
+        reply = self._health.Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=self.timeout_s, metadata=self._metadata
+        )
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
     def metadata(self, model: str, version: str = "") -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:

@@ -319,8 +319,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "auth_token_file",
         Path,
-        "file listing the bearer tokens, one per line, of which inference requests must "
-        "present one (health stays open); re-read when it changes",
+        "file listing the bearer tokens, one per line, of which every call on the gRPC port (health and "
+        "reflection too) and REST inference must present one (the health port needs none); re-read when it changes",
     ),
     Option("grace_period_s", _seconds, "seconds to finish in-flight requests after SIGTERM (default 20)"),
     Option("log_level", _log_level, "DEBUG, INFO, WARNING or ERROR (default INFO)"),

@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 from bench.hostile import HOSTILE, good_request, measure
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from runtime.tests.server.held_calls import Connection
 
 from skiff_runtime.client import SkiffClient
 from skiff_runtime.proto import inference_pb2 as pb
+from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.paddle, pytest.mark.server]
 
@@ -178,3 +181,62 @@ def test_streams_past_the_per_connection_limit_wait_while_other_connections_and_
         for holder in holders:
             assert holder.exception(timeout=30).code() == grpc.StatusCode.INVALID_ARGUMENT
     assert runtime.terminate() == 0
+
+
+@pytest.mark.parametrize("held", [8, 64])
+def test_header_only_calls_on_the_probe_port_leave_a_fresh_probe_serving_within_1s(conv_server, held: int) -> None:
+    """`held` raw HTTP/2 calls that send headers and never a message, 8 from each of held/8 addresses (on 727b5ea
+    8 from one address filled the probe port: the next Check was RESOURCE_EXHAUSTED in 2.5 ms); the server ends
+    every one of them at its receive deadline."""
+    peers = [Connection(conv_server.health_target, f"127.0.0.{2 + n}") for n in range(held // 8)]
+    try:
+        streams = [peer.open() for peer in peers for _ in range(8)]
+        time.sleep(0.3)  # every call's headers are in
+        with grpc.insecure_channel(conv_server.health_target) as channel:
+            started = time.monotonic()
+            response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="conv"),
+                                                                 timeout=1)  # fmt: skip
+            assert response.status == health_pb2.HealthCheckResponse.SERVING
+            assert time.monotonic() - started < 1
+        deadline = time.monotonic() + 5
+        while not all(s.ended is not None for s in streams):
+            assert time.monotonic() < deadline, "the probe port did not end the held calls"
+            time.sleep(0.05)
+        lived = [s.ended - s.opened for s in streams if s.ended is not None]
+        assert min(lived) >= 0.9, lived  # held to the probe port's 1 s receive deadline, not refused
+    finally:
+        for peer in peers:
+            peer.close()
+
+
+def test_small_methods_refuse_a_large_message_unparsed_and_answer_a_small_one(conv_server) -> None:
+    """Health, reflection and the inference service's small methods on the inference port take a few bytes, not
+    the port's 32 MiB: over their limit (1 KiB for health, 64 KiB for the rest) a message is INVALID_ARGUMENT
+    before protobuf parses it."""
+    big_name = "m" * (70 << 10)
+    with grpc.insecure_channel(conv_server.target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for call in (
+            lambda: health.Check(health_pb2.HealthCheckRequest(service="c" * 2000), timeout=10),
+            lambda: next(health.Watch(health_pb2.HealthCheckRequest(service="c" * 2000), timeout=10)),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                call()
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "takes at most 1024" in (refused.value.details() or "")
+        assert health.Check(health_pb2.HealthCheckRequest(service="conv"), timeout=10).status == (
+            health_pb2.HealthCheckResponse.SERVING
+        )
+        metadata = pb_grpc.GRPCInferenceServiceStub(channel).ModelMetadata
+        with pytest.raises(grpc.RpcError) as refused:
+            metadata(pb.ModelMetadataRequest(name=big_name), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "takes at most 65536" in (refused.value.details() or "")
+        assert metadata(pb.ModelMetadataRequest(name="conv"), timeout=10).name == "conv"
+        info = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo
+        with pytest.raises(grpc.RpcError) as refused:
+            list(info(iter([reflection_pb2.ServerReflectionRequest(file_containing_symbol=big_name)]), timeout=10))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "takes at most 65536" in (refused.value.details() or "")
+        (listing,) = info(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+        assert "grpc.health.v1.Health" in {s.name for s in listing.list_services_response.service}

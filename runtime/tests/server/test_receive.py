@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from skiff_runtime.errors import DeadlineExceeded, InvalidInput
-from skiff_runtime.server.receive import bounded
+from skiff_runtime.server.receive import bounded, limited, small
 
 
 class Context:
@@ -79,3 +79,40 @@ async def test_streams_past_the_cap_are_refused_and_places_come_back() -> None:
     third = Context(b"c")
     await handler.stream_stream(None, third)  # the first stream's place is free again
     assert third.written == [b"c"]
+
+
+def test_small_methods_refuse_a_large_message_before_parsing_it() -> None:
+    parsed: list[bytes] = []
+
+    def parse(data: bytes) -> bytes:
+        parsed.append(data)
+        return data
+
+    handlers = {
+        "Unary": grpc.unary_unary_rpc_method_handler(_echo, request_deserializer=parse),
+        "Watch": grpc.unary_stream_rpc_method_handler(_echo, request_deserializer=parse),
+    }
+    capped = small(handlers, max_bytes=4)
+    for method in ("Unary", "Watch"):
+        deserialize = capped[method].request_deserializer
+        with pytest.raises(InvalidInput, match=rf"a {method} request of 5 bytes; it takes at most 4"):
+            deserialize(b"12345")
+        assert deserialize(b"1234") == b"1234"
+    assert parsed == [b"1234", b"1234"]  # the large ones never reached the parser
+    assert limited(None, "Raw", 4)(b"1234") == b"1234"
+
+
+async def test_a_large_watch_request_ends_the_stream_invalid_argument() -> None:
+    handlers = bounded(small(_handlers(asyncio.Event()), max_bytes=2), timeout_s=1, max_streams=1)
+    context = Context(b"too long")
+    with pytest.raises(grpc.aio.AbortError):
+        await handlers["Watch"].stream_stream(None, context)
+    assert context.aborted is not None
+    assert context.aborted[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert "takes at most 2" in context.aborted[1]
+
+
+def test_a_stream_of_requests_is_not_capped_whole() -> None:
+    handler = grpc.stream_stream_rpc_method_handler(_echo)
+    with pytest.raises(TypeError, match=r"cap each with receive\.limited"):
+        small({"Info": handler})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import string
+import threading
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import tritonclient.grpc as triton
 from bench.hostile import HOSTILE, good_request
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tritonclient.utils import InferenceServerException
@@ -217,7 +219,16 @@ def test_an_exception_inside_paddle_fails_only_that_request(runtime_factory, mod
     assert runtime.terminate() == 0
 
 
-def test_bearer_token_guards_inference_but_not_health(runtime_factory, model_dirs, tmp_path) -> None:
+def _silent(release: threading.Event) -> object:
+    """A request iterator that yields nothing until released: the call sends its headers and no message."""
+    release.wait(30)
+    return
+    yield
+
+
+def test_bearer_token_guards_every_method_of_the_inference_port_but_not_the_probe_port(
+    runtime_factory, model_dirs, tmp_path
+) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("s3cret-" + string.ascii_letters + "\n")
     runtime = runtime_factory(model_dirs["conv"], "conv", "--auth-token-file", str(token_file), "--workers", "1")
@@ -231,7 +242,28 @@ def test_bearer_token_guards_inference_but_not_health(runtime_factory, model_dir
         assert "bearer token" in caught.value.details()
     with SkiffClient(runtime.target, token=token) as client:
         assert client.infer("conv", image)["fetch_name_0"].shape == (1, 10)
-        assert client.health("conv") == "SERVING"  # health needs no token, on the inference port too
+        assert client.health("conv") == "SERVING"  # health and reflection on this port need the token too
+    with SkiffClient(runtime.target) as client, pytest.raises(grpc.RpcError) as unhealthy:
+        client.health("conv")
+    assert unhealthy.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    release = threading.Event()
+    with grpc.insecure_channel(runtime.target) as channel:
+        reflection = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+        for method in (reflection, "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/Check"):
+            # Refused on the headers: a call that never sends its message is answered at once, not at the
+            # receive timeout (30 s), so an unauthenticated caller's message is never read.
+            silent = channel.stream_stream(method, request_serializer=None, response_deserializer=None)
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as refused:
+                list(silent(_silent(release), timeout=20))
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, method
+            assert "bearer token" in (refused.value.details() or "")
+            assert time.monotonic() - started < 5, method
+        listing = reflection_pb2.ServerReflectionRequest(list_services="")
+        info = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo
+        (answer,) = info(iter([listing]), timeout=10, metadata=[("authorization", f"Bearer {token}")])
+        assert "grpc.health.v1.Health" in {s.name for s in answer.list_services_response.service}
+    release.set()
     triton_client = triton.InferenceServerClient(runtime.target)
     with pytest.raises(InferenceServerException, match="bearer token"):
         triton_client.is_server_live()

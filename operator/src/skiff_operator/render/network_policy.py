@@ -19,8 +19,10 @@ def render_network_policy(model: InferenceModel) -> dict[str, Any] | None:
 
     - inference (8001, and REST's 8000 with spec.runtime.rest): the peers of spec.networkPolicy.inferenceFrom
       (default: the model's namespace) and the namespaces of the Gateways in spec.routing.gateways;
-    - health (8002): from anywhere, since kubelet probes come from the node, whose address no rule can name
-      portably;
+    - health (8002): no rule, so no pod reaches it: kubelet probes come from the pod's own node, and a
+      NetworkPolicy never blocks a pod's own node (Kubernetes: "Pods cannot block access from their resident
+      node"). A prober elsewhere (a blackbox exporter) is admitted by a NetworkPolicy of the user's own: policies
+      add up, so one more that allows 8002 from its pods opens it to them and to no one else;
     - metrics (8003): pods of spec.networkPolicy.metricsNamespaces; no rule (closed) when that list is empty.
     """
     policy = model.spec.network_policy
@@ -34,7 +36,6 @@ def render_network_policy(model: InferenceModel) -> dict[str, Any] | None:
     ingress: list[dict[str, Any]] = [
         # V2 REST (spec.runtime.rest) is inference too: the same peers.
         {"ports": [_port(p) for p in inference_ports], "from": peers},
-        {"ports": [_port(contract.HEALTH_PORT)]},
     ]
     if policy.metrics_namespaces:
         namespaces = _namespaces(sorted(set(policy.metrics_namespaces)))

@@ -1,5 +1,6 @@
 """The runtime process: inference + health on the gRPC port, health alone on the plaintext health port (its own
-thread-pool server, so request handling never delays a probe), Prometheus metrics on the metrics port.
+asyncio server on its own thread and event loop, so request handling never delays a probe), Prometheus metrics on
+the metrics port.
 
 Lifecycle: ports open at once with health NOT_SERVING; the workers load and warm the model; health turns
 SERVING. SIGTERM/SIGINT: health NOT_SERVING, new RPCs refused with UNAVAILABLE, accepted ones answered within
@@ -22,8 +23,8 @@ from skiff_runtime.metrics import RuntimeMetrics
 from skiff_runtime.proto import inference_pb2
 from skiff_runtime.server import tfserving
 from skiff_runtime.server.auth import BearerTokenAuth, TokenFile
-from skiff_runtime.server.health import MAX_WATCH_STREAMS, ModelHealth
-from skiff_runtime.server.receive import add_handlers, bounded, capture
+from skiff_runtime.server.health import HEALTH_REQUEST_BYTES, MAX_WATCH_STREAMS, ModelHealth
+from skiff_runtime.server.receive import add_handlers, bounded, capture, small
 from skiff_runtime.server.reflection import add_reflection
 from skiff_runtime.server.rest import RestServer
 from skiff_runtime.server.rpcs import RpcObserver
@@ -100,10 +101,12 @@ class RuntimeServer:
         register(servicer, self.grpc_server)
         # TensorFlow Serving's Predict, GetModelMetadata and GetModelStatus, onto the same service.
         tfserving.register(self.service, self.grpc_server, settings.receive_timeout_s)
-        # Health on the inference port: each call reads its message within the receive timeout, and Watch streams
-        # are capped so they cannot hold the server's concurrent-RPC places.
+        # Health on the inference port: each call reads its message within the receive timeout, a message past a
+        # service name's size is refused unparsed, and Watch streams are capped so they cannot hold the server's
+        # concurrent-RPC places.
         service, handlers = capture(health_pb2_grpc.add_HealthServicer_to_server, self.health.servicer)
-        add_handlers(self.grpc_server, service, bounded(handlers, settings.receive_timeout_s, MAX_WATCH_STREAMS))
+        handlers = bounded(small(handlers, HEALTH_REQUEST_BYTES), settings.receive_timeout_s, MAX_WATCH_STREAMS)
+        add_handlers(self.grpc_server, service, handlers)
         # Reflection lists and describes every service of the inference port (grpcurl needs no .proto files).
         self.reflected = add_reflection(
             self.grpc_server,
@@ -114,7 +117,6 @@ class RuntimeServer:
             ],
             settings.receive_timeout_s,
         )
-        self.health_server = self.health.probe_server()
         self.tls = (
             ReloadingCredentials(TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file))
             if settings.tls_cert_file is not None and settings.tls_key_file is not None
@@ -150,8 +152,7 @@ class RuntimeServer:
             self.grpc_port = self.grpc_server.add_secure_port(address, self.tls.server_credentials())
         else:
             self.grpc_port = self.grpc_server.add_insecure_port(address)
-        self.health_port = self.health_server.add_insecure_port(f"{host}:{self.settings.health_port}")
-        self.health_server.start()
+        self.health_port = self.health.probes.start(f"{host}:{self.settings.health_port}")
         await self.grpc_server.start()
         self.metrics_port = self.metrics.serve(host, self.settings.metrics_port)
         if self.rest is not None and self.settings.http_port is not None:
@@ -227,7 +228,7 @@ class RuntimeServer:
             await self.rest.stop()  # REST requests in flight finish first (within the grace period)
         log.info("drained", extra={"seconds": round(loop.time() - started, 3)})
         await self.grpc_server.stop(max(0.5, self.settings.grace_period_s - (loop.time() - started)))
-        self.health_server.stop(0).wait(5)
+        self.health.probes.stop()
         await self.service.close()
         log.info("stopped")
 

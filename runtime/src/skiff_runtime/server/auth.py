@@ -1,4 +1,8 @@
-"""Optional bearer-token authentication for inference RPCs; grpc.health.v1 stays open for probes.
+"""Optional bearer-token authentication for every RPC of the inference port: inference, health and reflection.
+
+Probes need no token: kubelet's go to the plaintext health port, a server of its own with no interceptor. A call
+without the token is refused when its headers arrive; every method of the inference port runs there (see
+receive.py), so an unauthenticated caller never has its message read, however large.
 
 The tokens come from a file (a key of a mounted Kubernetes Secret), one per line, and every one listed is
 accepted: rotating is adding the new token, moving the clients, then removing the old one. The file is re-read
@@ -15,15 +19,13 @@ from typing import Any
 
 import grpc
 
-from skiff_runtime.server.interceptors import Continuation, with_unary
+from skiff_runtime.server.interceptors import Continuation, refusing
 from skiff_runtime.server.watched import file_signature
 
 log = logging.getLogger(__name__)
 
-PROTECTED_PREFIX = "/inference.GRPCInferenceService/"
-# Every protocol's inference services need the token (TF Serving's PredictionService and ModelService too).
-PROTECTED_PREFIXES = (PROTECTED_PREFIX, "/tensorflow.serving.")
 SCHEME = "bearer "
+REFUSAL = "missing or invalid bearer token: send metadata 'authorization: Bearer <token>'"
 
 
 def parse_tokens(content: bytes) -> tuple[bytes, ...]:
@@ -77,14 +79,12 @@ def _presented(metadata: Any) -> bytes | None:
 
 
 class BearerTokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Rejects inference RPCs without `authorization: Bearer <token>` with UNAUTHENTICATED."""
+    """Rejects every RPC without `authorization: Bearer <token>` with UNAUTHENTICATED."""
 
     def __init__(self, token: TokenFile) -> None:
         self.token = token
 
-    def allowed(self, method: str, metadata: Any) -> bool:
-        if not method.startswith(PROTECTED_PREFIXES):
-            return True
+    def allowed(self, metadata: Any) -> bool:
         return self.token.accepts(_presented(metadata))
 
     async def intercept_service(
@@ -92,14 +92,7 @@ class BearerTokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        if self.allowed(handler_call_details.method, handler_call_details.invocation_metadata):
-            return await continuation(handler_call_details)
         handler = await continuation(handler_call_details)
-
-        async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED,
-                "missing or invalid bearer token: send metadata 'authorization: Bearer <token>'",
-            )
-
-        return with_unary(handler, refuse)
+        if self.allowed(handler_call_details.invocation_metadata):
+            return handler
+        return refusing(handler, grpc.StatusCode.UNAUTHENTICATED, REFUSAL)

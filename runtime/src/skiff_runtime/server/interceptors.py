@@ -1,4 +1,5 @@
-"""The one piece every Skiff server interceptor shares: replacing the behaviour of a handler that answers once.
+"""The pieces every Skiff server interceptor shares: replacing the behaviour of a handler that answers once, and a
+handler of any kind that refuses the call.
 
 Handlers that answer with one message are unary (`unary_unary`) or, for ModelInfer, client-streaming
 (`stream_unary`: the same bytes on the wire as unary, but the handler runs when the headers arrive, before the
@@ -39,4 +40,22 @@ def with_unary(handler: grpc.RpcMethodHandler | None, behaviour: UnaryBehaviour)
         behaviour,
         request_deserializer=handler.request_deserializer if handler else None,
         response_serializer=handler.response_serializer if handler else None,
+    )
+
+
+def refusing(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
+    """A handler of the same kind as `handler` (unary when None) that ends the call with `code` and `details`. One
+    that runs on the headers (client-streaming or bidirectional) refuses before the request message is read."""
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(code, details)
+
+    if handler is not None and handler.stream_stream is not None:
+        make = grpc.stream_stream_rpc_method_handler
+    elif handler is not None and handler.unary_stream is not None:
+        make = grpc.unary_stream_rpc_method_handler
+    else:
+        return with_unary(handler, refuse)
+    return make(
+        refuse, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
     )

@@ -5,6 +5,11 @@ message holds one of the server's concurrent-RPC places for as long as the clien
 client-streaming instead (the same bytes on the wire: headers, one message, end of stream; every unary client
 works unchanged), a handler runs on the headers and reads the message itself, within `timeout_s`. Server-streaming
 methods (health Watch) become bidirectional the same way and are capped at `max_streams` open at once.
+
+Small methods (everything but inference itself) refuse a message over SMALL_REQUEST_BYTES before protobuf parses
+it (`small`). gRPC has one receive limit per server, so such a message has been received by then; what is kept
+from it is the parse (a repeated field of millions of empty strings would take gigabytes), and on a port with a
+token the whole read (the token is checked on the headers, see auth.py).
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from typing import Any
 import grpc
 
 from skiff_runtime.errors import DeadlineExceeded, InvalidInput
+
+# Requests of every method but inference name a model, a service or a symbol and a field or two; anything larger
+# is refused before protobuf expands it.
+SMALL_REQUEST_BYTES = 64 * 1024
 
 
 class _Captured:
@@ -59,6 +68,38 @@ async def read_message(context: grpc.aio.ServicerContext, timeout_s: float, what
     return message
 
 
+def limited(parse: Callable[[bytes], Any] | None, method: str, max_bytes: int) -> Callable[[bytes], Any]:
+    """A request deserializer that refuses (InvalidInput) a message over max_bytes before `parse` sees it."""
+
+    def deserialize(data: bytes) -> Any:
+        if len(data) > max_bytes:
+            raise InvalidInput(f"a {method} request of {len(data)} bytes; it takes at most {max_bytes}")
+        return parse(data) if parse is not None else data
+
+    return deserialize
+
+
+def small(
+    handlers: dict[str, grpc.RpcMethodHandler], max_bytes: int = SMALL_REQUEST_BYTES
+) -> dict[str, grpc.RpcMethodHandler]:
+    """The same unary and server-streaming handlers, each refusing a request over max_bytes before parsing it
+    (wrap with `bounded` afterwards: it reads the raw message and hands it to this deserializer)."""
+    out: dict[str, grpc.RpcMethodHandler] = {}
+    for method, handler in handlers.items():
+        if handler.unary_unary is not None:
+            make, behaviour = grpc.unary_unary_rpc_method_handler, handler.unary_unary
+        elif handler.unary_stream is not None:
+            make, behaviour = grpc.unary_stream_rpc_method_handler, handler.unary_stream
+        else:
+            raise TypeError(f"{method} reads a stream of messages; cap each with receive.limited instead")
+        out[method] = make(
+            behaviour,
+            request_deserializer=limited(handler.request_deserializer, method, max_bytes),
+            response_serializer=handler.response_serializer,
+        )
+    return out
+
+
 def _unary(handler: grpc.RpcMethodHandler, method: str, timeout_s: float) -> grpc.RpcMethodHandler:
     inner, deserialize = handler.unary_unary, handler.request_deserializer
 
@@ -92,10 +133,11 @@ def _streaming(
         try:
             try:
                 message = await read_message(context, timeout_s, method)
+                request = deserialize(message) if deserialize else message
             except (DeadlineExceeded, InvalidInput) as exc:
                 code = grpc.StatusCode.DEADLINE_EXCEEDED if isinstance(exc, DeadlineExceeded) else None
                 await context.abort(code or grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            result = inner(deserialize(message) if deserialize else message, context)
+            result = inner(request, context)
             if inspect.isasyncgen(result):
                 async for response in result:
                     await context.write(response)

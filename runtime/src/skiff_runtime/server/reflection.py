@@ -2,8 +2,9 @@
 
 Skiff's messages live in a descriptor pool of their own (scripts/gen_proto.py), health and reflection in
 protobuf's default pool; reflection answers from one pool, so the services' files (and their imports) are copied
-into a fresh pool here. Reflection streams are bidirectional: they are capped in number, and a stream whose next
-request does not arrive within the receive timeout is ended, so reflection cannot hold the server's RPC places.
+into a fresh pool here. Reflection streams are bidirectional: they are capped in number, a stream whose next
+request does not arrive within the receive timeout is ended, so reflection cannot hold the server's RPC places,
+and a request over receive.SMALL_REQUEST_BYTES ends the stream INVALID_ARGUMENT before protobuf parses it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import FileDescriptor, ServiceDescriptor
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from skiff_runtime.server.receive import add_handlers, capture
+from skiff_runtime.errors import InvalidInput
+from skiff_runtime.server.receive import SMALL_REQUEST_BYTES, add_handlers, capture, limited
 
 SERVICE_NAME: str = reflection.SERVICE_NAME
 # Reflection streams open at once; past this a new one is refused RESOURCE_EXHAUSTED.
@@ -63,6 +65,8 @@ async def _requests(context: grpc.aio.ServicerContext, timeout_s: float) -> Asyn
                 message = await context.read()
         except TimeoutError:
             return
+        except InvalidInput as exc:  # over SMALL_REQUEST_BYTES: refused before protobuf parsed it
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if message is grpc.aio.EOF:
             return
         yield message
@@ -99,7 +103,7 @@ def add_reflection(
     handlers = {
         method: grpc.stream_stream_rpc_method_handler(
             info,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=limited(handler.request_deserializer, method, SMALL_REQUEST_BYTES),
             response_serializer=handler.response_serializer,
         )
         for method, handler in handlers.items()

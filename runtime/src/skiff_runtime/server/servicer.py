@@ -11,7 +11,7 @@ from skiff_runtime import __version__
 from skiff_runtime.codec import encode_response_bytes
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
-from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message
+from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
 from skiff_runtime.service import ModelService
 from skiff_runtime.tensors import Datatype, TensorSpec
 
@@ -123,12 +123,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 def register(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
     """Adds the inference service to `server` with ModelInfer as client-streaming: unary and client-streaming
-    calls are the same bytes on the wire (headers, one message, end of stream), so every unary client, tritonclient
-    included, works unchanged, while the handler can answer RESOURCE_EXHAUSTED before reading the message. Its
-    message arrives undeserialized (the handler splits the tensors out before the protobuf parse) and its response
-    leaves as the bytes the handler serialized. Every method reads its message within the receive timeout."""
+        calls are the same bytes on the wire (headers, one message, end of stream), so every unary client, tritonclient
+        included, works unchanged, while the handler can answer RESOURCE_EXHAUSTED before reading the message. Its
+        message arrives undeserialized (the handler splits the tensors out before the protobuf parse) and its response
+        leaves as the bytes the handler serialized. Every method reads its message within the receive timeout; every
+    other method's is refused over receive.SMALL_REQUEST_BYTES before it is parsed."""
     service, handlers = capture(pb_grpc.add_GRPCInferenceServiceServicer_to_server, servicer)
-    handlers = bounded(handlers, servicer.receive_timeout_s, max_streams=0)
+    handlers = bounded(small(handlers), servicer.receive_timeout_s, max_streams=0)
     handlers["ModelInfer"] = grpc.stream_unary_rpc_method_handler(
         servicer.ModelInfer, request_deserializer=None, response_serializer=None
     )

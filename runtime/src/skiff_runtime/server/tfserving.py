@@ -9,7 +9,7 @@ codes by the server's one ErrorInterceptor (TF Serving uses the same codes).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -18,13 +18,9 @@ from skiff_runtime import tf_codec
 from skiff_runtime.errors import InvalidInput
 from skiff_runtime.proto import tensorflow_serving_pb2 as tfs
 from skiff_runtime.proto import tensorflow_serving_pb2_grpc as tfs_grpc
-from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message
+from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
 from skiff_runtime.server.servicer import MESSAGE_ARRIVAL_TIMEOUT_S, _deadline
 from skiff_runtime.service import ModelService
-
-# GetModelMetadata and GetModelStatus requests name a model and a field or two; anything larger is refused before
-# protobuf expands it (a repeated metadata_field of millions of empty strings would take gigabytes).
-MAX_SMALL_REQUEST_BYTES = 64 * 1024
 
 SERVICES = (
     tfs.DESCRIPTOR.services_by_name["PredictionService"],
@@ -70,37 +66,14 @@ class ModelStatusServicer(tfs_grpc.ModelServiceServicer):
         return tf_codec.encode_status(request, service.name, service.version, service.state.value, service.error)
 
 
-def _small(handlers: dict[str, grpc.RpcMethodHandler]) -> dict[str, grpc.RpcMethodHandler]:
-    """The same unary handlers, refusing request messages over MAX_SMALL_REQUEST_BYTES before parsing them."""
-
-    def limited(parse: Callable[[bytes], object], method: str) -> Callable[[bytes], object]:
-        def deserialize(data: bytes) -> object:
-            if len(data) > MAX_SMALL_REQUEST_BYTES:
-                raise InvalidInput(
-                    f"a {method} request of {len(data)} bytes; it takes at most {MAX_SMALL_REQUEST_BYTES}"
-                )
-            return parse(data)
-
-        return deserialize
-
-    return {
-        method: grpc.unary_unary_rpc_method_handler(
-            handler.unary_unary,
-            request_deserializer=limited(handler.request_deserializer, method),
-            response_serializer=handler.response_serializer,
-        )
-        for method, handler in handlers.items()
-    }
-
-
 def register(service: ModelService, server: grpc.aio.Server, receive_timeout_s: float) -> None:
     """Adds both TF Serving services to `server`; Predict as client-streaming on raw bytes (see ModelInfer)."""
     prediction = PredictionServicer(service, receive_timeout_s)
     name, handlers = capture(tfs_grpc.add_PredictionServiceServicer_to_server, prediction)
-    handlers = bounded(_small(handlers), receive_timeout_s, max_streams=0)
+    handlers = bounded(small(handlers), receive_timeout_s, max_streams=0)
     handlers["Predict"] = grpc.stream_unary_rpc_method_handler(
         prediction.Predict, request_deserializer=None, response_serializer=None
     )
     add_handlers(server, name, handlers)
     name, handlers = capture(tfs_grpc.add_ModelServiceServicer_to_server, ModelStatusServicer(service))
-    add_handlers(server, name, bounded(_small(handlers), receive_timeout_s, max_streams=0))
+    add_handlers(server, name, bounded(small(handlers), receive_timeout_s, max_streams=0))
