@@ -1,0 +1,209 @@
+"""SIGTERM as a long-lived client lives it: a busy client on one channel (pick_first, no reconnect per request) is
+told to go (GOAWAY) at once, its in-flight calls finish OK, and behind a Service (new connections to ready pods) it
+loses no request at all."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+import pytest
+
+from skiff_runtime.codec import encode_request
+from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
+from skiff_runtime.tensors import Datatype, Tensor
+
+pytestmark = [pytest.mark.paddle, pytest.mark.server]
+
+GRACE_S = 20  # the default --grace-period-s, as the operator renders it
+TOLD_TO_GO_S = 2.0  # GOAWAY must reach the client within this long of SIGTERM
+HANDFUL = 5  # requests a client on the old connection may lose (calls racing the GOAWAY on the wire)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    sent: float
+    done: float
+    code: str  # "OK" or the grpc.StatusCode name
+    version: str  # the model version that answered
+    details: str
+
+
+@dataclass
+class BusyClient:
+    """`senders` threads sending ModelInfer back to back on ONE channel, recording every outcome and every
+    connectivity change of the channel (READY -> IDLE is the GOAWAY arriving)."""
+
+    target: str
+    senders: int = 4
+    outcomes: list[Outcome] = field(default_factory=list)
+    states: list[tuple[float, grpc.ChannelConnectivity]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Its own subchannel pool: one connection that no other channel of this process shares.
+        self.channel = grpc.insecure_channel(self.target, options=[("grpc.use_local_subchannel_pool", 1)])
+        self.channel.subscribe(lambda state: self.states.append((time.monotonic(), state)), try_to_connect=True)
+        images = np.random.default_rng(0).standard_normal((8, 3, 32, 32), dtype=np.float32)
+        self.request = encode_request("conv", [Tensor("image", Datatype.FP32, images)])
+        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._send) for _ in range(self.senders)]
+
+    def _send(self) -> None:
+        while not self.stop.is_set():
+            sent = time.monotonic()
+            try:
+                reply = self.stub.ModelInfer(self.request, timeout=30)
+                self.outcomes.append(Outcome(sent, time.monotonic(), "OK", reply.model_version, ""))
+            except grpc.RpcError as exc:
+                self.outcomes.append(Outcome(sent, time.monotonic(), exc.code().name, "", exc.details() or ""))
+
+    def __enter__(self) -> BusyClient:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+        self.channel.close()
+
+    def left_ready(self, after: float) -> float | None:
+        """When the channel first left READY after `after` (the GOAWAY), or None."""
+        return next((t for t, s in list(self.states) if t >= after and s != grpc.ChannelConnectivity.READY), None)
+
+    def summary(self, signalled: float) -> str:
+        left = self.left_ready(signalled)
+        told = float("inf") if left is None else left
+        after = [o for o in self.outcomes if o.done >= signalled]
+        on_connection = Counter(o.code for o in after if o.sent < told)
+        reconnected = Counter(o.code for o in after if o.sent >= told)
+        failed = [o for o in after if o.code != "OK"]
+        span = (failed[-1].done - failed[0].done) if failed else 0.0
+        return (
+            f"after SIGTERM, sent on the old connection: {dict(on_connection)}, sent after it was closed: "
+            f"{dict(reconnected)}; failures span {span:.2f} s; channel left READY after "
+            f"{'never' if left is None else f'{left - signalled:.2f} s'}; "
+            f"first failures: {[(o.code, o.details[:80]) for o in failed[:3]]}"
+        )
+
+
+class ServiceProxy:
+    """A ClusterIP as kube-proxy makes it: each new TCP connection goes to the first ready endpoint and stays
+    there; an endpoint removed (the pod terminating) gets no new connection, its open ones are left alone."""
+
+    def __init__(self, endpoints: list[int]) -> None:
+        self.endpoints = list(endpoints)
+        self.connections: Counter[int] = Counter()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            port = self.endpoints[0]
+            self.connections[port] += 1
+            upstream = socket.create_connection(("127.0.0.1", port))
+            self._sockets += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(src, dst), daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self._sockets:
+            sock.close()
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+def test_sigterm_tells_a_busy_client_on_one_connection_to_go_at_once_and_finishes_its_calls(
+    runtime_factory, model_dirs
+) -> None:
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", "1", "--max-batch-size", "8",
+                              "--grace-period-s", str(GRACE_S))  # fmt: skip
+    runtime.wait_serving()
+    with BusyClient(runtime.target) as client:
+        time.sleep(1.0)
+        assert client.outcomes and all(o.code == "OK" for o in client.outcomes), client.summary(0)
+        signalled = time.monotonic()
+        runtime.proc.send_signal(15)
+        deadline = signalled + GRACE_S + 5
+        while client.left_ready(signalled) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # the senders' next calls, after the GOAWAY
+    code = runtime.proc.wait(timeout=GRACE_S + 5)
+    exited = time.monotonic()
+    report = client.summary(signalled)
+    left = client.left_ready(signalled)
+    assert left is not None and left - signalled < TOLD_TO_GO_S, f"GOAWAY within {TOLD_TO_GO_S} s: {report}"
+    in_flight = [o for o in client.outcomes if o.sent < signalled < o.done]
+    assert in_flight, report
+    assert all(o.code == "OK" for o in in_flight), f"calls in flight at SIGTERM finish OK: {report}"
+    on_old_connection = [o for o in client.outcomes if o.sent < left and o.code != "OK"]
+    assert len(on_old_connection) <= HANDFUL, f"at most {HANDFUL} lost on the connection: {report}"
+    # Once told to go, the client's calls go to a new connection: this pod no longer listens, so they fail fast
+    # (a Service would send the connection to another pod: the next test).
+    after = [o for o in client.outcomes if o.sent > left]
+    assert after, report
+    assert all(o.code == "UNAVAILABLE" and o.done - o.sent < 2 for o in after if o.code != "OK"), report
+    assert code == 0
+    assert exited - signalled < GRACE_S, f"exited within the grace period: {report}"
+    print(f"\none connection, one runtime: {report}; exited {exited - signalled:.2f} s after SIGTERM")
+
+
+def test_a_busy_client_behind_a_service_moves_to_the_other_pod_and_loses_nothing(runtime_factory, model_dirs) -> None:
+    args = ("--workers", "1", "--max-batch-size", "8", "--grace-period-s", str(GRACE_S))
+    leaving = runtime_factory(model_dirs["conv"], "conv", *args, "--model-version", "1")
+    staying = runtime_factory(model_dirs["conv"], "conv", *args, "--model-version", "2")
+    leaving.wait_serving()
+    staying.wait_serving()
+    proxy = ServiceProxy([leaving.grpc_port])
+    try:
+        with BusyClient(proxy.target) as client:
+            time.sleep(1.0)
+            assert {o.version for o in client.outcomes} == {"1"}, client.summary(0)
+            # The pod terminates: the EndpointSlice drops it (kube-proxy sends new connections to the other pod)
+            # while its preStop sleep runs; then SIGTERM.
+            proxy.endpoints = [staying.grpc_port]
+            time.sleep(0.5)
+            signalled = time.monotonic()
+            leaving.proc.send_signal(15)
+            assert leaving.proc.wait(timeout=GRACE_S + 5) == 0
+            exited = time.monotonic()
+            time.sleep(1.0)
+        report = client.summary(signalled)
+        assert all(o.code == "OK" for o in client.outcomes), f"no request lost: {report}"
+        moved = [o for o in client.outcomes if o.version == "2"]
+        assert moved, f"the client moved to the staying pod: {report}"
+        assert client.outcomes[-1].version == "2"
+        left = client.left_ready(signalled)
+        assert left is not None and left - signalled < TOLD_TO_GO_S, report
+        assert exited - signalled < GRACE_S, report
+        assert proxy.connections[staying.grpc_port] >= 1
+        print(f"\nbehind a Service: {report}; {len(moved)} answered by the staying pod; "
+              f"the leaving pod exited {exited - signalled:.2f} s after SIGTERM")  # fmt: skip
+    finally:
+        proxy.close()
+    assert staying.terminate() == 0
