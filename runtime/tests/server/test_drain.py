@@ -4,10 +4,13 @@ loses no request at all."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -96,11 +99,13 @@ class BusyClient:
 
 class ServiceProxy:
     """A ClusterIP as kube-proxy makes it: each new TCP connection goes to the first ready endpoint and stays
-    there; an endpoint removed (the pod terminating) gets no new connection, its open ones are left alone."""
+    there; an endpoint removed (the pod terminating) gets no new connection, its open ones are left alone. It also
+    reads the HTTP/2 frames the pods send, to see each GOAWAY on the wire: (time, endpoint, last stream id)."""
 
     def __init__(self, endpoints: list[int]) -> None:
         self.endpoints = list(endpoints)
         self.connections: Counter[int] = Counter()
+        self.goaways: list[tuple[float, int, int]] = []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
@@ -120,8 +125,13 @@ class ServiceProxy:
             self.connections[port] += 1
             upstream = socket.create_connection(("127.0.0.1", port))
             self._sockets += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(src, dst), daemon=True).start()
+            frames = _Http2Frames(lambda kind, payload, port=port: self._frame(port, kind, payload))
+            threading.Thread(target=_pump, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=_pump, args=(upstream, client, frames), daemon=True).start()
+
+    def _frame(self, port: int, kind: int, payload: bytes) -> None:
+        if kind == GOAWAY:
+            self.goaways.append((time.monotonic(), port, int.from_bytes(payload[:4]) & 0x7FFFFFFF))
 
     def close(self) -> None:
         self.listener.close()
@@ -129,9 +139,31 @@ class ServiceProxy:
             sock.close()
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
+GOAWAY = 0x7  # the HTTP/2 frame type
+
+
+@dataclass
+class _Http2Frames:
+    """Splits a server's HTTP/2 byte stream (no preface on that side) into frames: 9-byte header, then payload."""
+
+    seen: Callable[[int, bytes], None]
+    buffer: bytes = b""
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= 9:
+            length = int.from_bytes(self.buffer[:3])
+            if len(self.buffer) < 9 + length:
+                return
+            self.seen(self.buffer[3], self.buffer[9 : 9 + length])
+            self.buffer = self.buffer[9 + length :]
+
+
+def _pump(src: socket.socket, dst: socket.socket, frames: _Http2Frames | None) -> None:
     try:
         while data := src.recv(65536):
+            if frames is not None:
+                frames.feed(data)
             dst.sendall(data)
         dst.shutdown(socket.SHUT_WR)
     except OSError:
@@ -146,7 +178,8 @@ def test_sigterm_tells_a_busy_client_on_one_connection_to_go_at_once_and_finishe
     runtime.wait_serving()
     with BusyClient(runtime.target) as client:
         time.sleep(1.0)
-        assert client.outcomes and all(o.code == "OK" for o in client.outcomes), client.summary(0)
+        assert client.outcomes
+        assert all(o.code == "OK" for o in client.outcomes), client.summary(0)
         signalled = time.monotonic()
         runtime.proc.send_signal(15)
         deadline = signalled + GRACE_S + 5
@@ -157,7 +190,8 @@ def test_sigterm_tells_a_busy_client_on_one_connection_to_go_at_once_and_finishe
     exited = time.monotonic()
     report = client.summary(signalled)
     left = client.left_ready(signalled)
-    assert left is not None and left - signalled < TOLD_TO_GO_S, f"GOAWAY within {TOLD_TO_GO_S} s: {report}"
+    assert left is not None, f"GOAWAY within {TOLD_TO_GO_S} s: {report}"
+    assert left - signalled < TOLD_TO_GO_S, f"GOAWAY within {TOLD_TO_GO_S} s: {report}"
     in_flight = [o for o in client.outcomes if o.sent < signalled < o.done]
     assert in_flight, report
     assert all(o.code == "OK" for o in in_flight), f"calls in flight at SIGTERM finish OK: {report}"
@@ -199,11 +233,69 @@ def test_a_busy_client_behind_a_service_moves_to_the_other_pod_and_loses_nothing
         assert moved, f"the client moved to the staying pod: {report}"
         assert client.outcomes[-1].version == "2"
         left = client.left_ready(signalled)
-        assert left is not None and left - signalled < TOLD_TO_GO_S, report
+        assert left is not None, report
+        assert left - signalled < TOLD_TO_GO_S, report
         assert exited - signalled < GRACE_S, report
         assert proxy.connections[staying.grpc_port] >= 1
+        # On the wire: gRPC's graceful GOAWAY (last stream id 2^31-1: "stop opening streams"), then the final
+        # one naming the last stream it will answer, both at SIGTERM rather than when the process exits.
+        goaways = [(t - signalled, last) for t, port, last in proxy.goaways if port == leaving.grpc_port]
+        assert goaways, report
+        assert goaways[0][0] < TOLD_TO_GO_S, goaways
+        assert goaways[-1][0] < exited - signalled, goaways
         print(f"\nbehind a Service: {report}; {len(moved)} answered by the staying pod; "
+              f"GOAWAY frames (s after SIGTERM, last stream id): {[(round(t, 3), n) for t, n in goaways]}; "
               f"the leaving pod exited {exited - signalled:.2f} s after SIGTERM")  # fmt: skip
     finally:
         proxy.close()
     assert staying.terminate() == 0
+
+
+def _refused(port: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except ConnectionRefusedError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_sigterm_answers_a_rest_request_in_flight_with_connection_close_and_closes_idle_keep_alives(
+    runtime_factory, model_dirs
+) -> None:
+    runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", "1", "--http-port", "0",
+                              "--grace-period-s", str(GRACE_S))  # fmt: skip
+    runtime.wait_serving()
+    body = json.dumps(
+        {"inputs": [{"name": "image", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": [0.5] * 3072}]}
+    ).encode()
+    path = "/v2/models/conv/infer"
+    idle = http.client.HTTPConnection("127.0.0.1", runtime.http_port, timeout=10)
+    idle.request("POST", path, body, {"Content-Type": "application/json"})
+    before = idle.getresponse()
+    before.read()
+    assert before.status == 200
+    assert before.getheader("Connection") != "close", "keep-alive while serving"
+    assert idle.sock is not None
+    busy = socket.create_connection(("127.0.0.1", runtime.http_port), timeout=10)
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    busy.sendall(head.encode() + body[:100])
+    time.sleep(0.3)  # the request is in its handler, reading its body
+    runtime.proc.send_signal(15)
+    signalled = time.monotonic()
+    idle.sock.settimeout(5)
+    assert idle.sock.recv(1) == b"", "an idle keep-alive connection is closed at SIGTERM"
+    assert time.monotonic() - signalled < TOLD_TO_GO_S
+    assert _refused(runtime.http_port, TOLD_TO_GO_S), "new connections go elsewhere once it stopped listening"
+    busy.sendall(body[100:])
+    answer = http.client.HTTPResponse(busy)
+    answer.begin()
+    answered = json.loads(answer.read())
+    assert answer.status == 200, answered
+    assert answered["outputs"][0]["shape"] == [1, 10]
+    assert answer.getheader("Connection") == "close", "the request in flight is answered, and told not to come back"
+    assert busy.recv(1) == b"", "then its connection is closed"
+    assert runtime.proc.wait(timeout=GRACE_S + 5) == 0
+    assert time.monotonic() - signalled < GRACE_S
