@@ -21,6 +21,7 @@ ALL_RULE_RESOURCES = {
     "persistentvolumeclaims",
     "secrets",
     "networkpolicies",
+    "poddisruptionbudgets",
     "certificates",
     "grpcroutes",
     "backendtlspolicies",
