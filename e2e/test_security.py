@@ -435,6 +435,7 @@ NEGATIVE_CONTROLS = {
     ("deployments", "patch"): "deployments",
     ("services", "patch"): "services",
     ("networkpolicies", "list"): "networkpolicies",
+    ("poddisruptionbudgets", "list"): "poddisruptionbudgets",
     ("pods", "watch"): "pods",
 }
 
