@@ -15,9 +15,10 @@ from e2e.faults import AuditLog, Request, count_by_verb_and_resource
 from e2e.harness import OperatorProcess, load_example, running_operator, wait_model_ready
 
 # A reconcile at most: GET the model (none when the watch delivered it), GET its claim (none when found in the last
-# 30 s), LIST its Deployments, Services and NetworkPolicies, 4 server-side applies (none for a child unchanged
-# since the operator's last apply; their answers carry the Deployment's status: no second list), LIST its Pods: 10.
-REQUESTS_PER_RECONCILE = 10
+# 30 s), LIST its Deployments, Services, NetworkPolicies and PodDisruptionBudgets, 5 server-side applies (none for a
+# child unchanged since the operator's last apply; their answers carry the Deployment's status: no second list),
+# LIST its Pods: 12.
+REQUESTS_PER_RECONCILE = 12
 # Where the Gateway API is served (other tests of the session may have installed its CRDs), a reconcile also lists
 # the model's GRPCRoutes (a route left from Gateway mode is pruned), and where BackendTLSPolicy is served too, its
 # BackendTLSPolicies and CA ConfigMaps: by CRD, the lists it adds.
@@ -25,9 +26,9 @@ GATEWAY_LISTS = {
     "grpcroutes.gateway.networking.k8s.io": ("grpcroutes",),
     "backendtlspolicies.gateway.networking.k8s.io": ("backendtlspolicies", "configmaps"),
 }
-# Besides reconciles: the ownership lookups of a new model's 4 names (once), a status patch per change, an Event
+# Besides reconciles: the ownership lookups of a new model's 5 names (once), a status patch per change, an Event
 # per transition, and the FailedScheduling list while a pod is Pending.
-ONCE_PER_MODEL = 4
+ONCE_PER_MODEL = 5
 RECONCILES_UNTIL_READY = 4  # measured 2: the create, then the pod's readiness (its events coalesced)
 IDLE_S = 20
 
@@ -71,6 +72,7 @@ def test_one_model_costs_a_bounded_number_of_requests_and_an_idle_operator_none(
         ("patch", "deployments"),
         ("patch", "services"),
         ("patch", "networkpolicies"),
+        ("patch", "poddisruptionbudgets"),
         ("patch", "inferencemodels/status"),
         ("create", "events"),
     }, writes

@@ -437,6 +437,7 @@ NEGATIVE_CONTROLS = {
     ("deployments", "patch"): "deployments",
     ("services", "patch"): "services",
     ("networkpolicies", "list"): "networkpolicies",
+    ("poddisruptionbudgets", "list"): "poddisruptionbudgets",
     ("pods", "watch"): "pods",
 }
 

@@ -22,6 +22,7 @@ ALL_RULE_RESOURCES = {
     "persistentvolumeclaims",
     "secrets",
     "networkpolicies",
+    "poddisruptionbudgets",
     "certificates",
     "grpcroutes",
     "backendtlspolicies",

@@ -253,10 +253,10 @@ async def test_whether_a_crd_is_served_is_read_once_per_cache_period(monkeypatch
     assert reads == [name, name]
 
 
-async def test_backend_tls_children_are_listed_read_and_deleted_by_their_own_paths() -> None:
+async def test_backend_tls_children_and_disruption_budgets_are_listed_read_and_deleted_by_their_own_paths() -> None:
     """Against a small HTTP server: with backend TLS, the model's ConfigMaps and BackendTLSPolicies are listed
-    (label-selected) with the GRPCRoute, whose status.parents come back as its RouteState; a lookup and a delete
-    go to each kind's own path."""
+    (label-selected) with the GRPCRoute, whose status.parents come back as its RouteState, and its
+    PodDisruptionBudgets always; a lookup and a delete go to each kind's own path."""
     uid = "uid-1"
     owner = [{"apiVersion": "skiff.dev/v1alpha1", "kind": "InferenceModel", "name": "demo", "uid": uid,
               "controller": True}]  # fmt: skip
@@ -275,6 +275,7 @@ async def test_backend_tls_children_are_listed_read_and_deleted_by_their_own_pat
         "/api/v1/namespaces/ml/configmaps": [item("demo-backend-ca", data={"ca.crt": "x"})],
         "/apis/gateway.networking.k8s.io/v1/namespaces/ml/grpcroutes": [route],
         "/apis/gateway.networking.k8s.io/v1/namespaces/ml/backendtlspolicies": [item("demo-v1")],
+        "/apis/policy/v1/namespaces/ml/poddisruptionbudgets": [item("demo-v1", status={"disruptionsAllowed": 1})],
     }
     requests: list[tuple[str, str, str]] = []
 
@@ -300,25 +301,29 @@ async def test_backend_tls_children_are_listed_read_and_deleted_by_their_own_pat
     async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
         kube = Kube(api)
         owned = {(c.kind, c.name): c for c in await kube.list_owned(model, routes=True, backend_tls=True)}
-        assert set(owned) == {("ConfigMap", "demo-backend-ca"), ("GRPCRoute", "demo"), ("BackendTLSPolicy", "demo-v1")}
+        assert set(owned) == {("ConfigMap", "demo-backend-ca"), ("GRPCRoute", "demo"), ("BackendTLSPolicy", "demo-v1"),
+                              ("PodDisruptionBudget", "demo-v1")}  # fmt: skip
         state = owned[("GRPCRoute", "demo")].route
         assert state is not None
         (parent,) = state.parents
         assert parent.gateway == "ml/public"
         assert parent.accepted is not None
         assert parent.accepted.reason == "NoMatchingParent"
-        assert await kube.find_occupants("ml", uid, [("BackendTLSPolicy", "other"), ("ConfigMap", "other")]) == ()
+        wanted = [("BackendTLSPolicy", "other"), ("ConfigMap", "other"), ("PodDisruptionBudget", "other")]
+        assert await kube.find_occupants("ml", uid, wanted) == ()
         for child in owned.values():
             await kube.delete_child("ml", child)
     await runner.cleanup()
     assert all(selector == "skiff.dev/model=demo" for method, path, selector in requests if path in lists)
     assert ("GET", "/apis/gateway.networking.k8s.io/v1/namespaces/ml/backendtlspolicies/other", "") in requests
     assert ("GET", "/api/v1/namespaces/ml/configmaps/other", "") in requests
+    assert ("GET", "/apis/policy/v1/namespaces/ml/poddisruptionbudgets/other", "") in requests
     deleted = {path for method, path, _ in requests if method == "DELETE"}
     assert deleted == {
         "/api/v1/namespaces/ml/configmaps/demo-backend-ca",
         "/apis/gateway.networking.k8s.io/v1/namespaces/ml/grpcroutes/demo",
         "/apis/gateway.networking.k8s.io/v1/namespaces/ml/backendtlspolicies/demo-v1",
+        "/apis/policy/v1/namespaces/ml/poddisruptionbudgets/demo-v1",
     }
 
 
@@ -334,6 +339,19 @@ def test_a_deployment_counts_as_unchanged_through_status_updates_but_not_through
     assert fingerprint(_deployment(3, {"skiff.dev/model": "m", "other": "x"}, rv="99"), manifest) == applied
     assert fingerprint(_deployment(4, {"skiff.dev/model": "m"}), manifest) != applied  # kubectl scale / edit
     assert fingerprint(_deployment(3, {"skiff.dev/model": "changed"}), manifest) != applied  # a label edit
+
+
+def test_a_disruption_budget_counts_as_unchanged_through_status_updates_but_not_through_spec_edits() -> None:
+    manifest = {"kind": "PodDisruptionBudget", "metadata": {"name": "b", "labels": {"skiff.dev/model": "m"}}}
+
+    def stored(generation: int, rv: str) -> dict[str, object]:
+        metadata = {"name": "b", "uid": "u1", "generation": generation, "labels": {"skiff.dev/model": "m"},
+                    "resourceVersion": rv}  # fmt: skip
+        return {"kind": "PodDisruptionBudget", "metadata": metadata, "status": {"currentHealthy": 2}}
+
+    applied = fingerprint(stored(1, "7"), manifest)
+    assert fingerprint(stored(1, "8"), manifest) == applied  # a pod turned ready: the status moved
+    assert fingerprint(stored(2, "9"), manifest) != applied  # someone edited maxUnavailable
 
 
 def test_other_kinds_count_as_unchanged_only_at_the_same_resource_version() -> None:

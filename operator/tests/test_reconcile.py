@@ -66,10 +66,11 @@ class FakeCluster:
     async def list_owned(
         self, model: InferenceModel, *, routes: bool, backend_tls: bool = False
     ) -> tuple[OwnedChild, ...]:
-        """What exists and the model controls: Deployments, Services, NetworkPolicies (and GRPCRoutes, and
-        BackendTLSPolicies and ConfigMaps)."""
+        """What exists and the model controls: Deployments, Services, NetworkPolicies, PodDisruptionBudgets (and
+        GRPCRoutes, and BackendTLSPolicies and ConfigMaps)."""
         owned = []
-        listed = {"Deployment", "Service", "NetworkPolicy"} | ({GRPC_ROUTE_KIND} if routes else set())
+        listed = {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget"}
+        listed |= {GRPC_ROUTE_KIND} if routes else set()
         listed |= {"BackendTLSPolicy", "ConfigMap"} if backend_tls else set()
         for (kind, name), manifest in sorted(self.objects.items()):
             if kind not in listed:
@@ -316,6 +317,23 @@ async def test_network_policy_turned_off_is_deleted(make_body: Body) -> None:
     outcome = await reconcile(make_body(networkPolicy={"enabled": False}), cluster, NOW)
     assert "NetworkPolicy/demo" not in outcome.applied
     assert cluster.deleted == [("NetworkPolicy", "demo")]
+
+
+async def test_a_disruption_budget_follows_the_replicas_of_its_version(make_body: Body) -> None:
+    cluster = FakeCluster()
+
+    def body(replicas: int) -> dict[str, Any]:
+        return make_body(versions=[{"name": "v1", "modelUri": "pvc://models/demo/v1", "replicas": replicas}])
+
+    outcome = await reconcile(body(3), cluster, NOW)
+    assert "PodDisruptionBudget/demo-v1" in outcome.applied
+    assert cluster.objects[("PodDisruptionBudget", "demo-v1")]["spec"]["maxUnavailable"] == 1
+    outcome = await reconcile(body(1), cluster, NOW)  # one replica: a budget could keep nothing serving
+    assert "PodDisruptionBudget/demo-v1" not in outcome.applied
+    assert cluster.deleted == [("PodDisruptionBudget", "demo-v1")]
+    assert ("Deployment", "demo-v1") in cluster.objects
+    await reconcile(body(2), cluster, NOW)
+    assert ("PodDisruptionBudget", "demo-v1") in cluster.objects
 
 
 async def test_a_grpc_route_someone_else_made_is_never_taken_over(make_body: Body) -> None:

@@ -211,6 +211,24 @@ def test_prune_removes_children_of_drained_versions_and_unused_routes_only() -> 
     assert prune(owned, rendered | {("GRPCRoute", "m")}, {"v1"}, {"old", "v0"}) == []
 
 
+def test_a_disruption_budget_goes_when_its_version_in_the_spec_no_longer_renders_it_or_with_its_drained_version() -> (
+    None
+):
+    owned = [
+        OwnedChild("Deployment", "m-v1", "v1"),
+        OwnedChild("PodDisruptionBudget", "m-v1", "v1"),
+        OwnedChild("Deployment", "m-old", "old"),
+        OwnedChild("PodDisruptionBudget", "m-old", "old"),
+    ]
+    rendered = {("Deployment", "m-v1"), ("PodDisruptionBudget", "m-v1")}
+    assert prune(owned, rendered, in_spec={"v1"}, keep_versions={"old"}) == []  # "old" drains, guarded still
+    doomed = prune(owned, rendered, in_spec={"v1"}, keep_versions=set())
+    assert [(c.kind, c.name) for c in doomed] == [("Deployment", "m-old"), ("PodDisruptionBudget", "m-old")]
+    # v1 went down to one replica: its budget is no longer rendered, its Deployment is.
+    doomed = prune(owned, {("Deployment", "m-v1")}, in_spec={"v1"}, keep_versions={"old"})
+    assert [(c.kind, c.name) for c in doomed] == [("PodDisruptionBudget", "m-v1")]
+
+
 # -- whole lifecycles through reconcile --------------------------------------------------------------------------
 
 
@@ -276,8 +294,11 @@ async def test_canary_lifecycle_in_gateway_mode(make_body: Body) -> None:
     assert ("Deployment", "fraud-v1") in cluster.objects
     assert _traffic(wire(outcome.status))["v1"] == (0, 0, "Removed")
     assert condition(wire(outcome.status), "Progressing")[1] == "Draining"
+    assert ("PodDisruptionBudget", "fraud-v1") in cluster.objects  # guards v1's pods while they drain
     outcome = await _step(body, cluster)
-    assert set(cluster.deleted) == {("Deployment", "fraud-v1"), ("Service", "fraud-v1")}
+    assert set(cluster.deleted) == {
+        ("Deployment", "fraud-v1"), ("Service", "fraud-v1"), ("PodDisruptionBudget", "fraud-v1")
+    }  # fmt: skip
     assert _route_weights(cluster) == {"fraud-v2": 100}
     assert "v1" not in _traffic(wire(outcome.status))
     assert [e.reason for e in outcome.events] == ["VersionDeleted"]

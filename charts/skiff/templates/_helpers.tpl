@@ -127,6 +127,10 @@ are exactly what it calls; e2e/test_install.py runs the operator with only these
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, list, create, patch, delete]
+# A PodDisruptionBudget per version of more than one replica: listed with the children, deleted with the version.
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, create, patch, delete]
 # Per-request traffic splits between versions; with TLS, how the gateway verifies the pods (a BackendTLSPolicy per
 # version Service, and a ConfigMap with only the CA certificate it references).
 - apiGroups: [gateway.networking.k8s.io]

@@ -33,6 +33,7 @@ from skiff_operator.prometheus import (
 )
 from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_API_VERSION, BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND
 from skiff_operator.render.contract import CONTAINER_NAME, METRICS_PORT
+from skiff_operator.render.disruption_budget import DISRUPTION_BUDGET_API_VERSION, DISRUPTION_BUDGET_KIND
 from skiff_operator.render.network_policy import NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND
 from skiff_operator.render.route import GRPC_ROUTE_API_VERSION
 from skiff_operator.render.service import HEADLESS
@@ -85,18 +86,20 @@ _PLURALS = {
     ("v1", "Secret"): "secrets",
     ("v1", CONFIG_MAP_KIND): "configmaps",
     (NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND): "networkpolicies",
+    (DISRUPTION_BUDGET_API_VERSION, DISRUPTION_BUDGET_KIND): "poddisruptionbudgets",
     ("cert-manager.io/v1", "Certificate"): "certificates",
     (GRPC_ROUTE_API_VERSION, GRPC_ROUTE_KIND): "grpcroutes",
     (BACKEND_TLS_POLICY_API_VERSION, BACKEND_TLS_POLICY_KIND): "backendtlspolicies",
 }
 # The kinds of a model's children (listed, looked up and pruned by kind): kind -> apiVersion.
-_CHILD_API_VERSIONS = {
-    kind: api_version
-    for (api_version, kind) in _PLURALS
-    if kind in ("Deployment", "Service", CONFIG_MAP_KIND, NETWORK_POLICY_KIND, GRPC_ROUTE_KIND, BACKEND_TLS_POLICY_KIND)
-}
+_CHILD_KINDS = frozenset(
+    {"Deployment", "Service", CONFIG_MAP_KIND, NETWORK_POLICY_KIND, DISRUPTION_BUDGET_KIND, GRPC_ROUTE_KIND,
+     BACKEND_TLS_POLICY_KIND}
+)  # fmt: skip
+_CHILD_API_VERSIONS = {kind: api_version for (api_version, kind) in _PLURALS if kind in _CHILD_KINDS}
 # Kinds whose status changes often (and bumps resourceVersion): a spec change shows in metadata.generation instead.
-_GENERATION_KINDS = frozenset({"Deployment"})
+# A PodDisruptionBudget's status follows its pods' readiness.
+_GENERATION_KINDS = frozenset({"Deployment", DISRUPTION_BUDGET_KIND})
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
@@ -285,15 +288,16 @@ class Kube:
     async def list_owned(
         self, model: InferenceModel, *, routes: bool, backend_tls: bool = False
     ) -> tuple[OwnedChild, ...]:
-        """Deployments, Services, NetworkPolicies (GRPCRoutes when `routes`, BackendTLSPolicies and ConfigMaps when
-        `backend_tls`) labelled for the model and controlled by it. Label-selected, so the API server sends only
-        the model's own objects."""
+        """Deployments, Services, NetworkPolicies, PodDisruptionBudgets (GRPCRoutes when `routes`,
+        BackendTLSPolicies and ConfigMaps when `backend_tls`) labelled for the model and controlled by it.
+        Label-selected, so the API server sends only the model's own objects."""
         namespace = model.ref.namespace
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
         kinds = [
             "Deployment",
             "Service",
             NETWORK_POLICY_KIND,
+            DISRUPTION_BUDGET_KIND,
             *([GRPC_ROUTE_KIND] if routes else []),
             *([BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND] if backend_tls else []),
         ]
@@ -726,8 +730,8 @@ def crd_serves_version(crd: Mapping[str, Any], version: str) -> bool:
 
 
 def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
-    """A listed Deployment, Service, GRPCRoute, NetworkPolicy, BackendTLSPolicy or ConfigMap -> what routing and
-    pruning need."""
+    """A listed Deployment, Service, GRPCRoute, NetworkPolicy, PodDisruptionBudget, BackendTLSPolicy or ConfigMap
+    -> what routing and pruning need."""
     metadata = manifest.get("metadata") or {}
     kind = str(manifest.get("kind", ""))
     status = manifest.get("status") or {}

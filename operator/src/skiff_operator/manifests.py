@@ -8,6 +8,7 @@ from typing import Any
 from skiff_operator.plan import Held, Plan
 from skiff_operator.render.backend_tls import render_backend_ca_config_map, render_backend_tls_policies
 from skiff_operator.render.deployment import render_deployment
+from skiff_operator.render.disruption_budget import render_disruption_budget
 from skiff_operator.render.network_policy import render_network_policy
 from skiff_operator.render.route import ParentGateway, render_grpc_route
 from skiff_operator.render.service import render_model_service, render_version_service
@@ -24,7 +25,8 @@ LAST_KINDS = frozenset({GRPC_ROUTE_KIND})
 
 def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
     """The TLS step's Secrets or Certificate (SelfSigned: only those that must change), then per version its
-    Deployment (unless its claim is missing: then whatever runs now stays) and Service, the CA ConfigMap and
+    Deployment (unless its claim is missing: then whatever runs now stays), Service and PodDisruptionBudget (more
+    than one replica), the CA ConfigMap and
     BackendTLSPolicies (Gateway mode with TLS), the model Service, the GRPCRoute (Gateway mode), and the
     NetworkPolicy (unless turned off). A held plan renders the TLS step's objects only."""
     if isinstance(plan, Held):
@@ -36,6 +38,9 @@ def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
         if version.model_uri.claim not in plan.missing_claims:
             manifests.append(render_deployment(running, version))
         manifests.append(render_version_service(running, version, headless=plan.headless_versions))
+        budget = render_disruption_budget(running, version)
+        if budget is not None:
+            manifests.append(budget)
     manifests += render_backend_tls(plan.model, plan.routing)
     manifests += render_routing(running, plan.routing)
     policy = render_network_policy(plan.policy_model)

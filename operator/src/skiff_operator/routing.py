@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from skiff_operator import names
 from skiff_operator.ownership import Occupant
 from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_CRD, BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND
+from skiff_operator.render.disruption_budget import DISRUPTION_BUDGET_KIND
 from skiff_operator.render.network_policy import NETWORK_POLICY_KIND
 from skiff_operator.render.route import GATEWAY_GROUP
 from skiff_operator.render.service import HEADLESS
@@ -31,6 +32,9 @@ GRPC_ROUTE_KIND = "GRPCRoute"
 # Children deleted once no longer rendered (the routing mode changed, TLS or the NetworkPolicy was turned off, a
 # version left the route).
 PRUNED_WHEN_NOT_RENDERED = frozenset({GRPC_ROUTE_KIND, NETWORK_POLICY_KIND, BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND})
+# Per-version children deleted once no longer rendered while their version stays in the spec (a version down to one
+# replica), and with their version's Deployment once it left the spec and drained (the budget guards it meanwhile).
+PRUNED_WITH_THEIR_VERSION = frozenset({DISRUPTION_BUDGET_KIND})
 
 
 class Mode(enum.StrEnum):
@@ -101,8 +105,8 @@ class RouteState:
 
 @dataclass(frozen=True)
 class OwnedChild:
-    """A Deployment, Service, GRPCRoute, NetworkPolicy, BackendTLSPolicy or ConfigMap controlled by the model (as
-    kube.list_owned reads it)."""
+    """A Deployment, Service, GRPCRoute, NetworkPolicy, PodDisruptionBudget, BackendTLSPolicy or ConfigMap
+    controlled by the model (as kube.list_owned reads it)."""
 
     kind: str
     name: str
@@ -350,13 +354,18 @@ def prune(
     keep_versions: Collection[str],
 ) -> list[OwnedChild]:
     """Children to delete now: those of a version no longer in the spec (once drained; `keep_versions` are not
-    yet), and a GRPCRoute or NetworkPolicy that is no longer rendered. Anything rendered stays."""
+    yet), a GRPCRoute or NetworkPolicy that is no longer rendered, and a PodDisruptionBudget no longer rendered for
+    a version still in the spec. Anything rendered stays."""
     doomed = []
     for child in owned:
         if (child.kind, child.name) in rendered:
             continue
         removed_version = child.version is not None and child.version not in in_spec
-        if child.kind in PRUNED_WHEN_NOT_RENDERED or (removed_version and child.version not in keep_versions):
+        if removed_version:
+            gone = child.kind in PRUNED_WHEN_NOT_RENDERED or child.version not in keep_versions
+        else:
+            gone = child.kind in PRUNED_WHEN_NOT_RENDERED | PRUNED_WITH_THEIR_VERSION
+        if gone:
             doomed.append(child)
     return doomed
 

@@ -3,8 +3,10 @@ asyncio server on its own thread and event loop, so request handling never delay
 the metrics port.
 
 Lifecycle: ports open at once with health NOT_SERVING; the workers load and warm the model; health turns
-SERVING. SIGTERM/SIGINT: health NOT_SERVING, new RPCs refused with UNAVAILABLE, accepted ones answered within
-the grace period, exit 0. A model that cannot load exits 1 (Kubernetes restarts the pod and the last log line
+SERVING. SIGTERM/SIGINT (the pod's preStop sleep has run by then, so Services and gateways no longer send
+new connections here): health NOT_SERVING, GOAWAY on every gRPC connection at once and REST keep-alive
+connections closed after their current request, every call already sent answered within the grace period,
+exit 0. A model that cannot load exits 1 (Kubernetes restarts the pod and the last log line
 says why). A worker process that dies is replaced (health is NOT_SERVING while no worker can run a batch); one
 that cannot be replaced exits 1.
 """
@@ -213,21 +215,28 @@ class RuntimeServer:
         self._stopping.set()
 
     async def stop(self) -> None:
-        """Health NOT_SERVING, refuse new RPCs, let in-flight ones finish within the grace period."""
-        log.info("shutting down", extra={"grace_period_s": self.settings.grace_period_s})
+        """The drain: health NOT_SERVING, GOAWAY on every gRPC connection and no REST keep-alive past its
+        current request (both at once), in-flight calls answered within the grace period, then the model stops."""
+        grace = self.settings.grace_period_s
+        log.info("shutting down", extra={"grace_period_s": grace})
         await self.health.shut_down()
         self.metrics.set_ready(False)
-        # Refuse new requests with UNAVAILABLE, answer every accepted one, and stop gRPC only once arrivals
-        # have ceased (see server/rpcs.py): gRPC cancels calls still queued when it stops.
-        self.service.stop()
         loop = asyncio.get_running_loop()
         started = loop.time()
-        if not await self.rpcs.wait_idle(self.settings.grace_period_s):
-            log.warning("grace period over with requests in flight", extra={"in_flight": self.rpcs.in_flight})
+        # gRPC's core stops listening and sends GOAWAY on every connection now: clients open their next calls on
+        # a new connection (another pod, behind a Service) while the calls they already sent here run to the end.
+        # The model keeps serving those: nothing that reaches a handler is refused.
+        drains = [asyncio.create_task(self.grpc_server.stop(grace))]
         if self.rest is not None:
-            await self.rest.stop()  # REST requests in flight finish first (within the grace period)
+            drains.append(asyncio.create_task(self.rest.stop()))
+        # Streams (health Watch) never end by themselves: once the unary calls are answered, cut them.
+        if await self.rpcs.wait_idle(grace):
+            await self.grpc_server.stop(0)
+        else:
+            log.warning("grace period over with requests in flight", extra={"in_flight": self.rpcs.in_flight})
+        await asyncio.gather(*drains)
         log.info("drained", extra={"seconds": round(loop.time() - started, 3)})
-        await self.grpc_server.stop(max(0.5, self.settings.grace_period_s - (loop.time() - started)))
+        self.service.stop()
         self.health.probes.stop()
         await self.service.close()
         log.info("stopped")

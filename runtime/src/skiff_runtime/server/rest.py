@@ -11,6 +11,7 @@ Errors map to HTTP statuses by one table, with Triton's `{"error": "..."}` body.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
@@ -108,6 +109,11 @@ class RestServer:
         self.app.router.add_get("/v2", self.server_metadata)
         self.runner: web.AppRunner | None = None
         self.port = 0
+        self.grace_period_s = 0.0
+        self.draining = False
+        self._busy: set[object] = set()  # the connections (aiohttp protocols) with a request in its handler
+        self._idle = asyncio.Event()  # set while _busy is empty
+        self._idle.set()
 
     def _authorized(self, request: web.Request) -> bool:
         if self.token is None or _route(request) in OPEN_ROUTES:
@@ -123,6 +129,8 @@ class RestServer:
         loop = asyncio.get_running_loop()
         started = loop.time()
         response: web.StreamResponse
+        self._busy.add(request.protocol)
+        self._idle.clear()
         try:
             if not self._authorized(request):
                 response = _error(
@@ -144,6 +152,12 @@ class RestServer:
         except Exception as exc:
             log.exception("unexpected error", extra={"path": request.path[:200]})
             response = _error(500, f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            self._busy.discard(request.protocol)
+            if not self._busy:
+                self._idle.set()
+        if self.draining:
+            response.force_close()  # `Connection: close`: the client sends its next request to another pod
         if self._observe is not None:
             self._observe(_route(request), response.status, loop.time() - started)
         return response
@@ -227,6 +241,7 @@ class RestServer:
 
     async def start(self, host: str, port: int, grace_period_s: float) -> int:
         """Listen on host:port (0 picks a free port); returns the bound port."""
+        self.grace_period_s = grace_period_s
         # Idle keep-alive connections close after the receive timeout (aiohttp's default keeps them an hour).
         self.runner = web.AppRunner(
             self.app, access_log=None, shutdown_timeout=grace_period_s, keepalive_timeout=self.receive_timeout_s
@@ -238,6 +253,18 @@ class RestServer:
         return self.port
 
     async def stop(self) -> None:
-        """Stop listening; requests in flight finish within the grace period given to start()."""
-        if self.runner is not None:
-            await self.runner.cleanup()
+        """The drain: stop listening and close idle keep-alive connections at once; answer every request in flight
+        (its body may still be arriving) with `Connection: close` within the grace period given to start()."""
+        self.draining = True
+        runner = self.runner
+        if runner is None:
+            return
+        for site in runner.sites:
+            await site.stop()
+        # aiohttp's own shutdown drops the bytes of a body still arriving, so only idle connections close now.
+        for connection in runner.server.connections if runner.server is not None else ():
+            if connection not in self._busy:
+                connection.force_close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), self.grace_period_s)
+        await runner.cleanup()  # what is still running at the grace is cancelled

@@ -1,8 +1,8 @@
 """Observes every unary RPC: its status code and time (metrics), and what is in flight (graceful drain).
 
-gRPC cancels calls it has received but not yet handed to a handler when the server stops; so on SIGTERM the
-runtime first refuses new work with UNAVAILABLE, then waits until nothing is in flight and no RPC has arrived
-for a quiet period (bounded by the grace period), and only then stops the gRPC server.
+On SIGTERM the gRPC server stops at once (GOAWAY on every connection) and the unary calls already sent run to
+the end; once nothing is in flight and no call has reached a handler for a quiet period (bounded by the grace
+period) the drain cuts what is left: streams such as health Watch, which never end by themselves.
 """
 
 from __future__ import annotations
