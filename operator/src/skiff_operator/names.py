@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import re
 
 MAX_NAME_LENGTH = 63
-MAX_OBJECT_NAME_LENGTH = 253  # a DNS-1123 subdomain: Secrets, claims, ConfigMaps, most objects
-# Kubernetes' own grammar for object names (DNS-1123 subdomain) and namespaces (DNS-1123 label); `fullmatch`
-# only (Python's `$` also matches before a trailing newline).
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _HASH_LENGTH = 8
 
 MODEL_LABEL = "skiff.dev/model"
@@ -26,21 +20,6 @@ def fit_name(*parts: str) -> str:
     digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LENGTH]
     head = full[: MAX_NAME_LENGTH - _HASH_LENGTH - 1].rstrip("-.")
     return f"{head}-{digest}"
-
-
-def is_object_name(value: object) -> bool:
-    """Whether `value` is a DNS-1123 subdomain of at most 253 characters, the name of a Secret or a claim: no '/',
-    no '..', nothing that could move a request path out of its collection."""
-    return (
-        isinstance(value, str)
-        and len(value) <= MAX_OBJECT_NAME_LENGTH
-        and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
-    )
-
-
-def is_namespace_name(value: object) -> bool:
-    """Whether `value` is a DNS-1123 label of at most 63 characters, the name of a namespace."""
-    return isinstance(value, str) and len(value) <= MAX_NAME_LENGTH and _DNS1123_LABEL.fullmatch(value) is not None
 
 
 def deployment_name(model: str, version: str) -> str:

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from skiff_operator.names import is_namespace_name, is_object_name
-
 GROUP = "skiff.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -55,6 +53,12 @@ GRPC_ERROR_CODES = frozenset(
 )  # fmt: skip
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Kubernetes' own grammar for object names (DNS-1123 subdomain) and namespaces (DNS-1123 label); `fullmatch`
+# only (Python's `$` also matches before a trailing newline).
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_OBJECT_NAME_LENGTH = 253  # a DNS-1123 subdomain: Secrets, claims, ConfigMaps, most objects
+MAX_NAMESPACE_LENGTH = 63
 _PVC_URI = re.compile(r"^pvc://(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<path>(/[^/]+)*)$")
 _RESERVED_SCHEMES = ("s3://", "oci://")
 _DURATION = re.compile(r"^(?:(?P<h>[0-9]+)h)?(?:(?P<m>[0-9]+)m)?(?:(?P<s>[0-9]+)s)?$")
@@ -364,6 +368,21 @@ class InferenceModel:
     spec: ModelSpec
 
 
+def is_object_name(value: object) -> bool:
+    """Whether `value` is a DNS-1123 subdomain of at most 253 characters, the name of a Secret or a claim: no '/',
+    no '..', nothing that could move a request path out of its collection."""
+    return (
+        isinstance(value, str)
+        and len(value) <= MAX_OBJECT_NAME_LENGTH
+        and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
+    )
+
+
+def is_namespace_name(value: object) -> bool:
+    """Whether `value` is a DNS-1123 label of at most 63 characters, the name of a namespace."""
+    return isinstance(value, str) and len(value) <= MAX_NAMESPACE_LENGTH and _DNS1123_LABEL.fullmatch(value) is not None
+
+
 def parse_inference_model(body: Mapping[str, Any]) -> InferenceModel:
     """Turns a CR body into an InferenceModel, applying the CRD's defaults; raises SpecError if it cannot."""
     metadata = _mapping(body.get("metadata"), "metadata")
@@ -559,7 +578,8 @@ def _max_message_mb(value: Any) -> int:
 def _parse_scheduling(raw: Mapping[str, Any]) -> Scheduling:
     affinity = raw.get("affinity")
     runtime_class, priority_class = (
-        _optional_object_name(raw.get(key), f"spec.scheduling.{key}") for key in ("runtimeClassName", "priorityClassName")
+        _optional_object_name(raw.get(key), f"spec.scheduling.{key}")
+        for key in ("runtimeClassName", "priorityClassName")
     )
     return Scheduling(
         node_selector=_string_map(raw.get("nodeSelector", {}), "spec.scheduling.nodeSelector"),

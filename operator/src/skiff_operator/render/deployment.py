@@ -256,8 +256,6 @@ def render_trt_cache_volumes(version: Version, options: TensorRTOptions | None) 
     return [{"name": contract.TRT_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": tensorrt.cache_claim}}]
 
 
-
-
 def worker_count(version: Version, cpu_threads: int | None) -> int:
     """Runtime worker processes (one predictor each): one per GPU of the pod; on CPU, the requested cores divided
     by the threads each predictor uses. Set explicitly: in a pod without a CPU limit the runtime would see every
