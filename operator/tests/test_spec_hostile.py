@@ -85,6 +85,12 @@ def test_a_namespace_field_takes_a_dns_label_only(make_body: Body, where: str, s
             parse_inference_model(make_body(**spec(bad)))
 
 
+def test_the_token_key_is_a_secret_key(make_body: Body) -> None:
+    parse_inference_model(make_body(auth={"tokenSecretName": "t", "tokenKey": "tokens.txt"}))
+    with pytest.raises(SpecError, match="must be a Secret key"):
+        parse_inference_model(make_body(auth={"tokenSecretName": "t", "tokenKey": "a/b"}))
+
+
 def test_the_claim_of_a_model_uri_is_a_dns_name(make_body: Body) -> None:
     parse_inference_model(make_body(versions=[{"name": "v1", "modelUri": "pvc://my.claim/a"}]))
     for uri in ("pvc://a..b/x", f"pvc://{'a' * 254}/x"):

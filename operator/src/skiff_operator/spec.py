@@ -57,6 +57,7 @@ _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # only (Python's `$` also matches before a trailing newline).
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 MAX_OBJECT_NAME_LENGTH = 253  # a DNS-1123 subdomain: Secrets, claims, ConfigMaps, most objects
 MAX_NAMESPACE_LENGTH = 63
 _PVC_URI = re.compile(r"^pvc://(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<path>(/[^/]+)*)$")
@@ -734,7 +735,7 @@ def _parse_auth(raw: Any) -> AuthSpec | None:
     auth = _mapping(raw, "spec.auth")
     return AuthSpec(
         token_secret_name=_object_name(auth.get("tokenSecretName"), "spec.auth.tokenSecretName"),
-        token_key=_string(auth.get("tokenKey", DEFAULT_TOKEN_KEY), "spec.auth.tokenKey"),
+        token_key=_secret_key(auth.get("tokenKey", DEFAULT_TOKEN_KEY), "spec.auth.tokenKey"),
     )
 
 
@@ -861,6 +862,14 @@ def _object_name(value: Any, where: str) -> str:
     if not is_object_name(name):
         raise SpecError("InvalidSpec", f"{where} {_shown(name)} must be the name of an object, {_DNS_RULE}")
     return name
+
+
+def _secret_key(value: Any, where: str) -> str:
+    """A key of a Secret's data, as the CRD's pattern has it."""
+    key = _string(value, where)
+    if len(key) > MAX_OBJECT_NAME_LENGTH or not _SECRET_KEY.fullmatch(key):
+        raise SpecError("InvalidSpec", f"{where} {_shown(key)} must be a Secret key (letters, digits, '-', '_', '.')")
+    return key
 
 
 def _optional_object_name(value: Any, where: str) -> str | None:
