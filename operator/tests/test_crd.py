@@ -269,3 +269,138 @@ def test_name_limits_keep_derived_names_within_63() -> None:
     assert schema_errors(body) == []
     body["metadata"]["name"] = "a" * 43
     assert cel_failures(crd_schema(), body) != []
+
+
+# --- the shape a tenant can give a body ---------------------------------------------------------------------
+
+
+def value_depth(schema: dict[str, Any]) -> int:
+    """How many objects and lists deep a value this schema accepts can be (unbounded schemas have no answer)."""
+    assert not schema.get("x-kubernetes-preserve-unknown-fields"), "an unbounded schema"
+    children = [*schema.get("properties", {}).values()]
+    if "items" in schema:
+        children.append(schema["items"])
+    if isinstance(schema.get("additionalProperties"), dict):
+        children.append(schema["additionalProperties"])
+    inner = max((value_depth(child) for child in children), default=0)
+    return inner + 1 if schema.get("type") in {"object", "array"} else inner
+
+
+def test_no_field_under_spec_preserves_unknown_fields() -> None:
+    """An unknown field is refused (strict field validation) or pruned, never stored: no shape the operator
+    has not read (a 1,500-deep document stopped every reconcile) reaches its watch."""
+    spec = crd_schema()["properties"]["spec"]
+    assert [path for path, sub in walk(spec, "spec") if "x-kubernetes-preserve-unknown-fields" in sub] == []
+    assert value_depth(spec) <= 12  # spec > scheduling > affinity: the deepest path is the Pod API's own
+
+
+def test_affinity_is_as_deep_as_the_pod_api_and_the_parser_allows() -> None:
+    affinity = crd_schema()["properties"]["spec"]["properties"]["scheduling"]["properties"]["affinity"]
+    assert value_depth(affinity) == spec_module.MAX_AFFINITY_DEPTH
+    assert set(affinity["properties"]) == {"nodeAffinity", "podAffinity", "podAntiAffinity"}
+
+
+def test_maps_and_quantities_a_tenant_writes_are_bounded() -> None:
+    spec = crd_schema()["properties"]["spec"]
+    for path, sub in walk(spec, "spec"):
+        if sub.get("x-kubernetes-int-or-string"):
+            assert sub.get("maxLength") == spec_module.MAX_QUANTITY_LENGTH, path
+        if isinstance(sub.get("additionalProperties"), dict):  # keys have no schema: a CEL rule bounds them
+            rules = [rule["rule"] for rule in sub.get("x-kubernetes-validations", [])]
+            assert "self.all(k, size(k) <= 317)" in rules, path
+
+
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100", "h100"]}],
+                 "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}]}
+            ]
+        },
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 50, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}
+        ],
+    },
+    "podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "kubernetes.io/hostname",
+             "namespaces": ["team-a"], "namespaceSelector": {"matchExpressions": [
+                 {"key": "team", "operator": "In", "values": ["a"]}]}}
+        ]
+    },
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"skiff.dev/model": "demo"}},
+                                                "topologyKey": "kubernetes.io/hostname",
+                                                "matchLabelKeys": ["pod-template-hash"]}}
+        ]
+    },
+}  # fmt: skip
+
+
+def _with_affinity(affinity: Any) -> dict[str, Any]:
+    return defaulted(
+        {
+            "metadata": {"name": "demo"},
+            "spec": {"versions": [{"name": "v1", "modelUri": "pvc://m"}], "scheduling": {"affinity": affinity}},
+        }
+    )
+
+
+def test_the_pod_api_affinity_fields_are_accepted_and_passed_on() -> None:
+    body = _with_affinity(AFFINITY)
+    assert [e.message for e in schema_errors(body)] == []
+    assert cel_failures(crd_schema(), body) == []
+    affinity = parse_inference_model(body).spec.scheduling.affinity
+    assert affinity is not None
+    assert affinity.to_manifest() == AFFINITY
+
+
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        {"nested": {"nested": {}}},  # unknown at the top
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"x": {}}]}}},
+        {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "k", "x": [[[]]]}]}},
+    ],
+)
+def test_affinity_fields_the_pod_api_lacks_are_refused(affinity: dict[str, Any]) -> None:
+    errors = schema_errors(_with_affinity(affinity))
+    assert "additionalProperties" in {e.validator for e in errors}
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        (("tls", "secretName"), "../../team-b/secrets/x"),
+        (("tls", "clientCASecretName"), "../../team-b/secrets/x"),
+        (("auth", "tokenSecretName"), "../../team-b/secrets/x"),
+        (("tls", "secretName"), "x/../y"),
+        (("tls", "secretName"), "UPPER"),
+        (("scheduling", "runtimeClassName"), "a/b"),
+        (("scheduling", "priorityClassName"), "a/b"),
+    ],
+)
+def test_object_names_are_dns_names_in_the_crd_as_in_the_parser(path: tuple[str, str], name: str) -> None:
+    """The CRD's pattern and the parser agree, and both take the allowed variant."""
+    section, field = path
+    schema = crd_schema()["properties"]["spec"]["properties"][section]["properties"][field]
+    assert not re.fullmatch(schema["pattern"].strip("^$"), name)
+    for good in ("team-a-tls", "team-a.tls.v2"):
+        assert re.fullmatch(schema["pattern"].strip("^$"), good)
+
+
+@pytest.mark.parametrize(
+    ("quantity", "valid"),
+    [("2k", True), ("500m", True), ("1.5Gi", True), ("1e3", True), ("+1", True), (".5", True), ("1.", True),
+     ("-1", False), ("1e1.5", False), ("2K", False), ("1 ", False), ("", False)],
+)  # fmt: skip
+def test_the_quantity_pattern_agrees_with_the_parser(quantity: str, valid: bool) -> None:
+    schema = crd_schema()["properties"]["spec"]["properties"]["resources"]["properties"]["cpu"]
+    assert (re.fullmatch(schema["pattern"].strip("^$"), quantity) is not None) is valid
+    if valid:
+        spec_module.parse_quantity(quantity, "resources.cpu")
+    else:
+        with pytest.raises(spec_module.SpecError):
+            spec_module.parse_quantity(quantity, "resources.cpu")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +103,28 @@ def test_workers_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_run_config(["run", "-n", "ml", "--workers", "0"])
     assert "--workers 0" in capsys.readouterr().err
+
+
+DEEP_DECODE = """
+import copy, json, sys
+from skiff_operator.__main__ import API_SERVER_MAX_JSON_DEPTH, allow_api_server_depth
+if sys.argv[1] == "guarded":
+    allow_api_server_depth()
+depth = API_SERVER_MAX_JSON_DEPTH
+text = '{"f:x":' * depth + "{}" + "}" * depth  # a watch event's object, as deep as the API server decodes
+try:
+    copy.deepcopy(json.loads(text))  # what kopf's watcher and its diff do with every event
+except RecursionError:
+    print("RecursionError")
+else:
+    print("decoded")
+"""
+
+
+@pytest.mark.parametrize(("mode", "outcome"), [("guarded", "decoded"), ("default", "RecursionError")])
+def test_the_deepest_body_the_api_server_sends_decodes_once_guarded(mode: str, outcome: str) -> None:
+    """kopf decodes each watch event with json.loads: at Python's default recursion limit a body 1,500 deep (the
+    API server stores client-written managedFields as sent) raised RecursionError and ended the operator."""
+    done = subprocess.run([sys.executable, "-c", DEEP_DECODE, mode], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == outcome

@@ -151,9 +151,26 @@ def configure_logging(level: str) -> None:
             logging.getLogger(name).setLevel(logging.WARNING)
 
 
+# The deepest JSON the API server decodes (Go's encoding/json stops at 10,000 levels). Client-written
+# metadata.managedFields are stored as sent, however deep (measured: 1,500 levels accepted by v1.36), and kopf
+# decodes every watch event with json.loads, which recurses under Python's recursion limit (1,000 by default): one
+# such object raised RecursionError in kopf's watcher and ended the operator, freezing every model (measured in
+# e2e/test_hostile_bodies.py without this). The limit covers that depth with a frame or two per level to spare
+# (kopf deep-copies a body), below the depth at which the C stack (8 MiB) would overflow (measured: over 30,000
+# levels decode, copy, compare and encode).
+API_SERVER_MAX_JSON_DEPTH = 10_000
+RECURSION_LIMIT = 25_000
+
+
+def allow_api_server_depth() -> None:
+    """Lets every body the API server can send be decoded and copied (see RECURSION_LIMIT)."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     run_config = parse_run_config(sys.argv[1:] if argv is None else argv)
     configure_logging(run_config.log_level)
+    allow_api_server_depth()
 
     kopf.run(
         registry=build_registry(run_config.options),

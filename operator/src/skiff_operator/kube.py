@@ -49,7 +49,14 @@ from skiff_operator.scrape import (
     deployment_uids,
     metrics_targets,
 )
-from skiff_operator.spec import GROUP, PLURAL, VERSION, InferenceModel
+from skiff_operator.spec import (
+    API_VERSION,
+    KIND,
+    PLURAL,
+    InferenceModel,
+    is_namespace_name,
+    is_object_name,
+)
 from skiff_operator.status import ChildStates, DeploymentState, PodEvent, PodState, StatusEvent
 
 _log = logging.getLogger(__name__)
@@ -91,6 +98,14 @@ _PLURALS = {
     (GRPC_ROUTE_API_VERSION, GRPC_ROUTE_KIND): "grpcroutes",
     (BACKEND_TLS_POLICY_API_VERSION, BACKEND_TLS_POLICY_KIND): "backendtlspolicies",
 }
+# Kinds the operator only reads, lists or creates (never applies), by path all the same.
+_READ_PLURALS = {
+    ("v1", "Pod"): "pods",
+    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("v1", "Event"): "events",
+    ("apps/v1", "ReplicaSet"): "replicasets",
+    (API_VERSION, KIND): PLURAL,
+}
 # The kinds of a model's children (listed, looked up and pruned by kind): kind -> apiVersion.
 _CHILD_KINDS = frozenset(
     {"Deployment", "Service", CONFIG_MAP_KIND, NETWORK_POLICY_KIND, DISRUPTION_BUDGET_KIND, GRPC_ROUTE_KIND,
@@ -103,16 +118,33 @@ _GENERATION_KINDS = frozenset({"Deployment", DISRUPTION_BUDGET_KIND})
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
-    """The URL path of a namespaced kind's objects: /api/v1/... for the core group, /apis/GROUP/VERSION/... else."""
+    """The URL path of a namespaced kind's objects: /api/v1/... for the core group, /apis/GROUP/VERSION/... else.
+    Every request path is built here or in object_path: a namespace that is not a DNS-1123 label ('..', '/')
+    is refused (ApplyRejected) before a request is sent, so no path leaves the namespace it names."""
+    if not is_namespace_name(namespace):
+        raise ApplyRejected(kind, _cut(namespace), "the namespace is not a DNS-1123 label; no request is sent for it")
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    return f"{prefix}/namespaces/{namespace}/{_PLURALS[(api_version, kind)]}"
+    plural = _PLURALS.get((api_version, kind)) or _READ_PLURALS[(api_version, kind)]
+    return f"{prefix}/namespaces/{namespace}/{plural}"
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
+    """The URL path of one object; ApplyRejected, before any request, for a name that is not a DNS-1123 subdomain
+    (`../../team-b/secrets/x` would be normalised into another namespace's Secret)."""
+    if not is_object_name(name):
+        raise ApplyRejected(kind, _cut(name), "the name is not a DNS-1123 name; no request is sent for it")
+    return f"{collection_path(api_version, kind, namespace)}/{name}"
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _child_path(kind: str, namespace: str, name: str) -> str:
     """The URL path of a child by kind; ApplyRejected for a kind the operator does not manage."""
     if kind not in _CHILD_API_VERSIONS:
         raise ApplyRejected(kind, name, f"the operator does not manage {kind}")
-    return f"{collection_path(_CHILD_API_VERSIONS[kind], kind, namespace)}/{name}"
+    return object_path(_CHILD_API_VERSIONS[kind], kind, namespace, name)
 
 
 class DeadlineApiClient(client.ApiClient):
@@ -199,7 +231,7 @@ class Kube:
             raise ApplyRejected(kind, name, f"the operator does not apply {manifest['apiVersion']} {kind}")
         stored = await self._request(
             "PATCH",
-            f"{collection_path(manifest['apiVersion'], kind, namespace)}/{name}",
+            object_path(manifest["apiVersion"], kind, namespace, name),
             kind,
             name,
             query={"fieldManager": FIELD_MANAGER, "force": "true"},
@@ -256,7 +288,7 @@ class Kube:
     async def read_secret(self, namespace: str, name: str) -> StoredSecret | None:
         """A Secret's data (decoded), type and controller; None when it does not exist. Callers never log or
         format the values."""
-        path = f"{collection_path('v1', 'Secret', namespace)}/{name}"
+        path = object_path("v1", "Secret", namespace, name)
         secret = await self._request("GET", path, "Secret", name, not_found=True)
         if secret is None:
             return None
@@ -336,7 +368,7 @@ class Kube:
 
     async def read_controller(self, api_version: str, kind: str, namespace: str, name: str) -> Holder | None:
         """The controller of a custom object (a cert-manager Certificate); None when it does not exist."""
-        path = f"{collection_path(api_version, kind, namespace)}/{name}"
+        path = object_path(api_version, kind, namespace, name)
         found = await self._request("GET", path, kind, name, not_found=True)
         return None if found is None else controller_of(found)
 
@@ -352,7 +384,7 @@ class Kube:
             found_at = self._claims.get((namespace, claim))
             if found_at is not None and monotonic() - found_at < CLAIM_CACHE_S:
                 continue
-            path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}"
+            path = object_path("v1", "PersistentVolumeClaim", namespace, claim)
             if await self._request("GET", path, "PersistentVolumeClaim", claim, not_found=True) is None:
                 missing.add(claim)
                 self._claims.pop((namespace, claim), None)
@@ -387,7 +419,7 @@ class Kube:
         """The FailedScheduling Events of `pods`, from the namespace's (field-selected, every pod's) in pages of
         EVENT_PAGE_SIZE: it stops once each of `pods` has one, or after EVENT_PAGES_MAX pages (a namespace full
         of other pods' Events costs the API server and the operator a bounded read, not the whole list)."""
-        path = f"/api/v1/namespaces/{namespace}/events"
+        path = collection_path("v1", "Event", namespace)
         query = {"fieldSelector": "involvedObject.kind=Pod,reason=FailedScheduling", "limit": str(EVENT_PAGE_SIZE)}
         found: list[PodEvent] = []
         for _ in range(EVENT_PAGES_MAX):
@@ -453,7 +485,7 @@ class Kube:
                 "GET", collection_path("apps/v1", "Deployment", namespace), "Deployment", selector, query=query
             ),
             self._request(
-                "GET", f"/apis/apps/v1/namespaces/{namespace}/replicasets", "ReplicaSet", selector, query=query
+                "GET", collection_path("apps/v1", "ReplicaSet", namespace), "ReplicaSet", selector, query=query
             ),
             self._list_pods(namespace, selector),
         )
@@ -462,14 +494,14 @@ class Kube:
         return await scrape_targets(targets, self.metrics_port, versions)
 
     async def _list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        path = f"/api/v1/namespaces/{namespace}/pods"
+        path = collection_path("v1", "Pod", namespace)
         return (await self._request("GET", path, "Pod", selector, query={"labelSelector": selector}) or {}).get(
             "items"
         ) or []
 
     async def read_inference_model(self, namespace: str, name: str) -> dict[str, Any] | None:
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
-        return await self._request("GET", path, "InferenceModel", name, not_found=True)
+        path = object_path(API_VERSION, KIND, namespace, name)
+        return await self._request("GET", path, KIND, name, not_found=True)
 
     async def post_event(self, model: Mapping[str, Any], event: StatusEvent) -> None:
         """A core/v1 Event on the InferenceModel (what `kubectl describe im` shows)."""
@@ -477,7 +509,7 @@ class Kube:
 
     async def create_event(self, manifest: Mapping[str, Any]) -> None:
         namespace = manifest["metadata"]["namespace"]
-        path = f"/api/v1/namespaces/{namespace}/events"
+        path = collection_path("v1", "Event", namespace)
         await self._request("POST", path, "Event", manifest["metadata"].get("generateName", ""), body=manifest)
 
     # -- leader election (leader.LeaseStore) -----------------------------------------------------------------
@@ -509,7 +541,7 @@ class Kube:
 
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
         """Merge-patches `.status`; returns the model as stored afterwards."""
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+        path = f"{object_path(API_VERSION, KIND, namespace, name)}/status"
         body = {"status": dict(status)}
         return await self._request(
             "PATCH", path, "InferenceModel", name, body=body, content_type=MERGE_PATCH_CONTENT_TYPE
@@ -665,8 +697,8 @@ def model_event(model: Mapping[str, Any], event: StatusEvent, now: str) -> dict[
         "kind": "Event",
         "metadata": {"generateName": f"{metadata.get('name', '')}.", "namespace": metadata.get("namespace")},
         "involvedObject": {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "InferenceModel",
+            "apiVersion": API_VERSION,
+            "kind": KIND,
             "name": metadata.get("name"),
             "namespace": metadata.get("namespace"),
             "uid": metadata.get("uid"),

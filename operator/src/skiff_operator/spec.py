@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, TypeVar
 
 GROUP = "skiff.dev"
@@ -25,6 +26,7 @@ MAX_MESSAGE_MB = 1024
 DEFAULT_LOG_LEVEL = "info"
 INTERMEDIATE_TENSOR_MODES = ("auto", "keep", "free")  # the runtime's --intermediate-tensors values
 DEFAULT_REPLICAS = 1
+MAX_WORKERS = 256  # the CRD's maximum of spec.runtime.workers; a derived worker count stays within it too
 DEFAULT_GPU = 0
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_CPU = "1"
@@ -51,9 +53,29 @@ GRPC_ERROR_CODES = frozenset(
 )  # fmt: skip
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Kubernetes' own grammar for object names (DNS-1123 subdomain) and namespaces (DNS-1123 label); `fullmatch`
+# only (Python's `$` also matches before a trailing newline).
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+MAX_OBJECT_NAME_LENGTH = 253  # a DNS-1123 subdomain: Secrets, claims, ConfigMaps, most objects
+MAX_NAMESPACE_LENGTH = 63
 _PVC_URI = re.compile(r"^pvc://(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<path>(/[^/]+)*)$")
 _RESERVED_SCHEMES = ("s3://", "oci://")
 _DURATION = re.compile(r"^(?:(?P<h>[0-9]+)h)?(?:(?P<m>[0-9]+)m)?(?:(?P<s>[0-9]+)s)?$")
+# Kubernetes' quantity grammar as its parser reads it (resource.ParseQuantity): an exponent is an integer.
+_QUANTITY = re.compile(
+    r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<binary>[KMGTPE]i)|(?P<decimal>[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
+)
+_BINARY_SI = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+MAX_QUANTITY_LENGTH = 64  # the CRD's maxLength: a quantity is a few characters
+# The largest quantity Kubernetes holds without losing it: its milli-units must fit an int64 (MilliValue).
+MAX_QUANTITY = Decimal(2**63 - 1) / 1000
+# The deepest affinity the Pod API has (affinity > podAffinity > preferred... > [] > podAffinityTerm > labelSelector
+# > matchExpressions > [] > values) is 9 containers; the CRD's typed schema cannot hold more.
+MAX_AFFINITY_DEPTH = 9
 
 
 class SpecError(ValueError):
@@ -104,8 +126,12 @@ class ModelUri:
 class Resources:
     gpu: int
     gpu_resource: str
-    cpu: str
+    cpu: str  # a quantity as the user wrote it (parse_quantity accepts it), rendered unchanged
     memory: str
+
+    @property
+    def cpu_cores(self) -> Decimal:
+        return parse_quantity(self.cpu, "resources.cpu")
 
 
 @dataclass(frozen=True)
@@ -349,15 +375,30 @@ class InferenceModel:
     spec: ModelSpec
 
 
+def is_object_name(value: object) -> bool:
+    """Whether `value` is a DNS-1123 subdomain of at most 253 characters, the name of a Secret or a claim: no '/',
+    no '..', nothing that could move a request path out of its collection."""
+    return (
+        isinstance(value, str)
+        and len(value) <= MAX_OBJECT_NAME_LENGTH
+        and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
+    )
+
+
+def is_namespace_name(value: object) -> bool:
+    """Whether `value` is a DNS-1123 label of at most 63 characters, the name of a namespace."""
+    return isinstance(value, str) and len(value) <= MAX_NAMESPACE_LENGTH and _DNS1123_LABEL.fullmatch(value) is not None
+
+
 def parse_inference_model(body: Mapping[str, Any]) -> InferenceModel:
     """Turns a CR body into an InferenceModel, applying the CRD's defaults; raises SpecError if it cannot."""
     metadata = _mapping(body.get("metadata"), "metadata")
     name = _string(metadata.get("name"), "metadata.name")
-    if not _DNS1035.match(name):
+    if not _DNS1035.fullmatch(name):
         raise SpecError("InvalidSpec", f"metadata.name {name!r} is not a DNS-1035 label")
     ref = ObjectRef(
         name=name,
-        namespace=_string(metadata.get("namespace", "default"), "metadata.namespace"),
+        namespace=_namespace(metadata.get("namespace", "default"), "metadata.namespace"),
         uid=str(metadata.get("uid", "")),
         generation=_int(metadata.get("generation", 0), "metadata.generation"),
     )
@@ -400,12 +441,14 @@ def parse_model_uri(uri: str) -> ModelUri:
     path = match.group("path").lstrip("/")
     if ".." in path.split("/"):
         raise SpecError("InvalidModelUri", f"{uri}: modelUri must not contain '..' path segments")
+    if not is_object_name(match.group("claim")):
+        raise SpecError("InvalidModelUri", f"{_shown(uri)}: <claim> must be a PersistentVolumeClaim name ({_DNS_RULE})")
     return ModelUri(claim=match.group("claim"), path=path)
 
 
 def _parse_version(raw: Mapping[str, Any], image: str, base: Resources) -> Version:
     name = _string(raw.get("name"), "spec.versions[].name")
-    if not _DNS1035.match(name):
+    if not _DNS1035.fullmatch(name):
         raise SpecError("InvalidSpec", f"version name {name!r} is not a DNS-1035 label")
     overrides = _mapping(raw.get("resources", {}), f"spec.versions[{name}].resources")
     return Version(
@@ -493,7 +536,7 @@ def _parse_runtime(raw: Mapping[str, Any]) -> RuntimeOptions:
         max_queue_size=optional_int("maxQueueSize"),
         workers=optional_int("workers"),
         image_pull_secrets=tuple(
-            _string(name, "spec.runtime.imagePullSecrets[]")
+            _object_name(name, "spec.runtime.imagePullSecrets[]")
             for name in _sequence(raw.get("imagePullSecrets", []), "spec.runtime.imagePullSecrets")
         ),
     )
@@ -528,7 +571,7 @@ def _parse_tensorrt(raw: Mapping[str, Any]) -> TensorRTOptions:
     return TensorRTOptions(
         precision=precision,
         shape_ranges=ranges,
-        cache_claim=None if claim is None else _string(claim, "spec.runtime.tensorrt.cacheDir.claimName"),
+        cache_claim=None if claim is None else _object_name(claim, "spec.runtime.tensorrt.cacheDir.claimName"),
         calibration=calibration,
     )
 
@@ -557,27 +600,56 @@ def _max_message_mb(value: Any) -> int:
 
 
 def _parse_scheduling(raw: Mapping[str, Any]) -> Scheduling:
-    node_selector = _mapping(raw.get("nodeSelector", {}), "spec.scheduling.nodeSelector")
     affinity = raw.get("affinity")
+    runtime_class, priority_class = (
+        _optional_object_name(raw.get(key), f"spec.scheduling.{key}")
+        for key in ("runtimeClassName", "priorityClassName")
+    )
     return Scheduling(
-        node_selector=tuple(sorted((str(k), str(v)) for k, v in node_selector.items())),
+        node_selector=_string_map(raw.get("nodeSelector", {}), "spec.scheduling.nodeSelector"),
         tolerations=tuple(
             _parse_toleration(_mapping(t, "spec.scheduling.tolerations[]"))
             for t in _sequence(raw.get("tolerations", []), "spec.scheduling.tolerations")
         ),
-        affinity=Affinity(json.dumps(affinity, sort_keys=True)) if affinity else None,
-        runtime_class_name=_optional_string(raw.get("runtimeClassName")),
-        priority_class_name=_optional_string(raw.get("priorityClassName")),
+        affinity=_parse_affinity(affinity) if affinity else None,
+        runtime_class_name=runtime_class,
+        priority_class_name=priority_class,
     )
+
+
+def _parse_affinity(raw: Any) -> Affinity:
+    """spec.scheduling.affinity, opaque but bounded: objects, lists, strings and integers only, at most
+    MAX_AFFINITY_DEPTH deep (checked without recursion, so a hostile body costs what it weighs)."""
+    where = "spec.scheduling.affinity"
+    _mapping(raw, where)
+    pending: list[tuple[Any, int]] = [(raw, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, (Mapping, list)):
+            if depth > MAX_AFFINITY_DEPTH:
+                raise SpecError(
+                    "InvalidSpec", f"{where} is nested deeper than the Pod API allows ({MAX_AFFINITY_DEPTH} levels)"
+                )
+            children = value.values() if isinstance(value, Mapping) else value
+            pending.extend((child, depth + 1) for child in children)
+            if isinstance(value, Mapping) and not all(isinstance(key, str) for key in value):
+                raise SpecError("InvalidSpec", f"{where} has a key that is not a string")
+        elif isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise SpecError("InvalidSpec", f"{where} holds a value that is not a string or an integer")
+    return Affinity(json.dumps(raw, sort_keys=True))
 
 
 def _parse_toleration(raw: Mapping[str, Any]) -> Toleration:
     seconds = raw.get("tolerationSeconds")
+    key, operator, value, effect = (
+        _optional_string(raw.get(field), f"spec.scheduling.tolerations[].{field}")
+        for field in ("key", "operator", "value", "effect")
+    )
     return Toleration(
-        key=_optional_string(raw.get("key")),
-        operator=_optional_string(raw.get("operator")),
-        value=_optional_string(raw.get("value")),
-        effect=_optional_string(raw.get("effect")),
+        key=key,
+        operator=operator,
+        value=value,
+        effect=effect,
         toleration_seconds=None if seconds is None else _int(seconds, "tolerationSeconds"),
     )
 
@@ -601,7 +673,7 @@ def parse_tls(raw: Mapping[str, Any]) -> TLSSpec:
         mode = TLSMode(raw.get("mode", TLSMode.DISABLED.value))
     except ValueError as error:
         raise SpecError("InvalidSpec", f"spec.tls.mode: {error}") from error
-    secret_name = _optional_string(raw.get("secretName"))
+    secret_name = _optional_object_name(raw.get("secretName"), "spec.tls.secretName")
     if mode is TLSMode.SECRET and secret_name is None:
         raise SpecError("InvalidSpec", "spec.tls.secretName is required when spec.tls.mode is Secret")
     issuer_ref = None
@@ -612,11 +684,11 @@ def parse_tls(raw: Mapping[str, Any]) -> TLSSpec:
         except ValueError as error:
             raise SpecError("InvalidSpec", f"spec.tls.issuerRef.kind: {error}") from error
         issuer_ref = IssuerRef(
-            name=_string(issuer.get("name"), "spec.tls.issuerRef.name"),
+            name=_object_name(issuer.get("name"), "spec.tls.issuerRef.name"),
             kind=kind,
             group=_string(issuer.get("group", DEFAULT_ISSUER_GROUP), "spec.tls.issuerRef.group"),
         )
-    client_ca = _optional_string(raw.get("clientCASecretName"))
+    client_ca = _optional_object_name(raw.get("clientCASecretName"), "spec.tls.clientCASecretName")
     if client_ca is not None and mode is TLSMode.DISABLED:
         raise SpecError("InvalidSpec", "spec.tls.clientCASecretName (mutual TLS) needs TLS: set spec.tls.mode")
     return TLSSpec(
@@ -632,9 +704,9 @@ def _parse_routing(raw: Mapping[str, Any]) -> Routing:
     mode = _enum(RoutingMode, raw.get("mode", RoutingMode.AUTO.value), "spec.routing.mode")
     gateways = tuple(
         GatewayRef(
-            name=_string(item.get("name"), "spec.routing.gateways[].name"),
-            namespace=_optional_string(item.get("namespace")),
-            section_name=_optional_string(item.get("sectionName")),
+            name=_object_name(item.get("name"), "spec.routing.gateways[].name"),
+            namespace=_optional_namespace(item.get("namespace"), "spec.routing.gateways[].namespace"),
+            section_name=_optional_object_name(item.get("sectionName"), "spec.routing.gateways[].sectionName"),
         )
         for item in (
             _mapping(g, "spec.routing.gateways[]") for g in _sequence(raw.get("gateways", []), "spec.routing.gateways")
@@ -666,7 +738,7 @@ def _parse_network_policy(raw: Mapping[str, Any]) -> NetworkPolicySpec:
         enabled=enabled,
         inference_from=tuple(peers),
         metrics_namespaces=tuple(
-            _string(n, "spec.networkPolicy.metricsNamespaces[]")
+            _namespace(n, "spec.networkPolicy.metricsNamespaces[]")
             for n in _sequence(metrics, "spec.networkPolicy.metricsNamespaces")
         ),
     )
@@ -676,8 +748,8 @@ def _labels(peer: Mapping[str, Any], key: str) -> tuple[tuple[str, str], ...] | 
     """A selector's matchLabels, sorted; None when the selector is absent ({} selects everything)."""
     if key not in peer:
         return None
-    labels = _mapping(_mapping(peer[key], f"spec.networkPolicy.inferenceFrom[].{key}").get("matchLabels", {}), key)
-    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+    where = f"spec.networkPolicy.inferenceFrom[].{key}"
+    return _string_map(_mapping(peer[key], where).get("matchLabels", {}), f"{where}.matchLabels")
 
 
 def _parse_auth(raw: Any) -> AuthSpec | None:
@@ -685,8 +757,8 @@ def _parse_auth(raw: Any) -> AuthSpec | None:
         return None
     auth = _mapping(raw, "spec.auth")
     return AuthSpec(
-        token_secret_name=_string(auth.get("tokenSecretName"), "spec.auth.tokenSecretName"),
-        token_key=_string(auth.get("tokenKey", DEFAULT_TOKEN_KEY), "spec.auth.tokenKey"),
+        token_secret_name=_object_name(auth.get("tokenSecretName"), "spec.auth.tokenSecretName"),
+        token_key=_secret_key(auth.get("tokenKey", DEFAULT_TOKEN_KEY), "spec.auth.tokenKey"),
     )
 
 
@@ -792,8 +864,58 @@ def _string(value: Any, where: str) -> str:
     return value
 
 
-def _optional_string(value: Any) -> str | None:
-    return None if value in (None, "") else str(value)
+def _optional_string(value: Any, where: str) -> str | None:
+    return None if value is None or value == "" else _string(value, where)
+
+
+def _string_map(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """A map of strings to strings (labels, a node selector), sorted."""
+    pairs = _mapping(value, where).items()
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in pairs):
+        raise SpecError("InvalidSpec", f"{where} must map strings to strings")
+    return tuple(sorted(pairs))
+
+
+_DNS_RULE = "a DNS-1123 name: lowercase letters, digits, '-' and '.', at most 253 characters"
+
+
+def _object_name(value: Any, where: str) -> str:
+    """The name of an object in the model's namespace (a Secret, a claim, an Issuer): never a path."""
+    name = _string(value, where)
+    if not is_object_name(name):
+        raise SpecError("InvalidSpec", f"{where} {_shown(name)} must be the name of an object, {_DNS_RULE}")
+    return name
+
+
+def _secret_key(value: Any, where: str) -> str:
+    """A key of a Secret's data, as the CRD's pattern has it."""
+    key = _string(value, where)
+    if len(key) > MAX_OBJECT_NAME_LENGTH or not _SECRET_KEY.fullmatch(key):
+        raise SpecError("InvalidSpec", f"{where} {_shown(key)} must be a Secret key (letters, digits, '-', '_', '.')")
+    return key
+
+
+def _optional_object_name(value: Any, where: str) -> str | None:
+    return None if value is None or value == "" else _object_name(value, where)
+
+
+def _namespace(value: Any, where: str) -> str:
+    name = _string(value, where)
+    if not is_namespace_name(name):
+        raise SpecError(
+            "InvalidSpec",
+            f"{where} {_shown(name)} must be a namespace name (lowercase letters, digits and '-', at most 63)",
+        )
+    return name
+
+
+def _optional_namespace(value: Any, where: str) -> str | None:
+    return None if value is None or value == "" else _namespace(value, where)
+
+
+def _shown(value: str, limit: int = 80) -> str:
+    """A user's string for a message: quoted, and cut short (a message carries no tenant's novel)."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 def _int(value: Any, where: str, minimum: int | None = None) -> int:
@@ -807,4 +929,28 @@ def _int(value: Any, where: str, minimum: int | None = None) -> int:
 def _quantity(value: Any, where: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "":
         raise SpecError("InvalidSpec", f"{where} must be a quantity such as 2, 500m or 4Gi")
-    return str(value)
+    text = str(value)
+    parse_quantity(text, where)
+    return text
+
+
+def parse_quantity(text: str, where: str) -> Decimal:
+    """A Kubernetes quantity ("2", "500m", "2k", "1.5Gi", "1e3") as an exact number; SpecError when Kubernetes
+    would refuse it, or it is negative or too large for Kubernetes to hold (MAX_QUANTITY)."""
+    match = _QUANTITY.fullmatch(text) if len(text) <= MAX_QUANTITY_LENGTH else None
+    if match is None:
+        raise SpecError("InvalidSpec", f"{where} {_shown(text)} must be a quantity such as 2, 500m, 2k or 4Gi")
+    if match["sign"] == "-":
+        raise SpecError("InvalidSpec", f"{where} {_shown(text)} must not be negative")
+    number = Decimal(match["number"])
+    if match["binary"]:
+        value = number * _BINARY_SI[match["binary"]]
+    else:
+        exponent = int(match["exponent"]) if match["exponent"] else _DECIMAL_SI.get(match["decimal"] or "", 0)
+        # Decided on the exponent before any arithmetic: 1e999999999 costs nothing to refuse.
+        if number and exponent + number.adjusted() > 19:
+            raise SpecError("InvalidSpec", f"{where} {_shown(text)} is larger than Kubernetes can hold")
+        value = number.scaleb(max(exponent, -30)) if number else Decimal(0)
+    if value > MAX_QUANTITY:
+        raise SpecError("InvalidSpec", f"{where} {_shown(text)} is larger than Kubernetes can hold")
+    return value

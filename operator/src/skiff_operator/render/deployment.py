@@ -12,7 +12,15 @@ from skiff_operator.render import contract
 from skiff_operator.render.auth import render_auth_env, render_auth_mounts, render_auth_volumes
 from skiff_operator.render.common import render_metadata
 from skiff_operator.render.tls import render_tls_annotations, render_tls_env, render_tls_mounts, render_tls_volumes
-from skiff_operator.spec import InferenceModel, ModelSpec, ShapeRange, TensorRTOptions, Toleration, Version
+from skiff_operator.spec import (
+    MAX_WORKERS,
+    InferenceModel,
+    ModelSpec,
+    ShapeRange,
+    TensorRTOptions,
+    Toleration,
+    Version,
+)
 
 CONFIG_HASH_ANNOTATION = "skiff.dev/config-hash"
 
@@ -256,18 +264,13 @@ def render_trt_cache_volumes(version: Version, options: TensorRTOptions | None) 
     return [{"name": contract.TRT_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": tensorrt.cache_claim}}]
 
 
-def cpu_cores(quantity: str) -> float:
-    """A Kubernetes CPU quantity ("2", "1.5", "500m") in cores."""
-    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
-
-
 def worker_count(version: Version, cpu_threads: int | None) -> int:
     """Runtime worker processes (one predictor each): one per GPU of the pod; on CPU, the requested cores divided
     by the threads each predictor uses. Set explicitly: in a pod without a CPU limit the runtime would see every
     core of the node."""
     if version.resources.gpu > 0:
         return version.resources.gpu
-    return max(1, int(cpu_cores(version.resources.cpu) // (cpu_threads or 1)))
+    return max(1, min(MAX_WORKERS, int(version.resources.cpu_cores // (cpu_threads or 1))))
 
 
 def _env_value(value: object) -> str:
