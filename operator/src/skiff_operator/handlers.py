@@ -119,7 +119,8 @@ def model_needs_reconcile(shared: _Shared, key: Key, event_type: str | None, bod
 
 async def reconcile_key(shared: _Shared, key: Key) -> float | None:
     """One reconcile of a model as the scheduler runs it: read it, reconcile, write the status when it changed,
-    post the Events. Returns the seconds after which to try again (a failed apply, an unreachable API server)."""
+    post the Events. Returns the seconds after which to try again (a failed apply, an unreachable API server, a
+    route no gateway has accepted yet)."""
     namespace, name = key
     body = shared.bodies.get(key)
     if body is None:
@@ -152,7 +153,8 @@ async def reconcile_key(shared: _Shared, key: Key) -> float | None:
     _log.debug("%s/%s: applied %s", namespace, name, ", ".join(outcome.applied) or "nothing")
     if outcome.retry_after_s is not None:
         _log.warning("%s/%s: %s", namespace, name, _ready_message(outcome.status))
-    return outcome.retry_after_s
+        return outcome.retry_after_s
+    return outcome.recheck_after_s  # Ready waits for a gateway to accept the route
 
 
 async def _patch_status(shared: _Shared, key: Key, status: Mapping[str, Any]) -> None:

@@ -16,6 +16,7 @@ from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.observe import ObserveCluster, observe
 from skiff_operator.ownership import name_conflict_message
 from skiff_operator.plan import Held, Plan, make_plan
+from skiff_operator.route_status import applied_route
 from skiff_operator.routing import OwnedChild, prune, services_to_recreate
 from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
 from skiff_operator.status import ChildStates, Problem, Reason, StatusEvent
@@ -44,6 +45,9 @@ class Outcome:
     retry_after_s: float | None = None
     # A version became ready during the pass: reconcile() runs a second pass at once (summary.traffic_lags_readiness).
     traffic_lags_readiness: bool = False
+    # Ready waits for a gateway to accept the route (no watch event comes when it does): reconcile again after this
+    # many seconds (summary.route_recheck_after_s).
+    recheck_after_s: float | None = None
 
 
 # A refused apply (quota exceeded, denied by an admission policy) may succeed once someone changes the quota or
@@ -110,12 +114,14 @@ async def _reconcile_once(
     children = dataclasses.replace(
         await cluster.read_children(model, applied.stored), missing_claims=plan.missing_claims
     )
-    summary = summarize(plan, children, applied.deleted, previous, now)  # 5. pure
+    route = applied_route(plan.model, plan.routing, applied.stored)
+    summary = summarize(plan, children, applied.deleted, previous, now, route)  # 5. pure
     return Outcome(
         summary.status,
         summary.events,
         _names(manifests),
         traffic_lags_readiness=summary.traffic_lags_readiness,
+        recheck_after_s=summary.recheck_after_s,
     )
 
 

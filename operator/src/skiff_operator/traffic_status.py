@@ -9,11 +9,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from skiff_operator.route_status import route_acceptance
-from skiff_operator.routing import Mode, OwnedChild, PreviousTraffic, RoutingPlan, route_name, service_targets
+from skiff_operator.routing import (
+    Mode,
+    OwnedChild,
+    PreviousTraffic,
+    RouteState,
+    RoutingPlan,
+    route_name,
+    service_targets,
+)
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import (
     DEGRADED,
     PROGRESSING,
+    READY,
     WRITTEN_AS_NULL,
     Condition,
     Reason,
@@ -64,6 +73,7 @@ class TrafficSummary:
     traffic: TrafficStatus
     split: str
     conditions: tuple[StatusCondition, ...]
+    route: Condition | None = None  # RouteAccepted (Gateway mode), as the conditions hold it
 
 
 def previous_traffic(traffic: TrafficStatus | None) -> PreviousTraffic:
@@ -146,14 +156,18 @@ def summarize_traffic(
     *,
     previous_conditions: Sequence[StatusCondition],
     now: datetime.datetime,
+    route_state: RouteState | None = None,
 ) -> TrafficSummary:
     """status.traffic, the split in effect (the route's weights in Gateway mode, the ready pods' shares in Service
-    mode), and `conditions` with the Progressing/Degraded a traffic hold, a drain, an unusable mode or a refused
-    route changes, then SplitApproximated and, in Gateway mode, RouteAccepted."""
+    mode), and `conditions` with the Ready (Gateway mode: `gateway_readiness`), Progressing and Degraded a traffic
+    hold, a drain, an unusable mode or a refused route changes, then SplitApproximated and, in Gateway mode,
+    RouteAccepted. `route_state`: the GRPCRoute as this pass's apply left it (route_status.applied_route)."""
     traffic = traffic_status(model, plan)
     in_effect = traffic.pod_split or format_split(plan.decision.applied, split_names(model, plan))
-    route = route_acceptance(model, plan)
+    route = route_acceptance(model, plan, route_state)
     overrides = traffic_conditions(plan, conditions, route)
+    ready = gateway_readiness(model, plan, find_condition(conditions, READY), route)
+    overrides += [ready] if ready is not None else []
     generation = model.ref.generation
     replaced = {c.type: c for c in stamp_conditions(overrides, previous_conditions, generation, now)}
     added = [split_approximation(model, plan.choice.mode), *([route] if route is not None else [])]
@@ -161,7 +175,37 @@ def summarize_traffic(
         *(replaced.get(c.type, c) for c in conditions),
         *stamp_conditions(added, previous_conditions, generation, now),
     )
-    return TrafficSummary(traffic, in_effect, merged)
+    return TrafficSummary(traffic, in_effect, merged, route)
+
+
+def gateway_readiness(
+    model: InferenceModel, plan: RoutingPlan, ready: StatusCondition | None, route: Condition | None
+) -> Condition | None:
+    """Ready in Gateway mode, where the versions being ready is not enough: a client reaches the model through the
+    gateway, which routes only what it has accepted. Ready=True (as the versions left it) needs the route to carry
+    the desired split (no version held back) and every named gateway to have accepted the route's current
+    generation; until then Ready=False says which. None leaves Ready as the versions decided it (Service mode, no
+    route rendered, or Ready already False for a version)."""
+    if ready is None or ready.status != "True" or route is None:
+        return None
+    name = route_name(model, plan)
+    held = [hold for hold in plan.decision.holds if hold.reason is not HoldReason.REMOVED]
+    desired = {share.version: share.percent for share in model.spec.traffic}
+    order = [v.name for v in model.spec.versions]
+    if held or any(plan.decision.applied.get(n, 0) != desired.get(n, 0) for n in order):
+        reason = (
+            Reason.PROGRESS_DEADLINE_EXCEEDED
+            if any(h.reason is HoldReason.PROGRESS_DEADLINE_EXCEEDED for h in held)
+            else Reason.CANARY_NOT_READY
+        )
+        message = (
+            f"GRPCRoute {name} routes {format_split(plan.decision.applied, order)}, not the desired "
+            f"{format_split(desired, order)}" + "".join(f"; {hold.message}" for hold in held)
+        )
+        return Condition(READY, "False", reason, message)
+    if route.status != "True":
+        return Condition(READY, "False", route.reason, route.message)
+    return Condition(READY, "True", Reason.ALL_VERSIONS_READY, f"{ready.message}; {route.message}")
 
 
 def traffic_conditions(
