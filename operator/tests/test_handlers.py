@@ -129,6 +129,7 @@ async def test_a_route_no_gateway_has_accepted_yet_asks_for_a_look_soon(make_bod
     cluster.gateway = "later"
     cluster.deployment_states["v1"] = DeploymentState(1, 1, 1, 1, 1, 1, new_replica_set_available=True)
     shared = shared_for(cluster)
+    shared.route_settle_s = 0  # the option as __main__ sets it (--route-settle-seconds 0): no settle time
     assert await reconcile_key(shared, ("ml", "bert")) == 0.5
     ready = cluster.patched[-1]["conditions"][0]
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "RoutePending")

@@ -101,3 +101,12 @@ def test_workers_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_run_config(["run", "-n", "ml", "--workers", "0"])
     assert "--workers 0" in capsys.readouterr().err
+
+
+def test_route_settle_seconds_is_an_option_within_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_run_config(["run", "-n", "ml"]).options.route_settle_s == 3.0
+    assert parse_run_config(["run", "-n", "ml", "--route-settle-seconds", "0"]).options.route_settle_s == 0.0
+    for bad in ("-1", "301", "nan"):
+        with pytest.raises(SystemExit):
+            parse_run_config(["run", "-n", "ml", "--route-settle-seconds", bad])
+        assert f"--route-settle-seconds {bad}" in capsys.readouterr().err

@@ -27,6 +27,7 @@ from skiff_operator.routing import (
 )
 from skiff_operator.spec import GatewayRef, Routing, RoutingMode, parse_inference_model
 from skiff_operator.status import DeploymentState
+from skiff_operator.summary import ROUTE_RECHECK_MIN_S
 from skiff_operator.traffic import HoldReason
 from skiff_operator.traffic_status import previous_traffic
 from tests.conftest import wire
@@ -214,8 +215,9 @@ def test_prune_removes_children_of_drained_versions_and_unused_routes_only() -> 
 # -- whole lifecycles through reconcile --------------------------------------------------------------------------
 
 
-async def _step(body: dict[str, Any], cluster: FakeCluster, at: datetime.datetime = NOW) -> Any:
-    outcome = await reconcile(body, cluster, at)
+async def _step(body: dict[str, Any], cluster: FakeCluster, at: datetime.datetime = NOW, settle_s: float = 0.0) -> Any:
+    """One reconcile at `at`; Gateway mode's settle time after acceptance is 0 unless a test is about it."""
+    outcome = await reconcile(body, cluster, at, route_settle_s=settle_s)
     body["status"] = wire(outcome.status)
     return outcome
 
@@ -406,6 +408,13 @@ def test_services_whose_cluster_ip_cannot_change_in_place_are_recreated(
     assert found == ([owned[0]] if recreated else [])
 
 
+SETTLE_S = 3.0
+
+
+def at(seconds: float) -> datetime.datetime:
+    return NOW + datetime.timedelta(seconds=seconds)
+
+
 def _ready(status: dict[str, Any]) -> dict[str, Any]:
     return next(c for c in status["conditions"] if c["type"] == "Ready")
 
@@ -424,7 +433,7 @@ async def test_gateway_mode_is_ready_only_once_the_gateway_accepted_the_routes_c
     cluster.gateway = "later"
     cluster.deployment_states.update(v1=deployment(1), v2=deployment(1), v3=deployment(1))
     body = three_versions(make_body, (60, 30, 10))
-    outcome = await _step(body, cluster)
+    outcome = await _step(body, cluster, NOW, SETTLE_S)
     # Every pod is ready and the route carries 60/30/10 (its second generation: the first pass saw no pods yet),
     # but the gateway has not said it took it: not Ready, and the operator looks again soon (a gateway's status
     # write sends it no event).
@@ -439,13 +448,26 @@ async def test_gateway_mode_is_ready_only_once_the_gateway_accepted_the_routes_c
 
     # A look before the gateway reports changes nothing and says nothing new.
     stored = wire(outcome.status)
-    outcome = await _step(body, cluster, NOW + datetime.timedelta(seconds=1))
+    outcome = await _step(body, cluster, at(1), SETTLE_S)
     assert wire(outcome.status)["conditions"] == stored["conditions"]
     assert outcome.events == ()
     assert outcome.recheck_after_s == 0.5
 
+    # Accepted: Ready waits SETTLE_S more (whole seconds: 12:00:02 + 3 s), for the gateway's data plane to follow.
     cluster.gateway_reports()
-    outcome = await _step(body, cluster, NOW + datetime.timedelta(seconds=2))
+    outcome = await _step(body, cluster, at(2.4), SETTLE_S)
+    assert condition(wire(outcome.status), "Ready") == ("False", "RouteSettling")
+    assert condition(wire(outcome.status), "RouteAccepted") == ("True", "RouteAccepted")
+    assert _ready(wire(outcome.status))["message"] == (
+        "GRPCRoute fraud accepted by infra/public/grpc at 12:00:02Z; Ready 3s after that, for the gateway to route "
+        "it (skiff-operator --route-settle-seconds)"
+    )
+    assert outcome.recheck_after_s == pytest.approx(2.6)
+    outcome = await _step(body, cluster, at(4.9), SETTLE_S)
+    assert condition(wire(outcome.status), "Ready") == ("False", "RouteSettling")
+    assert outcome.events == ()
+    assert outcome.recheck_after_s == ROUTE_RECHECK_MIN_S
+    outcome = await _step(body, cluster, at(5), SETTLE_S)
     assert condition(wire(outcome.status), "Ready") == ("True", "AllVersionsReady")
     assert _ready(wire(outcome.status))["message"] == (
         "v1 1/1 ready, v2 1/1 ready, v3 1/1 ready; GRPCRoute fraud accepted by infra/public/grpc"
@@ -456,21 +478,24 @@ async def test_gateway_mode_is_ready_only_once_the_gateway_accepted_the_routes_c
 
     # The resync: the same route, the same verdict: Ready stays, nothing written, nothing said.
     stored = wire(outcome.status)
-    outcome = await _step(body, cluster, NOW + datetime.timedelta(seconds=60))
+    outcome = await _step(body, cluster, at(60), SETTLE_S)
     assert wire(outcome.status)["conditions"] == stored["conditions"]
     assert outcome.events == ()
+    assert outcome.recheck_after_s is None
 
     # An edit: the route's new generation carries 0/50/50; Ready waits for the gateway's verdict on it.
     body["metadata"]["generation"] = 2
     body["spec"]["traffic"] = [{"version": n, "percent": p} for n, p in (("v1", 0), ("v2", 50), ("v3", 50))]
-    outcome = await _step(body, cluster, NOW + datetime.timedelta(seconds=61))
+    outcome = await _step(body, cluster, at(61), SETTLE_S)
     assert _route_weights(cluster) == {"fraud-v1": 0, "fraud-v2": 50, "fraud-v3": 50}
     assert condition(wire(outcome.status), "Ready") == ("False", "RoutePending")
     assert "GRPCRoute fraud generation 3" in _ready(wire(outcome.status))["message"]
     assert _ready(wire(outcome.status))["observedGeneration"] == 2
     assert outcome.recheck_after_s == 0.5
     cluster.gateway_reports()
-    outcome = await _step(body, cluster, NOW + datetime.timedelta(seconds=62))
+    outcome = await _step(body, cluster, at(62), SETTLE_S)
+    assert condition(wire(outcome.status), "Ready") == ("False", "RouteSettling")
+    outcome = await _step(body, cluster, at(65), SETTLE_S)
     assert condition(wire(outcome.status), "Ready") == ("True", "AllVersionsReady")
     assert _ready(wire(outcome.status))["lastTransitionTime"] != ready_since
 

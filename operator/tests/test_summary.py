@@ -1,5 +1,5 @@
 """summary: when a reconcile whose Ready waits for a gateway asks to be run again (the gateway's verdict on the
-route sends the operator no event)."""
+route sends the operator no event, nor does the end of the settle time after it)."""
 
 from __future__ import annotations
 
@@ -45,3 +45,15 @@ def test_nothing_to_look_at_again_unless_ready_waits_for_the_gateway(
     ready: tuple[str, Reason], route: str | None
 ) -> None:
     assert route_recheck_after_s(conditions(ready, route, 1), NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("waited_s", "after_s"), [(0, 3.0), (1, 2.0), (2.8, ROUTE_RECHECK_MIN_S), (9, ROUTE_RECHECK_MIN_S)]
+)
+def test_a_settling_route_is_looked_at_again_when_the_settle_time_ends(waited_s: float, after_s: float) -> None:
+    since = NOW - datetime.timedelta(seconds=waited_s)
+    settling = (
+        StatusCondition("Ready", "False", Reason.ROUTE_SETTLING, "", since, 1),
+        StatusCondition("RouteAccepted", "True", Reason.ROUTE_ACCEPTED, "", since, 1),
+    )
+    assert route_recheck_after_s(settling, NOW, 3.0) == pytest.approx(after_s)

@@ -12,7 +12,7 @@ import pytest
 from skiff_operator.routing import Mode, OwnedChild, PreviousTraffic, RoutingPlan, plan_routing
 from skiff_operator.spec import parse_inference_model
 from skiff_operator.status import Condition, Reason, StatusCondition
-from skiff_operator.traffic_status import gateway_readiness, pod_split, split_approximation
+from skiff_operator.traffic_status import accepted_since, gateway_readiness, pod_split, split_approximation
 
 Body = Callable[..., dict[str, Any]]
 
@@ -126,3 +126,30 @@ def test_readiness_the_versions_deny_or_a_mode_without_a_route_is_left_as_it_is(
     assert gateway_readiness(model, plan, rolling, ACCEPTED) is None  # the versions' reason says more
     assert gateway_readiness(model, plan, None, ACCEPTED) is None
     assert gateway_readiness(model, plan, _ready("True"), None) is None  # no route rendered (Service mode)
+
+
+def test_accepted_routes_wait_the_settle_time_for_the_gateways_data_plane(make_body: Body) -> None:
+    model, plan = _gateway_plan(make_body, {"v1": 1, "v2": 1, "v3": 1})
+    since = NOW - datetime.timedelta(seconds=2)
+    settling = gateway_readiness(model, plan, _ready("True"), ACCEPTED, since, NOW, 3.0)
+    assert settling is not None
+    assert (settling.status, settling.reason) == ("False", "RouteSettling")
+    assert settling.message.startswith(f"{ACCEPTED.message} at 11:59:58Z; Ready 3s after that")
+    ready = gateway_readiness(model, plan, _ready("True"), ACCEPTED, since, NOW, 2.0)
+    assert ready is not None
+    assert (ready.status, ready.reason) == ("True", "AllVersionsReady")
+    unsettled = gateway_readiness(model, plan, _ready("True"), ACCEPTED, NOW, NOW, 0.0)
+    assert unsettled is not None
+    assert unsettled.status == "True"  # --route-settle-seconds 0
+
+
+def test_a_route_is_accepted_since_routeaccepted_turned_true() -> None:
+    earlier = NOW - datetime.timedelta(seconds=40)
+    true_before = [StatusCondition("RouteAccepted", "True", Reason.ROUTE_ACCEPTED, "", earlier, 1)]
+    pending_before = [StatusCondition("RouteAccepted", "Unknown", Reason.ROUTE_PENDING, "", earlier, 1)]
+    assert accepted_since(true_before, ACCEPTED, NOW) == earlier
+    now = NOW + datetime.timedelta(microseconds=700)
+    assert accepted_since(pending_before, ACCEPTED, now) == NOW  # whole seconds, as lastTransitionTime is stamped
+    assert accepted_since([], ACCEPTED, now) == NOW
+    assert accepted_since(true_before, PENDING, NOW) is None
+    assert accepted_since(true_before, None, NOW) is None

@@ -31,7 +31,7 @@ from skiff_operator.status import (
     version_statuses,
 )
 from skiff_operator.tls import TLSState, tls_status
-from skiff_operator.traffic_status import previous_traffic, summarize_traffic, traffic_events
+from skiff_operator.traffic_status import ROUTE_SETTLE_S, previous_traffic, summarize_traffic, traffic_events
 
 
 @dataclass(frozen=True)
@@ -53,16 +53,24 @@ def summarize(
     previous: Status | None,
     now: datetime.datetime,
     route: RouteState | None = None,
+    route_settle_s: float = ROUTE_SETTLE_S,
 ) -> Summary:
     """The status of a reconcile that applied its plan: the versions and conditions from the children as they
     are now, status.traffic, status.rollout and status.tls; the Events of condition transitions, traffic shifts,
     deletions, the rollout's steps, the route's acceptance and the certificate. `route`: the GRPCRoute as the
-    apply left it (route_status.applied_route), which Ready waits on in Gateway mode."""
+    apply left it (route_status.applied_route), which Ready waits on in Gateway mode, and `route_settle_s` more
+    once the gateways accepted it."""
     conditions = previous.conditions if previous is not None else ()
     model = plan.model
     status = summarize_status(plan.running, children, previous_conditions=conditions, now=now)
     traffic = summarize_traffic(
-        model, plan.routing, status.conditions, previous_conditions=conditions, now=now, route_state=route
+        model,
+        plan.routing,
+        status.conditions,
+        previous_conditions=conditions,
+        now=now,
+        route_state=route,
+        route_settle_s=route_settle_s,
     )
     rollout, with_rollout = summarize_rollout(
         model, plan.rollout, traffic.conditions, previous_conditions=conditions, now=now
@@ -83,7 +91,7 @@ def summarize(
     told = {event.reason for event in events}  # a refused route may have made Degraded's Event already
     events += [e for e in route_events(conditions, traffic.route) if e.reason not in told]
     lags = traffic_lags_readiness(plan, summarize_versions(plan.running, children))
-    recheck = route_recheck_after_s(status.conditions, now)
+    recheck = route_recheck_after_s(status.conditions, now, route_settle_s)
     return _with_tls(Summary(status, tuple(events), lags, recheck), plan.tls)
 
 
@@ -139,14 +147,21 @@ ROUTE_RECHECK_MIN_S = 0.5
 ROUTE_RECHECK_MAX_S = 30.0
 
 
-def route_recheck_after_s(conditions: Sequence[StatusCondition], now: datetime.datetime) -> float | None:
-    """Seconds until the next look at the route while Ready waits only for a gateway to report on it (Ready=False
-    RoutePending); None otherwise (a refusal or a version's pods send their own events, or the resync sees them)."""
+def route_recheck_after_s(
+    conditions: Sequence[StatusCondition], now: datetime.datetime, settle_s: float = ROUTE_SETTLE_S
+) -> float | None:
+    """Seconds until the next look at the route while Ready waits only for the gateway: to report on the route
+    (RoutePending), or for the settle time after it accepted it (RouteSettling: when that ends). None otherwise
+    (a refusal or a version's pods send their own events, or the resync sees them)."""
     ready = find_condition(conditions, READY)
     route = find_condition(conditions, ROUTE_ACCEPTED)
-    if ready is None or str(ready.reason) != Reason.ROUTE_PENDING or route is None or route.status == "True":
+    if ready is None or route is None:
         return None
     waited = max(0.0, (now - (route.last_transition_time or now)).total_seconds())
+    if str(ready.reason) == Reason.ROUTE_SETTLING and route.status == "True":
+        return max(ROUTE_RECHECK_MIN_S, settle_s - waited)
+    if str(ready.reason) != Reason.ROUTE_PENDING or route.status == "True":
+        return None
     return min(ROUTE_RECHECK_MAX_S, max(ROUTE_RECHECK_MIN_S, waited / 2))
 
 
