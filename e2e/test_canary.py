@@ -203,6 +203,7 @@ def test_gateway_canary_lifecycle(
     )
     status = _wait_split(kube, namespace, "v2=100")
     assert [v["name"] for v in status["traffic"]["versions"]] == ["v2"]
+    accept_route(kube, namespace)
     _show(kube, namespace, "v1 removed")
 
     events = kube.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={MODEL}")

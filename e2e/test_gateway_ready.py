@@ -4,14 +4,19 @@ from several long-lived clients all answer, from every version with a share; aft
 wait on the new generation, and the same check with the new split (a version at 0% answers nothing).
 
 A prober on its own long-lived connection sends a request through Traefik every PROBE_INTERVAL_S from the apply
-on: it measures when the path first answered, how many of its requests failed before Ready, and whether any
-failed after. The numbers are printed and quoted in docs/e2e.md and docs/canary.md.
+on: it measures when the path first answered, how many of its requests failed before Ready, whether any failed
+after, and after the edit how long the version set to 0% still answered after the operator saw the gateway accept
+the new generation (how far Traefik's data plane lags its status). The numbers are printed and quoted in
+docs/e2e.md and docs/canary.md. SKIFF_E2E_ROUTE_SETTLE_S runs the operator with another --route-settle-seconds
+(0: Ready as soon as the gateway accepted the route), to measure what the settle time buys.
 
 One namespace, one operator, one Traefik and one three-version model; the tests run in file order.
 """
 
 from __future__ import annotations
 
+import datetime
+import os
 import threading
 import time
 import uuid
@@ -43,6 +48,11 @@ READY_TIMEOUT_S = 300
 # Traefik splits per request by smooth weighted round robin; over a few hundred requests a share is within a few
 # points of its weight.
 SHARE_TOLERANCE = 10
+SETTLE_ARGS = (
+    ["--route-settle-seconds", os.environ["SKIFF_E2E_ROUTE_SETTLE_S"]]
+    if os.environ.get("SKIFF_E2E_ROUTE_SETTLE_S")
+    else []
+)
 
 
 @dataclass
@@ -52,11 +62,13 @@ class Outcome:
     answers: Counter[str] = field(default_factory=Counter)
     failures: list[tuple[float, str]] = field(default_factory=list)  # (time.monotonic(), error)
     first_answer_at: float | None = None
+    answered_at: dict[str, float] = field(default_factory=dict)  # version -> time.time() of its last answer
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, sent_at: float, version: str | None, error: str | None) -> None:
         with self.lock:
             if version is not None:
+                self.answered_at[version] = time.time()
                 self.answers[version] += 1
                 if self.first_answer_at is None:
                     self.first_answer_at = sent_at
@@ -152,7 +164,7 @@ def stage(real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_fact
     port = free_port()
     kube.apply(gateway_manifests(namespace, GATEWAY, port))
     traefik = Traefik(kube, port, scratch / "traefik.log")
-    operator = OperatorProcess(kube, namespace, scratch / "operator.log")
+    operator = OperatorProcess(kube, namespace, scratch / "operator.log", SETTLE_ARGS)
     found = Stage(namespace, f"127.0.0.1:{port}", Images.from_script().runtime, operator, traefik)
     try:
         traefik.start(namespace, GATEWAY)
@@ -183,6 +195,11 @@ def kubectl_wait_ready(kube: Kubectl, namespace: str) -> float:
     target = f"inferencemodel/{MODEL}"
     kube.run("wait", "--for=condition=Ready", target, "-n", namespace, f"--timeout={READY_TIMEOUT_S}s", timeout=400)
     return time.monotonic()
+
+
+def transition_time(condition: dict[str, Any]) -> float:
+    """A condition's lastTransitionTime as time.time() (whole seconds)."""
+    return datetime.datetime.fromisoformat(condition["lastTransitionTime"].replace("Z", "+00:00")).timestamp()
 
 
 def check_traffic_at_ready(kube: Kubectl, stage: Stage, split: tuple[int, int, int], what: str) -> float:
@@ -251,5 +268,11 @@ def test_after_an_edit_kubectl_wait_on_the_new_generation_then_traffic_follows_t
     stage.prober.stop()
     probe = stage.prober.outcome
     stage.prober = None
-    print(f"prober during the edit: {len(probe.failures) - failed_before} failed of its requests since the edit")
+    accepted = transition_time(condition(kube.get("inferencemodel", MODEL, "-n", stage.namespace), "RouteAccepted"))
+    lag = probe.answered_at.get("v1", accepted) - accepted
+    print(
+        f"prober during the edit: {len(probe.failures) - failed_before} of its requests failed; v1 (now 0%) last "
+        f"answered {lag:+.2f}s after the operator saw the gateway accept the new generation (RouteAccepted "
+        f"lastTransitionTime, whole seconds: up to 1 s early)"
+    )
     assert probe.failures[failed_before:] == []  # the edit itself loses nothing on a long-lived connection
