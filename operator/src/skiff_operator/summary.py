@@ -142,17 +142,20 @@ def traffic_lags_readiness(plan: Plan, versions: Sequence[VersionSummary]) -> bo
 
 # While Ready waits for a gateway to accept the route: look again after half the time the route has waited (since
 # RouteAccepted left True, or since it was created), within these bounds. A gateway that takes a second is seen
-# within a second; one that never reports (no controller for its GatewayClass) costs a read every 30 s.
+# within a second; one that never reports (no controller for its GatewayClass), or keeps refusing, costs a read
+# every 30 s. A refusal is looked at again too: some are passing (BackendNotFound before the gateway has seen a
+# new version Service), and nothing else would tell the operator when they pass.
 ROUTE_RECHECK_MIN_S = 0.5
 ROUTE_RECHECK_MAX_S = 30.0
+_WAITING_FOR_GATEWAY = frozenset({Reason.ROUTE_PENDING, Reason.ROUTE_NOT_ACCEPTED, Reason.ROUTE_REFS_NOT_RESOLVED})
 
 
 def route_recheck_after_s(
     conditions: Sequence[StatusCondition], now: datetime.datetime, settle_s: float = ROUTE_SETTLE_S
 ) -> float | None:
-    """Seconds until the next look at the route while Ready waits only for the gateway: to report on the route
-    (RoutePending), or for the settle time after it accepted it (RouteSettling: when that ends). None otherwise
-    (a refusal or a version's pods send their own events, or the resync sees them)."""
+    """Seconds until the next look at the route while Ready waits only for the gateway: to accept the route
+    (RoutePending, or a refusal), or for the settle time after it did (RouteSettling: when that ends). None
+    otherwise (a version's pods send their own events; the resync sees the rest)."""
     ready = find_condition(conditions, READY)
     route = find_condition(conditions, ROUTE_ACCEPTED)
     if ready is None or route is None:
@@ -160,7 +163,7 @@ def route_recheck_after_s(
     waited = max(0.0, (now - (route.last_transition_time or now)).total_seconds())
     if str(ready.reason) == Reason.ROUTE_SETTLING and route.status == "True":
         return max(ROUTE_RECHECK_MIN_S, settle_s - waited)
-    if str(ready.reason) != Reason.ROUTE_PENDING or route.status == "True":
+    if str(ready.reason) not in _WAITING_FOR_GATEWAY or route.status == "True":
         return None
     return min(ROUTE_RECHECK_MAX_S, max(ROUTE_RECHECK_MIN_S, waited / 2))
 
