@@ -5,10 +5,14 @@ canary that never becomes ready is held at 0% with the reason in status; without
 mode works and says so.
 
 No Gateway controller runs here, so nothing programs a data plane: what is tested is what the operator writes
-and what the API server accepts."""
+and what the API server accepts. Without a controller no gateway accepts the route, and Ready (which in Gateway
+mode waits for that) says so; the test then writes what a controller writes (`accept_route`: Accepted on the
+route's current generation, in its status subresource) and the operator, which watches no GRPCRoutes, sees it
+by looking again on its own."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -97,6 +101,33 @@ def _wait_split(kube: Kubectl, namespace: str, split: str) -> dict[str, Any]:
     )
 
 
+READY_REASON = '{.status.conditions[?(@.type=="Ready")].reason}'
+
+
+def accept_route(kube: Kubectl, namespace: str) -> None:
+    """What a gateway controller writes once it took the route: Accepted and ResolvedRefs on the route's current
+    generation, for its one parent; then the model turns Ready (the operator looks again by itself)."""
+    route = kube.get("grpcroute", MODEL, "-n", namespace)
+    generation = route["metadata"]["generation"]
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [
+        {"type": kind, "status": "True", "reason": kind, "message": "", "lastTransitionTime": now,
+         "observedGeneration": generation}
+        for kind in ("Accepted", "ResolvedRefs")
+    ]  # fmt: skip
+    parents = [{"parentRef": ref, "controllerName": "example.com/gateway", "conditions": conditions}
+               for ref in route["spec"]["parentRefs"]]  # fmt: skip
+    status = json.dumps({"status": {"parents": parents}})
+    kube.run("patch", "grpcroute", MODEL, "-n", namespace, "--subresource=status", "--type=merge", "-p", status)
+    kube.run("wait", "--for=condition=Ready", f"inferencemodel/{MODEL}", "-n", namespace, "--timeout=60s")
+
+
+def _wait_ready_reason(kube: Kubectl, namespace: str, reason: str) -> dict[str, Any]:
+    target = f"inferencemodel/{MODEL}"
+    kube.run("wait", f"--for=jsonpath={READY_REASON}={reason}", target, "-n", namespace, "--timeout=120s")
+    return kube.get("inferencemodel", MODEL, "-n", namespace)
+
+
 def _show(kube: Kubectl, namespace: str, step: str) -> None:
     """What `kubectl get im` prints at this step (kept in the test output; docs/canary.md quotes it)."""
     print(f"\n$ kubectl get im   # {step}\n{kube.run('get', 'im', '-n', namespace)}", end="")
@@ -119,7 +150,12 @@ def test_gateway_canary_lifecycle(
         }
     )
     kube.apply(_model(namespace, [V1], [("v1", 100)], routing=GATEWAYS))
-    kube.run("wait", "--for=condition=Ready", f"inferencemodel/{MODEL}", "-n", namespace, "--timeout=120s")
+    # Every pod ready, the route applied, and no gateway has taken it: not Ready, and the message says why.
+    ready = condition(_wait_ready_reason(kube, namespace, "RoutePending"), "Ready")
+    assert ready["status"] == "False"
+    assert f"waiting for {namespace}/public/grpc to accept GRPCRoute {MODEL} generation" in ready["message"]
+    assert "check that a gateway controller runs for the Gateway's GatewayClass" in ready["message"]
+    accept_route(kube, namespace)
     _wait_weights(kube, namespace, {f"{MODEL}-v1": 100})
     _show(kube, namespace, "v1 alone")
 
@@ -134,12 +170,18 @@ def test_gateway_canary_lifecycle(
     status = _wait_split(kube, namespace, "v1=90,v2=10")
     assert status["traffic"]["mode"] == "Gateway"
     assert status["traffic"]["route"] == MODEL
+    # The new weights are a new generation of the route, which no gateway has judged: Ready waits for it.
+    generation = kube.get("grpcroute", MODEL, "-n", namespace)["metadata"]["generation"]
+    ready = condition(_wait_ready_reason(kube, namespace, "RoutePending"), "Ready")
+    assert f"GRPCRoute {MODEL} generation {generation}" in ready["message"]
+    accept_route(kube, namespace)
     _show(kube, namespace, "v2 at 10%")
 
     for v1, v2, step in ((50, 50, "50/50"), (0, 100, "promoted"), (90, 10, "rolled back")):
         _patch(kube, namespace, {"traffic": _traffic_spec(("v1", v1), ("v2", v2))})
         _wait_weights(kube, namespace, {f"{MODEL}-v1": v1, f"{MODEL}-v2": v2})
         _wait_split(kube, namespace, f"v1={v1},v2={v2}")
+        accept_route(kube, namespace)
         _show(kube, namespace, step)
     assert kube.get("deployment", f"{MODEL}-v1", "-n", namespace)["spec"]["replicas"] == 3
 
@@ -161,6 +203,7 @@ def test_gateway_canary_lifecycle(
     )
     status = _wait_split(kube, namespace, "v2=100")
     assert [v["name"] for v in status["traffic"]["versions"]] == ["v2"]
+    accept_route(kube, namespace)
     _show(kube, namespace, "v1 removed")
 
     events = kube.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={MODEL}")
@@ -175,7 +218,8 @@ def test_canary_that_never_becomes_ready_is_held_at_zero(
     # Nine GPUs per pod: no node has them, so v2's pod stays Pending and never becomes ready.
     stuck = {**V2, "resources": {"gpu": 9}, "progressDeadlineSeconds": 10}
     kube.apply(_model(namespace, [V1], [("v1", 100)], routing=GATEWAYS))
-    kube.run("wait", "--for=condition=Ready", f"inferencemodel/{MODEL}", "-n", namespace, "--timeout=120s")
+    _wait_ready_reason(kube, namespace, "RoutePending")
+    accept_route(kube, namespace)
     _wait_split(kube, namespace, "v1=100")
     _patch(kube, namespace, {"versions": [V1, stuck], "traffic": _traffic_spec(("v1", 90), ("v2", 10))})
 
@@ -203,7 +247,10 @@ def test_canary_that_never_becomes_ready_is_held_at_zero(
     degraded = condition(model, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "ProgressDeadlineExceeded")
     assert "Insufficient nvidia.com/gpu" in degraded["message"]  # the underlying cause, quoted
-    assert condition(model, "Ready")["status"] == "True"  # v1 carries everything
+    # v1 carries everything, but not what was asked for: in Gateway mode that is not Ready.
+    ready = condition(model, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ProgressDeadlineExceeded")
+    assert f"GRPCRoute {MODEL} routes v1=100,v2=0, not the desired v1=90,v2=10" in ready["message"]
     assert _route_weights(kube, namespace) == {f"{MODEL}-v1": 100, f"{MODEL}-v2": 0}
     _show(kube, namespace, "v2 past its deadline")
 

@@ -25,7 +25,7 @@ from skiff_operator.handlers import (
     watch_children_forever,
 )
 from skiff_operator.scheduler import Scheduler, SchedulerOptions
-from skiff_operator.status import StatusEvent
+from skiff_operator.status import DeploymentState, StatusEvent
 from tests.test_reconcile import FakeCluster
 
 
@@ -122,6 +122,25 @@ async def test_a_failed_apply_writes_status_and_asks_for_a_retry(make_body: Call
     assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
     assert "range is full" in ready["message"]
     assert [(e.type, e.reason) for e in cluster.events] == [("Warning", "ApplyFailed")]
+
+
+async def test_a_route_no_gateway_has_accepted_yet_asks_for_a_look_soon(make_body: Callable[..., Any]) -> None:
+    """A gateway's verdict on the route is a status write on the GRPCRoute, which no watch of the operator sees:
+    while Ready waits for it, the scheduler is asked to reconcile again soon; once it came, not any more."""
+    body = make_body(name="bert", routing={"gateways": [{"name": "public"}]})
+    cluster = EventCluster(body)
+    cluster.gateway_api = True
+    cluster.gateway = "later"
+    cluster.deployment_states["v1"] = DeploymentState(1, 1, 1, 1, 1, 1, new_replica_set_available=True)
+    shared = shared_for(cluster)
+    shared.route_settle_s = 0  # the option as __main__ sets it (--route-settle-seconds 0): no settle time
+    assert await reconcile_key(shared, ("ml", "bert")) == 0.5
+    ready = cluster.patched[-1]["conditions"][0]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "RoutePending")
+    cluster.gateway_reports()
+    assert await reconcile_key(shared, ("ml", "bert")) is None
+    ready = cluster.patched[-1]["conditions"][0]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "AllVersionsReady")
 
 
 async def test_an_unreachable_api_server_asks_for_a_retry_and_writes_nothing(make_body: Callable[..., Any]) -> None:

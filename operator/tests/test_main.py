@@ -128,3 +128,12 @@ def test_the_deepest_body_the_api_server_sends_decodes_once_guarded(mode: str, o
     done = subprocess.run([sys.executable, "-c", DEEP_DECODE, mode], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == outcome
+
+
+def test_route_settle_seconds_is_an_option_within_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_run_config(["run", "-n", "ml"]).options.route_settle_s == 3.0
+    assert parse_run_config(["run", "-n", "ml", "--route-settle-seconds", "0"]).options.route_settle_s == 0.0
+    for bad in ("-1", "301", "nan"):
+        with pytest.raises(SystemExit):
+            parse_run_config(["run", "-n", "ml", "--route-settle-seconds", bad])
+        assert f"--route-settle-seconds {bad}" in capsys.readouterr().err

@@ -35,6 +35,10 @@ class FakeCluster:
         self.down = False
         self.failing: ClusterUnavailable | None = None  # raised by every apply while set
         self.gateway_api = False  # whether the GRPCRoute CRD is served
+        # A gateway controller: None writes nothing on routes; "at once" accepts each route generation as it is
+        # applied; "later" only when gateway_reports() is called (what the gateway had written so far comes back).
+        self.gateway: str | None = None
+        self.gateway_verdict = ("True", "Accepted")
         self.deleted: list[tuple[str, str]] = []
         self.lookups: list[tuple[str, str]] = []  # names find_occupants was asked about
         self.metrics = MetricsScrape()  # what the pods' metrics ports show (spec.rollout)
@@ -51,8 +55,46 @@ class FakeCluster:
         if self.failing is not None:
             raise self.failing
         self.apply_count += 1
-        self.objects[(manifest["kind"], manifest["metadata"]["name"])] = copy.deepcopy(dict(manifest))
-        return copy.deepcopy(dict(manifest))
+        key = (manifest["kind"], manifest["metadata"]["name"])
+        stored = copy.deepcopy(dict(manifest))
+        if manifest["kind"] == GRPC_ROUTE_KIND and self.gateway is not None:
+            stored = self._route_generation(self.objects.get(key), stored)
+        self.objects[key] = stored
+        if manifest["kind"] == GRPC_ROUTE_KIND and self.gateway == "at once":
+            self.gateway_reports()
+        return copy.deepcopy(self.objects[key])
+
+    @staticmethod
+    def _route_generation(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+        """The API server's part: metadata.generation moves when the spec changes; the status stays as it was."""
+        before = old["metadata"].get("generation", 0) if old is not None else 0
+        changed = old is None or old.get("spec") != new.get("spec")
+        new["metadata"]["generation"] = before + 1 if changed else before
+        if old is not None and "status" in old:
+            new["status"] = old["status"]
+        return new
+
+    def gateway_reports(self) -> None:
+        """The gateway's part: its verdict (gateway_verdict) on every GRPCRoute's current generation, per parent."""
+        status, reason = self.gateway_verdict
+        for (kind, _), route in self.objects.items():
+            if kind != GRPC_ROUTE_KIND:
+                continue
+            generation = route["metadata"].get("generation", 0)
+            route["status"] = {
+                "parents": [
+                    {
+                        "parentRef": ref,
+                        "controllerName": "example.com/gateway",
+                        "conditions": [
+                            {"type": "Accepted", "status": status, "reason": reason, "observedGeneration": generation},
+                            {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs",
+                             "observedGeneration": generation},
+                        ],
+                    }
+                    for ref in route["spec"]["parentRefs"]
+                ]
+            }  # fmt: skip
 
     async def read_children(self, model: InferenceModel, applied: Sequence[Mapping[str, Any]] = ()) -> ChildStates:
         return ChildStates(deployments=dict(self.deployment_states))

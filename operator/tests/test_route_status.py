@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from skiff_operator.route_status import ROUTE_ACCEPTED, route_acceptance, route_events, route_state
+from skiff_operator.route_status import ROUTE_ACCEPTED, applied_route, route_acceptance, route_events, route_state
 from skiff_operator.routing import OwnedChild, PreviousTraffic, RoutingPlan, plan_routing
 from skiff_operator.spec import parse_inference_model
 from skiff_operator.status import Condition, Reason, StatusCondition
@@ -55,7 +55,8 @@ def plan_with(make_body: Body, stored: dict[str, Any] | None, gateways: list[dic
     [
         (None, "Unknown", "RoutePending", ["waiting for infra/public/grpc", "GatewayClass"]),
         (route(2), "Unknown", "RoutePending", ["waiting for infra/public/grpc"]),
-        (route(3, parent(("True", "Accepted", ""))), "Unknown", "RoutePending", ["to report"]),  # stale: generation 2
+        # stale: accepted generation 2, the route is at 3
+        (route(3, parent(("True", "Accepted", ""))), "Unknown", "RoutePending", ["GRPCRoute demo generation 3"]),
         (route(2, parent(("True", "Accepted", ""))), "True", "RouteAccepted", ["accepted by infra/public/grpc"]),
         (
             route(2, parent(("False", "NoMatchingParent", ""))),
@@ -84,7 +85,7 @@ def test_route_accepted_follows_what_the_gateway_wrote(
     make_body: Body, stored: dict[str, Any] | None, status: str, reason: str, words: list[str]
 ) -> None:
     model, plan = plan_with(make_body, stored)
-    condition = route_acceptance(model, plan)
+    condition = route_acceptance(model, plan, applied_route(model, plan, ()))
     assert condition is not None
     assert (condition.type, condition.status, str(condition.reason)) == (ROUTE_ACCEPTED, status, reason)
     for word in words:
@@ -95,7 +96,7 @@ def test_every_named_gateway_must_accept(make_body: Body) -> None:
     gateways = [*GATEWAYS, {"name": "internal"}]
     accepted = parent(("True", "Accepted", ""))
     model, plan = plan_with(make_body, route(2, accepted), gateways)
-    condition = route_acceptance(model, plan)
+    condition = route_acceptance(model, plan, applied_route(model, plan, ()))
     assert condition is not None
     assert (condition.status, condition.reason) == ("Unknown", "RoutePending")
     assert "ml/internal" in condition.message
@@ -104,16 +105,39 @@ def test_every_named_gateway_must_accept(make_body: Body) -> None:
 def test_no_condition_without_a_route(make_body: Body) -> None:
     model = parse_inference_model(make_body())
     plan = plan_routing(model, [], PreviousTraffic(), grpc_route_served=True, now=NOW)
-    assert route_acceptance(model, plan) is None
+    assert route_acceptance(model, plan, None) is None
+    assert applied_route(model, plan, [{"kind": "GRPCRoute", **route(2)}]) is None
+
+
+def test_the_route_as_applied_is_judged_not_the_one_listed_before(make_body: Body) -> None:
+    """The apply of new weights moves the route to a new generation: the verdict listed before it is on the old."""
+    model, plan = plan_with(make_body, route(2, parent(("True", "Accepted", ""))))
+    listed = applied_route(model, plan, ())
+    assert listed is not None
+    assert listed.generation == 2
+    stored = [{"kind": "Service", **route(9)}, {"kind": "GRPCRoute", **route(3, parent(("True", "Accepted", "")))}]
+    applied = applied_route(model, plan, stored)
+    assert applied is not None
+    assert applied.generation == 3
+    before = route_acceptance(model, plan, listed)
+    after = route_acceptance(model, plan, applied)
+    assert before is not None
+    assert (before.status, before.reason) == ("True", "RouteAccepted")
+    assert after is not None
+    assert (after.status, after.reason) == ("Unknown", "RoutePending")
+    assert "generation 3" in after.message
+    model, plan = plan_with(make_body, None)
+    assert applied_route(model, plan, ()) is None  # not listed, not applied: pending
 
 
 def test_a_refused_route_makes_the_model_degraded(make_body: Body) -> None:
     model, plan = plan_with(make_body, route(2, parent(("False", "NoMatchingParent", ""))))
+    state = applied_route(model, plan, ())
     base = (
         StatusCondition("Degraded", "False", Reason.AS_EXPECTED, "", NOW, 1),
         StatusCondition("Progressing", "False", Reason.ROLLOUT_COMPLETE, "", NOW, 1),
     )
-    summary = summarize_traffic(model, plan, base, previous_conditions=[], now=NOW)
+    summary = summarize_traffic(model, plan, base, previous_conditions=[], now=NOW, route_state=state)
     conditions = {c.type: c for c in summary.conditions}
     assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("True", "RouteNotAccepted")
     assert conditions[ROUTE_ACCEPTED].status == "False"

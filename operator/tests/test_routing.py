@@ -27,6 +27,7 @@ from skiff_operator.routing import (
 )
 from skiff_operator.spec import GatewayRef, Routing, RoutingMode, parse_inference_model
 from skiff_operator.status import DeploymentState
+from skiff_operator.summary import ROUTE_RECHECK_MIN_S
 from skiff_operator.traffic import HoldReason
 from skiff_operator.traffic_status import previous_traffic
 from tests.conftest import wire
@@ -232,8 +233,9 @@ def test_a_disruption_budget_goes_when_its_version_in_the_spec_no_longer_renders
 # -- whole lifecycles through reconcile --------------------------------------------------------------------------
 
 
-async def _step(body: dict[str, Any], cluster: FakeCluster, at: datetime.datetime = NOW) -> Any:
-    outcome = await reconcile(body, cluster, at)
+async def _step(body: dict[str, Any], cluster: FakeCluster, at: datetime.datetime = NOW, settle_s: float = 0.0) -> Any:
+    """One reconcile at `at`; Gateway mode's settle time after acceptance is 0 unless a test is about it."""
+    outcome = await reconcile(body, cluster, at, route_settle_s=settle_s)
     body["status"] = wire(outcome.status)
     return outcome
 
@@ -250,6 +252,7 @@ def _traffic(status: dict[str, Any]) -> dict[str, tuple[int, int, str | None]]:
 async def test_canary_lifecycle_in_gateway_mode(make_body: Body) -> None:
     cluster = FakeCluster()
     cluster.gateway_api = True
+    cluster.gateway = "at once"
     cluster.deployment_states["v1"] = deployment(3)
     body = canary_body(make_body, 100, None, routing={"gateways": GATEWAYS})
     first = await _step(body, cluster)
@@ -260,14 +263,19 @@ async def test_canary_lifecycle_in_gateway_mode(make_body: Body) -> None:
     await _step(body, cluster)
     assert _route_weights(cluster) == {"fraud-v1": 100}
 
-    # Add v2 at 10%: held at 0% until it has a ready pod, with the reason in Progressing.
+    assert condition(wire(first.status), "Ready") == ("True", "AllVersionsReady")
+
+    # Add v2 at 10%: held at 0% until it has a ready pod, with the reason in Progressing. v1 serves everything,
+    # but the model is not Ready: the split in effect is not the one asked for.
     new = canary_body(make_body, 90, 10, routing={"gateways": GATEWAYS})
     body["spec"] = new["spec"]
     outcome = await _step(body, cluster)
     assert _route_weights(cluster) == {"fraud-v1": 100, "fraud-v2": 0}
     assert _traffic(wire(outcome.status))["v2"] == (10, 0, "NotReady")
     assert condition(wire(outcome.status), "Progressing") == ("True", "CanaryNotReady")
-    assert condition(wire(outcome.status), "Ready") == ("True", "AllVersionsReady")  # v1 serves everything
+    assert condition(wire(outcome.status), "Ready") == ("False", "CanaryNotReady")
+    ready = next(c["message"] for c in wire(outcome.status)["conditions"] if c["type"] == "Ready")
+    assert ready.startswith("GRPCRoute fraud routes v1=100,v2=0, not the desired v1=90,v2=10; v2 has no ready")
     assert wire(outcome.status)["trafficSplit"] == "v1=100,v2=0"
     assert wire(outcome.status)["traffic"]["desiredSplit"] == "v1=90,v2=10"
     assert wire(outcome.status)["traffic"]["mode"] == "Gateway"
@@ -280,6 +288,7 @@ async def test_canary_lifecycle_in_gateway_mode(make_body: Body) -> None:
         "v1=100 v2=0 -> v1=90 v2=10 (Gateway mode)"
     ]
     assert wire(outcome.status)["trafficSplit"] == "v1=90,v2=10"
+    assert condition(wire(outcome.status), "Ready") == ("True", "AllVersionsReady")
 
     for v1, v2 in ((50, 50), (0, 100), (90, 10)):  # 50/50, promotion, rollback
         body["spec"]["traffic"] = [{"version": "v1", "percent": v1}, {"version": "v2", "percent": v2}]
@@ -418,3 +427,119 @@ def test_services_whose_cluster_ip_cannot_change_in_place_are_recreated(
     ]
     found = services_to_recreate(owned, [_service("m-v1", rendered_ip)])
     assert found == ([owned[0]] if recreated else [])
+
+
+SETTLE_S = 3.0
+
+
+def at(seconds: float) -> datetime.datetime:
+    return NOW + datetime.timedelta(seconds=seconds)
+
+
+def _ready(status: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == "Ready")
+
+
+def three_versions(make_body: Body, split: tuple[int, int, int]) -> dict[str, Any]:
+    versions = [{"name": n, "modelUri": f"pvc://models/m/{n}", "replicas": 1} for n in ("v1", "v2", "v3")]
+    traffic = [{"version": n, "percent": p} for n, p in zip(("v1", "v2", "v3"), split, strict=True)]
+    return make_body(name="fraud", versions=versions, traffic=traffic, routing={"gateways": GATEWAYS})
+
+
+async def test_gateway_mode_is_ready_only_once_the_gateway_accepted_the_routes_current_generation(
+    make_body: Body,
+) -> None:
+    cluster = FakeCluster()
+    cluster.gateway_api = True
+    cluster.gateway = "later"
+    cluster.deployment_states.update(v1=deployment(1), v2=deployment(1), v3=deployment(1))
+    body = three_versions(make_body, (60, 30, 10))
+    outcome = await _step(body, cluster, NOW, SETTLE_S)
+    # Every pod is ready and the route carries 60/30/10 (its second generation: the first pass saw no pods yet),
+    # but the gateway has not said it took it: not Ready, and the operator looks again soon (a gateway's status
+    # write sends it no event).
+    assert _route_weights(cluster) == {"fraud-v1": 60, "fraud-v2": 30, "fraud-v3": 10}
+    assert condition(wire(outcome.status), "Ready") == ("False", "RoutePending")
+    assert condition(wire(outcome.status), "RouteAccepted") == ("Unknown", "RoutePending")
+    assert _ready(wire(outcome.status))["message"].startswith(
+        "waiting for infra/public/grpc to accept GRPCRoute fraud generation 2"
+    )
+    assert outcome.recheck_after_s == 0.5
+    assert condition(wire(outcome.status), "Degraded") == ("False", "AsExpected")  # a wait, not a fault
+
+    # A look before the gateway reports changes nothing and says nothing new.
+    stored = wire(outcome.status)
+    outcome = await _step(body, cluster, at(1), SETTLE_S)
+    assert wire(outcome.status)["conditions"] == stored["conditions"]
+    assert outcome.events == ()
+    assert outcome.recheck_after_s == 0.5
+
+    # Accepted: Ready waits SETTLE_S more (whole seconds: 12:00:02 + 3 s), for the gateway's data plane to follow.
+    cluster.gateway_reports()
+    outcome = await _step(body, cluster, at(2.4), SETTLE_S)
+    assert condition(wire(outcome.status), "Ready") == ("False", "RouteSettling")
+    assert condition(wire(outcome.status), "RouteAccepted") == ("True", "RouteAccepted")
+    assert _ready(wire(outcome.status))["message"] == (
+        "GRPCRoute fraud accepted by infra/public/grpc at 12:00:02Z; Ready 3s after that, for the gateway to route "
+        "it (skiff-operator --route-settle-seconds)"
+    )
+    assert outcome.recheck_after_s == pytest.approx(2.6)
+    outcome = await _step(body, cluster, at(4.9), SETTLE_S)
+    assert condition(wire(outcome.status), "Ready") == ("False", "RouteSettling")
+    assert outcome.events == ()
+    assert outcome.recheck_after_s == ROUTE_RECHECK_MIN_S
+    outcome = await _step(body, cluster, at(5), SETTLE_S)
+    assert condition(wire(outcome.status), "Ready") == ("True", "AllVersionsReady")
+    assert _ready(wire(outcome.status))["message"] == (
+        "v1 1/1 ready, v2 1/1 ready, v3 1/1 ready; GRPCRoute fraud accepted by infra/public/grpc"
+    )
+    assert [(e.type, e.reason) for e in outcome.events] == [("Normal", "AllVersionsReady")]
+    assert outcome.recheck_after_s is None
+    ready_since = _ready(wire(outcome.status))["lastTransitionTime"]
+
+    # The resync: the same route, the same verdict: Ready stays, nothing written, nothing said.
+    stored = wire(outcome.status)
+    outcome = await _step(body, cluster, at(60), SETTLE_S)
+    assert wire(outcome.status)["conditions"] == stored["conditions"]
+    assert outcome.events == ()
+    assert outcome.recheck_after_s is None
+
+    # An edit: the route's new generation carries 0/50/50; Ready waits for the gateway's verdict on it.
+    body["metadata"]["generation"] = 2
+    body["spec"]["traffic"] = [{"version": n, "percent": p} for n, p in (("v1", 0), ("v2", 50), ("v3", 50))]
+    outcome = await _step(body, cluster, at(61), SETTLE_S)
+    assert _route_weights(cluster) == {"fraud-v1": 0, "fraud-v2": 50, "fraud-v3": 50}
+    assert condition(wire(outcome.status), "Ready") == ("False", "RoutePending")
+    assert "GRPCRoute fraud generation 3" in _ready(wire(outcome.status))["message"]
+    assert _ready(wire(outcome.status))["observedGeneration"] == 2
+    assert outcome.recheck_after_s == 0.5
+    cluster.gateway_reports()
+    outcome = await _step(body, cluster, at(62), SETTLE_S)
+    assert condition(wire(outcome.status), "Ready") == ("False", "RouteSettling")
+    outcome = await _step(body, cluster, at(65), SETTLE_S)
+    assert condition(wire(outcome.status), "Ready") == ("True", "AllVersionsReady")
+    assert _ready(wire(outcome.status))["lastTransitionTime"] != ready_since
+
+
+async def test_gateway_mode_is_not_ready_while_a_gateway_refuses_the_route(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.gateway_api = True
+    cluster.gateway = "at once"
+    cluster.gateway_verdict = ("False", "NotAllowedByListeners")
+    cluster.deployment_states.update(v1=deployment(1), v2=deployment(1), v3=deployment(1))
+    outcome = await _step(three_versions(make_body, (60, 30, 10)), cluster)
+    assert condition(wire(outcome.status), "Ready") == ("False", "RouteNotAccepted")
+    assert condition(wire(outcome.status), "Degraded") == ("True", "RouteNotAccepted")
+    assert "allowedRoutes" in _ready(wire(outcome.status))["message"]
+    assert outcome.recheck_after_s == 0.5  # looked at again (backing off): some refusals pass by themselves
+    assert ("Warning", "RouteNotAccepted") in [(e.type, e.reason) for e in outcome.events]
+
+
+async def test_service_mode_readiness_does_not_wait_for_any_gateway(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.deployment_states.update(v1=deployment(1), v2=deployment(1), v3=deployment(1))
+    outcome = await _step(three_versions(make_body, (60, 30, 10)), cluster)
+    assert wire(outcome.status)["traffic"]["mode"] == "Service"
+    assert condition(wire(outcome.status), "Ready") == ("True", "AllVersionsReady")
+    assert _ready(wire(outcome.status))["message"] == "v1 1/1 ready, v2 1/1 ready, v3 1/1 ready"
+    assert outcome.recheck_after_s is None

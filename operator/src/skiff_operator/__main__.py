@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long the API server keeps one watch open (default %(default)s)",
     )
     run.add_argument(
+        "--route-settle-seconds",
+        type=float,
+        default=OperatorOptions.route_settle_s,
+        help="Gateway mode: Ready this long after every gateway accepted the route's current generation, for the "
+        "gateway's data plane to follow (default %(default)s)",
+    )
+    run.add_argument(
         "--log-level",
         default=os.environ.get("SKIFF_OPERATOR_LOG_LEVEL", "INFO"),
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -106,6 +113,8 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
         parser.error("choose the scope: --namespace NS (repeatable) or --all-namespaces")
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: give at least 1")
+    if not 0 <= args.route_settle_seconds <= 300:
+        parser.error(f"--route-settle-seconds {args.route_settle_seconds:g}: give 0 to 300")
     lease = None
     if args.leader_elect:
         if not args.lease_namespace or not _NAMESPACE.match(args.lease_namespace):
@@ -128,6 +137,7 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
             resync_interval_s=args.resync_seconds,
             watch_server_timeout_s=args.watch_timeout_seconds,
             workers=args.workers,
+            route_settle_s=args.route_settle_seconds,
             lease=lease,
             namespaces=() if args.all_namespaces else tuple(ns.strip() for ns in namespaces),
         ),

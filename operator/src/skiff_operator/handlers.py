@@ -21,6 +21,7 @@ from skiff_operator.reconcile import reconcile
 from skiff_operator.scheduler import Key, Scheduler, SchedulerOptions
 from skiff_operator.spec import GROUP, PLURAL, VERSION
 from skiff_operator.status import READY, find_condition, patch_changes
+from skiff_operator.traffic_status import ROUTE_SETTLE_S
 
 _CHILD_FILTER = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
 CHILD_WATCH_KINDS = ("Pod", "Deployment", "Service")  # a change to any of these can change a model's status
@@ -39,6 +40,7 @@ class OperatorOptions:
     namespaces: tuple[str, ...] = ()  # where the Pod watches run; empty: every namespace
     watch_retry_s: float = 5.0  # pause before a failed Pod watch starts again
     lease: LeaseOptions | None = None  # leader election between replicas; None: this replica always works
+    route_settle_s: float = ROUTE_SETTLE_S  # Gateway mode: Ready this long after the gateways accepted the route
 
     def scheduler(self) -> SchedulerOptions:
         return SchedulerOptions(self.child_debounce_s, self.resync_interval_s, self.workers)
@@ -59,6 +61,7 @@ class _Shared:
     bodies: dict[Key, dict[str, Any]] = field(default_factory=dict)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     elector: LeaderElector | None = None
+    route_settle_s: float = ROUTE_SETTLE_S
 
 
 def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
@@ -120,7 +123,8 @@ def model_needs_reconcile(shared: _Shared, key: Key, event_type: str | None, bod
 
 async def reconcile_key(shared: _Shared, key: Key) -> float | None:
     """One reconcile of a model as the scheduler runs it: read it, reconcile, write the status when it changed,
-    post the Events. Returns the seconds after which to try again (a failed apply, an unreachable API server)."""
+    post the Events. Returns the seconds after which to try again (a failed apply, an unreachable API server, a
+    route no gateway has accepted yet)."""
     namespace, name = key
     body = shared.bodies.get(key)
     if body is None:
@@ -139,7 +143,7 @@ async def reconcile_key(shared: _Shared, key: Key) -> float | None:
         remember_body(shared, key, body)
     shared.generations[key] = int(body.get("metadata", {}).get("generation") or 0)
     try:
-        outcome = await reconcile(body, shared.kube, _now())
+        outcome = await reconcile(body, shared.kube, _now(), route_settle_s=shared.route_settle_s)
         writes = [shared.kube.post_event(body, event) for event in outcome.events]
         patch = render_status(outcome.status)  # the one rendering of the typed status
         if patch_changes(body.get("status"), patch):  # unchanged: no write, no watch event
@@ -154,7 +158,8 @@ async def reconcile_key(shared: _Shared, key: Key) -> float | None:
     _log.debug("%s/%s: applied %s", namespace, name, ", ".join(outcome.applied) or "nothing")
     if outcome.retry_after_s is not None:
         _log.warning("%s/%s: %s", namespace, name, _ready_message(outcome.status))
-    return outcome.retry_after_s
+        return outcome.retry_after_s
+    return outcome.recheck_after_s  # Ready waits for a gateway to accept the route
 
 
 async def _patch_status(shared: _Shared, key: Key, status: Mapping[str, Any]) -> None:
@@ -200,7 +205,7 @@ def start_operator(kube: Kube, stack: contextlib.AsyncExitStack, options: Operat
     """The scheduler, the Pod watches and (with a lease) the leader elector, started on the running loop."""
     holder: list[_Shared] = []
     scheduler = Scheduler(lambda key: reconcile_key(holder[0], key), options.scheduler(), _log)
-    shared = _Shared(kube=kube, exit_stack=stack, scheduler=scheduler)
+    shared = _Shared(kube=kube, exit_stack=stack, scheduler=scheduler, route_settle_s=options.route_settle_s)
     holder.append(shared)
     if options.lease is not None:
         scheduler.pause()  # a standby: watches warm, models known, nothing written until it leads

@@ -16,11 +16,13 @@ from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.observe import ObserveCluster, observe
 from skiff_operator.ownership import name_conflict_message
 from skiff_operator.plan import Held, Plan, make_plan
+from skiff_operator.route_status import applied_route
 from skiff_operator.routing import OwnedChild, prune, services_to_recreate
 from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
 from skiff_operator.status import ChildStates, Problem, Reason, StatusEvent
 from skiff_operator.summary import Summary, summarize, summarize_problem
 from skiff_operator.tls import TLSState
+from skiff_operator.traffic_status import ROUTE_SETTLE_S
 
 
 class Cluster(ObserveCluster, Protocol):
@@ -44,6 +46,9 @@ class Outcome:
     retry_after_s: float | None = None
     # A version became ready during the pass: reconcile() runs a second pass at once (summary.traffic_lags_readiness).
     traffic_lags_readiness: bool = False
+    # Ready waits for a gateway to accept the route (no watch event comes when it does): reconcile again after this
+    # many seconds (summary.route_recheck_after_s).
+    recheck_after_s: float | None = None
 
 
 # A refused apply (quota exceeded, denied by an admission policy) may succeed once someone changes the quota or
@@ -51,26 +56,29 @@ class Outcome:
 REJECTED_RETRY_S = 30.0
 
 
-async def reconcile(body: Mapping[str, Any], cluster: Cluster, now: datetime.datetime) -> Outcome:
+async def reconcile(
+    body: Mapping[str, Any], cluster: Cluster, now: datetime.datetime, *, route_settle_s: float = ROUTE_SETTLE_S
+) -> Outcome:
     """Brings the children in line with the spec and reports where they stand; the same on every call.
+    `route_settle_s`: in Gateway mode, how long Ready waits after the gateways accepted the route.
 
     The split is decided from the children as they were when the pass started. When a version became ready
     during the pass (its status shows ready replicas but no applied weight yet), a second pass routes to it
     at once: otherwise status would say Ready while no traffic reaches it until the next watch event.
     """
-    outcome = await _reconcile_once(body, parse_status(body.get("status")), cluster, now)
+    outcome = await _reconcile_once(body, parse_status(body.get("status")), cluster, now, route_settle_s)
     if outcome.retry_after_s is not None or not outcome.traffic_lags_readiness:
         return outcome
     # The first pass's status as the API server stores it (times to the second), as a watch event would bring it.
     stored = parse_status(render_status(outcome.status))
-    second = await _reconcile_once(body, stored, cluster, now)
+    second = await _reconcile_once(body, stored, cluster, now, route_settle_s)
     return dataclasses.replace(
         second, events=(*outcome.events, *second.events), applied=(*outcome.applied, *second.applied)
     )
 
 
 async def _reconcile_once(
-    body: Mapping[str, Any], previous: Status | None, cluster: Cluster, now: datetime.datetime
+    body: Mapping[str, Any], previous: Status | None, cluster: Cluster, now: datetime.datetime, route_settle_s: float
 ) -> Outcome:
     """One pass: parse, then observe -> plan -> render -> apply -> summarize. `previous` is the status the pass
     starts from: the stored one, or the first pass's.
@@ -110,12 +118,14 @@ async def _reconcile_once(
     children = dataclasses.replace(
         await cluster.read_children(model, applied.stored), missing_claims=plan.missing_claims
     )
-    summary = summarize(plan, children, applied.deleted, previous, now)  # 5. pure
+    route = applied_route(plan.model, plan.routing, applied.stored)
+    summary = summarize(plan, children, applied.deleted, previous, now, route, route_settle_s)  # 5. pure
     return Outcome(
         summary.status,
         summary.events,
         _names(manifests),
         traffic_lags_readiness=summary.traffic_lags_readiness,
+        recheck_after_s=summary.recheck_after_s,
     )
 
 

@@ -68,15 +68,32 @@ def _condition(raw: Mapping[str, Any] | None) -> GatewayCondition | None:
     )
 
 
-def route_acceptance(model: InferenceModel, plan: RoutingPlan) -> Condition | None:
-    """RouteAccepted in Gateway mode: True once every gateway the model names accepted the current route and
-    resolved its backends; False with the gateway's reason and what to do when one refused; Unknown while one has
-    not reported (on this generation). None when no route is rendered."""
+def applied_route(model: InferenceModel, plan: RoutingPlan, stored: Sequence[Mapping[str, Any]]) -> RouteState | None:
+    """The model's GRPCRoute as this pass's apply left it (its generation after the apply, what the gateways
+    have written so far), else as listed before the apply; None when no route is rendered or none was seen."""
     name = route_name(model, plan)
     if name is None:
         return None
+    applied = next((m for m in stored if m.get("kind") == GRPC_ROUTE_KIND and _name(m) == name), None)
+    if applied is not None:
+        return route_state(applied)
     owned = next((c for c in plan.owned if c.kind == GRPC_ROUTE_KIND and c.name == name), None)
-    state = owned.route if owned is not None and owned.route is not None else RouteState(0)
+    return owned.route if owned is not None else None
+
+
+def _name(manifest: Mapping[str, Any]) -> str:
+    return str((manifest.get("metadata") or {}).get("name", ""))
+
+
+def route_acceptance(model: InferenceModel, plan: RoutingPlan, state: RouteState | None) -> Condition | None:
+    """RouteAccepted in Gateway mode, from the route as applied (`applied_route`): True once every gateway the
+    model names accepted the route's current generation (the weights this pass wrote) and resolved its backends;
+    False with the gateway's reason and what to do when one refused; Unknown while one has not reported on this
+    generation. None when no route is rendered."""
+    name = route_name(model, plan)
+    if name is None:
+        return None
+    state = state if state is not None else RouteState(0)
     namespace = model.ref.namespace
     wanted = [parent_label(g.namespace or namespace, g.name, g.section_name) for g in model.spec.routing.gateways]
     reports = {parent.gateway: parent for parent in state.parents}
@@ -95,9 +112,10 @@ def route_acceptance(model: InferenceModel, plan: RoutingPlan) -> Condition | No
     if refused:
         return Condition(ROUTE_ACCEPTED, "False", refused[0][0], "; ".join(message for _, message in refused))
     if pending:
+        generation = f" generation {state.generation}" if state.generation else ""
         message = (
-            f"waiting for {', '.join(pending)} to report on GRPCRoute {name} (status.parents); if this lasts, check "
-            "that a gateway controller runs for the Gateway's GatewayClass"
+            f"waiting for {', '.join(pending)} to accept GRPCRoute {name}{generation} (its status.parents); if this "
+            "lasts, check that a gateway controller runs for the Gateway's GatewayClass"
         )
         return Condition(ROUTE_ACCEPTED, "Unknown", Reason.ROUTE_PENDING, message)
     return Condition(

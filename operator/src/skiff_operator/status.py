@@ -74,6 +74,7 @@ class Reason(enum.StrEnum):
     # RouteAccepted, and Degraded when a gateway refuses the route (skiff_operator.route_status)
     ROUTE_ACCEPTED = "RouteAccepted"
     ROUTE_PENDING = "RoutePending"
+    ROUTE_SETTLING = "RouteSettling"  # Ready only: accepted, the gateway's data plane given time to follow
     ROUTE_NOT_ACCEPTED = "RouteNotAccepted"
     ROUTE_REFS_NOT_RESOLVED = "RouteRefsNotResolved"
     # status.rollout, its Events and RolledBack (skiff_operator.rollout; docs/canary.md explains each)

@@ -10,16 +10,19 @@ from dataclasses import dataclass
 from skiff_operator.model_status import CLEARED, Status
 from skiff_operator.plan import Plan
 from skiff_operator.rollout import summarize_rollout
-from skiff_operator.route_status import route_acceptance, route_events
-from skiff_operator.routing import OwnedChild
+from skiff_operator.route_status import ROUTE_ACCEPTED, route_events
+from skiff_operator.routing import OwnedChild, RouteState
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import (
+    READY,
     ChildStates,
     Problem,
+    Reason,
     StatusCondition,
     StatusEvent,
     VersionSummary,
     blocked_conditions,
+    find_condition,
     model_endpoint,
     stamp_conditions,
     summarize_conditions,
@@ -28,7 +31,7 @@ from skiff_operator.status import (
     version_statuses,
 )
 from skiff_operator.tls import TLSState, tls_status
-from skiff_operator.traffic_status import previous_traffic, summarize_traffic, traffic_events
+from skiff_operator.traffic_status import ROUTE_SETTLE_S, previous_traffic, summarize_traffic, traffic_events
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class Summary:
     events: tuple[StatusEvent, ...]
     # A version became ready during the pass (after the split was decided): route to it now, not at the next event.
     traffic_lags_readiness: bool = False
+    # Ready waits for a gateway to accept the route, which sends the operator no event: look again after this long.
+    recheck_after_s: float | None = None
 
 
 def summarize(
@@ -47,14 +52,26 @@ def summarize(
     deleted: Sequence[OwnedChild],
     previous: Status | None,
     now: datetime.datetime,
+    route: RouteState | None = None,
+    route_settle_s: float = ROUTE_SETTLE_S,
 ) -> Summary:
     """The status of a reconcile that applied its plan: the versions and conditions from the children as they
     are now, status.traffic, status.rollout and status.tls; the Events of condition transitions, traffic shifts,
-    deletions, the rollout's steps, the route's acceptance and the certificate."""
+    deletions, the rollout's steps, the route's acceptance and the certificate. `route`: the GRPCRoute as the
+    apply left it (route_status.applied_route), which Ready waits on in Gateway mode, and `route_settle_s` more
+    once the gateways accepted it."""
     conditions = previous.conditions if previous is not None else ()
     model = plan.model
     status = summarize_status(plan.running, children, previous_conditions=conditions, now=now)
-    traffic = summarize_traffic(model, plan.routing, status.conditions, previous_conditions=conditions, now=now)
+    traffic = summarize_traffic(
+        model,
+        plan.routing,
+        status.conditions,
+        previous_conditions=conditions,
+        now=now,
+        route_state=route,
+        route_settle_s=route_settle_s,
+    )
     rollout, with_rollout = summarize_rollout(
         model, plan.rollout, traffic.conditions, previous_conditions=conditions, now=now
     )
@@ -72,9 +89,10 @@ def summarize(
         *(plan.rollout.events if plan.rollout is not None else ()),
     ]
     told = {event.reason for event in events}  # a refused route may have made Degraded's Event already
-    events += [e for e in route_events(conditions, route_acceptance(model, plan.routing)) if e.reason not in told]
+    events += [e for e in route_events(conditions, traffic.route) if e.reason not in told]
     lags = traffic_lags_readiness(plan, summarize_versions(plan.running, children))
-    return _with_tls(Summary(status, tuple(events), lags), plan.tls)
+    recheck = route_recheck_after_s(status.conditions, now, route_settle_s)
+    return _with_tls(Summary(status, tuple(events), lags, recheck), plan.tls)
 
 
 def summarize_status(
@@ -122,6 +140,34 @@ def traffic_lags_readiness(plan: Plan, versions: Sequence[VersionSummary]) -> bo
     )
 
 
+# While Ready waits for a gateway to accept the route: look again after half the time the route has waited (since
+# RouteAccepted left True, or since it was created), within these bounds. A gateway that takes a second is seen
+# within a second; one that never reports (no controller for its GatewayClass), or keeps refusing, costs a read
+# every 30 s. A refusal is looked at again too: some are passing (BackendNotFound before the gateway has seen a
+# new version Service), and nothing else would tell the operator when they pass.
+ROUTE_RECHECK_MIN_S = 0.5
+ROUTE_RECHECK_MAX_S = 30.0
+_WAITING_FOR_GATEWAY = frozenset({Reason.ROUTE_PENDING, Reason.ROUTE_NOT_ACCEPTED, Reason.ROUTE_REFS_NOT_RESOLVED})
+
+
+def route_recheck_after_s(
+    conditions: Sequence[StatusCondition], now: datetime.datetime, settle_s: float = ROUTE_SETTLE_S
+) -> float | None:
+    """Seconds until the next look at the route while Ready waits only for the gateway: to accept the route
+    (RoutePending, or a refusal), or for the settle time after it did (RouteSettling: when that ends). None
+    otherwise (a version's pods send their own events; the resync sees the rest)."""
+    ready = find_condition(conditions, READY)
+    route = find_condition(conditions, ROUTE_ACCEPTED)
+    if ready is None or route is None:
+        return None
+    waited = max(0.0, (now - (route.last_transition_time or now)).total_seconds())
+    if str(ready.reason) == Reason.ROUTE_SETTLING and route.status == "True":
+        return max(ROUTE_RECHECK_MIN_S, settle_s - waited)
+    if str(ready.reason) not in _WAITING_FOR_GATEWAY or route.status == "True":
+        return None
+    return min(ROUTE_RECHECK_MAX_S, max(ROUTE_RECHECK_MIN_S, waited / 2))
+
+
 def summarize_problem(
     generation: int, problem: Problem, tls: TLSState | None, previous: Status | None, now: datetime.datetime
 ) -> Summary:
@@ -137,4 +183,4 @@ def _with_tls(summary: Summary, tls: TLSState | None) -> Summary:
     if tls is None:
         return summary
     status = dataclasses.replace(summary.status, tls=tls_status(tls))
-    return Summary(status, (*tls.events, *summary.events), summary.traffic_lags_readiness)
+    return dataclasses.replace(summary, status=status, events=(*tls.events, *summary.events))

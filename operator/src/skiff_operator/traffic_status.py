@@ -9,11 +9,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from skiff_operator.route_status import route_acceptance
-from skiff_operator.routing import Mode, OwnedChild, PreviousTraffic, RoutingPlan, route_name, service_targets
+from skiff_operator.routing import (
+    Mode,
+    OwnedChild,
+    PreviousTraffic,
+    RouteState,
+    RoutingPlan,
+    route_name,
+    service_targets,
+)
 from skiff_operator.spec import InferenceModel
 from skiff_operator.status import (
     DEGRADED,
     PROGRESSING,
+    READY,
     WRITTEN_AS_NULL,
     Condition,
     Reason,
@@ -25,6 +34,12 @@ from skiff_operator.status import (
 from skiff_operator.traffic import TOTAL, HoldReason, largest_remainder
 
 SPLIT_APPROXIMATED = "SplitApproximated"
+# How long Ready waits, by default, after every named gateway accepted the route's current generation: a gateway
+# may report acceptance before its data plane routes it. Traefik writes the route's status, then hands the new
+# configuration to its router, which applies one provider's configurations at most once per
+# providersThrottleDuration (2 s by default). lastTransitionTime has whole seconds, so 3 s here are at least 2 s.
+# skiff-operator --route-settle-seconds sets it; docs/canary.md has the measurement.
+ROUTE_SETTLE_S = 3.0
 
 
 # Progressing reasons a traffic hold may replace; anything else (PVCNotFound, RolloutStuck...) says more.
@@ -64,6 +79,7 @@ class TrafficSummary:
     traffic: TrafficStatus
     split: str
     conditions: tuple[StatusCondition, ...]
+    route: Condition | None = None  # RouteAccepted (Gateway mode), as the conditions hold it
 
 
 def previous_traffic(traffic: TrafficStatus | None) -> PreviousTraffic:
@@ -146,14 +162,21 @@ def summarize_traffic(
     *,
     previous_conditions: Sequence[StatusCondition],
     now: datetime.datetime,
+    route_state: RouteState | None = None,
+    route_settle_s: float = ROUTE_SETTLE_S,
 ) -> TrafficSummary:
     """status.traffic, the split in effect (the route's weights in Gateway mode, the ready pods' shares in Service
-    mode), and `conditions` with the Progressing/Degraded a traffic hold, a drain, an unusable mode or a refused
-    route changes, then SplitApproximated and, in Gateway mode, RouteAccepted."""
+    mode), and `conditions` with the Ready (Gateway mode: `gateway_readiness`), Progressing and Degraded a traffic
+    hold, a drain, an unusable mode or a refused route changes, then SplitApproximated and, in Gateway mode,
+    RouteAccepted. `route_state`: the GRPCRoute as this pass's apply left it (route_status.applied_route);
+    `route_settle_s`: how long after the gateways accepted it Ready turns True."""
     traffic = traffic_status(model, plan)
     in_effect = traffic.pod_split or format_split(plan.decision.applied, split_names(model, plan))
-    route = route_acceptance(model, plan)
+    route = route_acceptance(model, plan, route_state)
     overrides = traffic_conditions(plan, conditions, route)
+    since = accepted_since(previous_conditions, route, now)
+    ready = gateway_readiness(model, plan, find_condition(conditions, READY), route, since, now, route_settle_s)
+    overrides += [ready] if ready is not None else []
     generation = model.ref.generation
     replaced = {c.type: c for c in stamp_conditions(overrides, previous_conditions, generation, now)}
     added = [split_approximation(model, plan.choice.mode), *([route] if route is not None else [])]
@@ -161,7 +184,63 @@ def summarize_traffic(
         *(replaced.get(c.type, c) for c in conditions),
         *stamp_conditions(added, previous_conditions, generation, now),
     )
-    return TrafficSummary(traffic, in_effect, merged)
+    return TrafficSummary(traffic, in_effect, merged, route)
+
+
+def accepted_since(
+    previous: Sequence[StatusCondition], route: Condition | None, now: datetime.datetime
+) -> datetime.datetime | None:
+    """Since when RouteAccepted has been True, as its lastTransitionTime says (this pass's time, in whole seconds
+    as stamp_conditions writes it, when it turns True now); None while it is not True."""
+    if route is None or route.status != "True":
+        return None
+    before = find_condition(previous, route.type)
+    if before is not None and before.status == "True" and before.last_transition_time is not None:
+        return before.last_transition_time
+    return now.astimezone(datetime.UTC).replace(microsecond=0)
+
+
+def gateway_readiness(
+    model: InferenceModel,
+    plan: RoutingPlan,
+    ready: StatusCondition | None,
+    route: Condition | None,
+    since: datetime.datetime | None = None,
+    now: datetime.datetime | None = None,
+    settle_s: float = 0.0,
+) -> Condition | None:
+    """Ready in Gateway mode, where the versions being ready is not enough: a client reaches the model through the
+    gateway, which routes only what it has accepted. Ready=True (as the versions left it) needs the route to carry
+    the desired split (no version held back), every named gateway to have accepted the route's current
+    generation, and `settle_s` to have passed since (`since`: accepted_since) for the gateway's data plane to
+    follow; until then Ready=False says which. None leaves Ready as the versions decided it (Service mode, no
+    route rendered, or Ready already False for a version)."""
+    if ready is None or ready.status != "True" or route is None:
+        return None
+    name = route_name(model, plan)
+    held = [hold for hold in plan.decision.holds if hold.reason is not HoldReason.REMOVED]
+    desired = {share.version: share.percent for share in model.spec.traffic}
+    order = [v.name for v in model.spec.versions]
+    if held or any(plan.decision.applied.get(n, 0) != desired.get(n, 0) for n in order):
+        reason = (
+            Reason.PROGRESS_DEADLINE_EXCEEDED
+            if any(h.reason is HoldReason.PROGRESS_DEADLINE_EXCEEDED for h in held)
+            else Reason.CANARY_NOT_READY
+        )
+        message = (
+            f"GRPCRoute {name} routes {format_split(plan.decision.applied, order)}, not the desired "
+            f"{format_split(desired, order)}" + "".join(f"; {hold.message}" for hold in held)
+        )
+        return Condition(READY, "False", reason, message)
+    if route.status != "True":
+        return Condition(READY, "False", route.reason, route.message)
+    if since is not None and now is not None and (now - since).total_seconds() < settle_s:
+        message = (
+            f"{route.message} at {since.strftime('%H:%M:%SZ')}; Ready {settle_s:g}s after that, for the gateway to "
+            "route it (skiff-operator --route-settle-seconds)"
+        )
+        return Condition(READY, "False", Reason.ROUTE_SETTLING, message)
+    return Condition(READY, "True", Reason.ALL_VERSIONS_READY, f"{ready.message}; {route.message}")
 
 
 def traffic_conditions(
