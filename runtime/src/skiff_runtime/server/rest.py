@@ -47,6 +47,7 @@ HTTP_STATUSES: Mapping[type[errors.SkiffError], int] = {
     errors.InferenceFailed: 500,
     errors.WorkerLost: 503,
     errors.ModelLoadError: 503,
+    errors.GPUUnavailable: 503,
 }
 REST_EXTENSIONS = (*EXTENSIONS, "binary_tensor_data")
 # The routes open without a token (HTTP probes); decided by the matched route, never by the raw path.
