@@ -270,10 +270,14 @@ def test_replicas_elect_a_leader_on_one_lease_they_alone_may_update(helm: Helm) 
 
 
 def test_operator_settings_reach_the_command_line(helm: Helm) -> None:
-    args = container(render(helm, 'operator.logLevel="DEBUG"', "operator.resyncSeconds=15"))["args"]
+    args = container(
+        render(helm, 'operator.logLevel="DEBUG"', "operator.resyncSeconds=15", "operator.routeSettleSeconds=0.5")
+    )["args"]
     assert args[:2] == ["run", "--standalone"]
     assert "--log-level=DEBUG" in args
     assert "--resync-seconds=15" in args
+    assert "--route-settle-seconds=0.5" in args
+    assert "--route-settle-seconds=3" in container(render(helm))["args"]
 
 
 def test_service_monitor_is_off_by_default_and_scrapes_version_services_when_on(helm: Helm) -> None:
