@@ -43,6 +43,34 @@ def with_unary(handler: grpc.RpcMethodHandler | None, behaviour: UnaryBehaviour)
     )
 
 
+# The four kinds of gRPC method handler: the attribute holding a handler's behaviour, and the factory of its kind.
+HANDLER_KINDS: dict[str, Callable[..., grpc.RpcMethodHandler]] = {
+    "unary_unary": grpc.unary_unary_rpc_method_handler,
+    "unary_stream": grpc.unary_stream_rpc_method_handler,
+    "stream_unary": grpc.stream_unary_rpc_method_handler,
+    "stream_stream": grpc.stream_stream_rpc_method_handler,
+}
+
+
+def kind_of(handler: grpc.RpcMethodHandler) -> str:
+    """The handler's kind, a key of HANDLER_KINDS."""
+    return next(kind for kind in HANDLER_KINDS if getattr(handler, kind) is not None)
+
+
+def rebuilt(
+    handler: grpc.RpcMethodHandler,
+    behaviour: Callable[..., Any] | None = None,
+    request_deserializer: Callable[[bytes], Any] | None = None,
+) -> grpc.RpcMethodHandler:
+    """A handler of the same kind as `handler`, with `behaviour` and/or `request_deserializer` in place of its own."""
+    kind = kind_of(handler)
+    return HANDLER_KINDS[kind](
+        behaviour or getattr(handler, kind),
+        request_deserializer=request_deserializer or handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
 def refusing(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
     """A handler of the same kind as `handler` (unary when None) that ends the call with `code` and `details`. One
     that runs on the headers (client-streaming or bidirectional) refuses before the request message is read."""

@@ -15,6 +15,8 @@ from typing import Any
 
 import grpc
 
+from skiff_runtime.server.interceptors import kind_of, rebuilt
+
 
 def peer_address(peer: str) -> str:
     """The client's IP address in gRPC's peer string ("ipv4:10.1.2.3:5000", "ipv6:[::1]:5000", "ipv6:%5B::1%5D:5000"),
@@ -77,15 +79,8 @@ def per_peer(handlers: dict[str, grpc.RpcMethodHandler], cap: int) -> dict[str, 
     calls = PeerCalls(cap)
     out: dict[str, grpc.RpcMethodHandler] = {}
     for method, handler in handlers.items():
-        if handler.stream_unary is not None:
-            make, behaviour = grpc.stream_unary_rpc_method_handler, handler.stream_unary
-        elif handler.stream_stream is not None:
-            make, behaviour = grpc.stream_stream_rpc_method_handler, handler.stream_stream
-        else:
+        kind = kind_of(handler)
+        if kind not in ("stream_unary", "stream_stream"):
             raise TypeError(f"{method} reads its message before it runs; wrap it with receive.bounded first")
-        out[method] = make(
-            _capped(behaviour, calls),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        out[method] = rebuilt(handler, _capped(getattr(handler, kind), calls))
     return out

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from skiff_runtime.errors import DeadlineExceeded, InvalidInput
+from skiff_runtime.server.interceptors import kind_of, rebuilt
 
 # Requests of every method but inference name a model, a service or a symbol and a field or two; anything larger
 # is refused before protobuf expands it.
@@ -86,17 +87,9 @@ def small(
     (wrap with `bounded` afterwards: it reads the raw message and hands it to this deserializer)."""
     out: dict[str, grpc.RpcMethodHandler] = {}
     for method, handler in handlers.items():
-        if handler.unary_unary is not None:
-            make, behaviour = grpc.unary_unary_rpc_method_handler, handler.unary_unary
-        elif handler.unary_stream is not None:
-            make, behaviour = grpc.unary_stream_rpc_method_handler, handler.unary_stream
-        else:
+        if kind_of(handler) not in ("unary_unary", "unary_stream"):
             raise TypeError(f"{method} reads a stream of messages; cap each with receive.limited instead")
-        out[method] = make(
-            behaviour,
-            request_deserializer=limited(handler.request_deserializer, method, max_bytes),
-            response_serializer=handler.response_serializer,
-        )
+        out[method] = rebuilt(handler, request_deserializer=limited(handler.request_deserializer, method, max_bytes))
     return out
 
 
