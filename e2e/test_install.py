@@ -9,8 +9,11 @@ chart installed, its liveness URL moved to a free local port.
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +53,22 @@ def service_account_kubeconfig(kube: Kubectl, namespace: str, account: str, path
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def priority_level(kubeconfig: Path, path: str) -> str:
+    """The uid of the API Priority and Fairness level the API server put a GET of `path` on, as its response header
+    says; the user is the kubeconfig's token (the request may be refused: it is classified first)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+    context = ssl.create_default_context(cafile=cluster.get("certificate-authority"))
+    if "certificate-authority-data" in cluster:
+        context.load_verify_locations(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    request = urllib.request.Request(cluster["server"] + path, headers={"Authorization": f"Bearer {user['token']}"})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return str(response.headers["X-Kubernetes-PF-PriorityLevel-UID"])
+    except urllib.error.HTTPError as error:
+        return str(error.headers["X-Kubernetes-PF-PriorityLevel-UID"])
 
 
 class ChartOperator:
@@ -174,6 +193,20 @@ def test_namespaced_install_runs_the_operator_with_only_its_rbac(
     assert as_account.run("auth", "can-i", "patch", "deployments", "-n", namespace).strip() == "yes"
     assert as_account.attempt("auth", "can-i", "patch", "deployments", "-n", "default").stdout.strip() == "no"
     assert as_account.attempt("auth", "can-i", "get", "secrets", "-n", "kube-system").stdout.strip() == "no"
+
+    # API Priority and Fairness: the operator's requests run on the chart's level, its Lease on the built-in
+    # leader-election level, and another ServiceAccount of the namespace (the negative control) on workload-low.
+    own = f"{RELEASE}-{namespace}"[:63]
+    level = {
+        n: kube.get("prioritylevelconfiguration", n)["metadata"]["uid"]
+        for n in (own, "leader-election", "workload-low")
+    }
+    models = f"/apis/skiff.dev/v1alpha1/namespaces/{namespace}/inferencemodels"
+    assert priority_level(kubeconfig, models) == level[own]
+    lease = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{RELEASE}-leader"
+    assert priority_level(kubeconfig, lease) == level["leader-election"]
+    other = service_account_kubeconfig(kube, namespace, "default", tmp_path / "default.kubeconfig")
+    assert priority_level(other, models) == level["workload-low"]
 
     model = load_example("cpu", namespace)
     with ChartOperator(chart_deployment(kube, namespace), kubeconfig, tmp_path / "operator.log") as operator:

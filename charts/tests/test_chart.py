@@ -96,11 +96,11 @@ def test_schema_rejects_typos_and_bad_values(helm: Helm, pair: str, message: str
     assert message in error.value.stderr
 
 
-def test_kube_version_below_1_27_is_refused(helm: Helm) -> None:
-    """The runtime's probes are grpc probes, GA in 1.27."""
+def test_kube_version_below_1_30_is_refused(helm: Helm) -> None:
+    """The admission policy is admissionregistration.k8s.io/v1, GA in 1.30 (FlowSchema v1: 1.29)."""
     with pytest.raises(HelmError, match="kubeVersion"):
-        helm.run("template", "x", str(CHART), "--kube-version", "1.26.9")
-    helm.run("template", "x", str(CHART), "--kube-version", "1.27.0")
+        helm.run("template", "x", str(CHART), "--kube-version", "1.29.9")
+    helm.run("template", "x", str(CHART), "--kube-version", "1.30.0")
 
 
 def test_one_kind_per_template_file(helm: Helm) -> None:
@@ -352,6 +352,36 @@ def test_install_bundle_is_the_namespace_then_the_default_chart() -> None:
         "RoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "FlowSchema",
+        "PriorityLevelConfiguration",
         "Deployment",
     }
     assert all(d["metadata"].get("namespace", "skiff-system") == "skiff-system" for d in docs[1:])
+
+
+def test_operator_requests_get_their_own_priority_level_below_users(helm: Helm) -> None:
+    """API Priority and Fairness: the operator's ServiceAccount (and only it) is matched before the built-in
+    "service-accounts" schema (9000); its Lease renewals stay on leader-election, the rest goes to a level with
+    fewer shares than workload-low (100), one flow per namespace."""
+    docs = render(helm)
+    level = one(docs, "PriorityLevelConfiguration")
+    assert level["spec"]["limited"]["nominalConcurrencyShares"] < 100
+    schemas = {d["metadata"]["name"]: d["spec"] for d in of_kind(docs, "FlowSchema")}
+    leases, everything = schemas["skiff-skiff-system-leases"], schemas["skiff-skiff-system"]
+    assert leases["priorityLevelConfiguration"]["name"] == "leader-election"
+    assert everything["priorityLevelConfiguration"]["name"] == level["metadata"]["name"]
+    assert leases["matchingPrecedence"] < everything["matchingPrecedence"] < 9000
+    assert everything["distinguisherMethod"]["type"] == "ByNamespace"
+    subjects = [s for spec in schemas.values() for rule in spec["rules"] for s in rule["subjects"]]
+    account = one(docs, "ServiceAccount")["metadata"]
+    assert subjects == [
+        {"kind": "ServiceAccount", "serviceAccount": {"name": account["name"], "namespace": account["namespace"]}}
+    ] * 2
+    assert not of_kind(render(helm, "apiPriority.enabled=false"), "FlowSchema")
+
+
+def test_priority_precedence_must_match_before_service_accounts(helm: Helm) -> None:
+    with pytest.raises(HelmError) as error:
+        helm.template("apiPriority.matchingPrecedence=9000")
+    assert "apiPriority/matchingPrecedence" in error.value.stderr
+    helm.template("apiPriority.matchingPrecedence=8999")
