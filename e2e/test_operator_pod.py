@@ -52,6 +52,9 @@ def released(real_node: RealNode, kube: Kubectl, helm: Helm, crd: dict[str, Any]
         "nodeSelector": json.dumps(placement["nodeSelector"]),
         "tolerations": json.dumps(placement["tolerations"]),
         "admissionPolicy.allowedImagePrefixes": '["localhost/"]',
+        # The real node's label and taint are this project's, not on the default allowlists.
+        "admissionPolicy.allowedNodeLabelKeys": json.dumps(list(placement["nodeSelector"])),
+        "admissionPolicy.allowedTolerationKeys": json.dumps([t["key"] for t in placement["tolerations"]]),
     }
     args = ["install", RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "180s"]
     for key, value in values.items():

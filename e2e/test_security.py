@@ -390,7 +390,7 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
 
     cases = {
         "claim": (tenant_model(namespace, "claim", versions=[{"name": "v1", "modelUri": "pvc://fraud-models/x"}]),
-                  "cannot get every PersistentVolumeClaim the versions mount (fraud-models)"),
+                  "cannot get every PersistentVolumeClaim the model mounts (fraud-models)"),
         "image": (tenant_model(namespace, "image", runtime={"image": "evil.example/miner:1"}),
                   "image evil.example/miner:1 is not allowed"),
         "priority": (tenant_model(namespace, "priority", scheduling={"priorityClassName": "system-node-critical"}),
@@ -398,11 +398,47 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
         "runtime-class": (tenant_model(namespace, "runtime-class", scheduling={"runtimeClassName": "unconfined"}),
                           "scheduling.runtimeClassName unconfined is not allowed"),
         "tolerate-all": (tenant_model(namespace, "tolerate-all", scheduling={"tolerations": [{"operator": "Exists"}]}),
-                         "may not tolerate every taint"),
+                         "never every taint (an empty key)"),
         "control-plane": (
             tenant_model(namespace, "control-plane", scheduling={
                 "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}),
-            "may not tolerate every taint",
+            "may tolerate only the taint keys",
+        ),
+        "cache-claim": (
+            tenant_model(namespace, "cache-claim", runtime={"tensorrt": {"cacheDir": {"claimName": "fraud-cache"}}}),
+            "cannot get every PersistentVolumeClaim the model mounts (models, fraud-cache)",
+        ),
+        "pull-secret": (tenant_model(namespace, "pull-secret", runtime={"imagePullSecrets": ["readable", "hidden"]}),
+                        "cannot get every Secret spec.runtime.imagePullSecrets names (readable, hidden)"),
+        "gpu-resource": (
+            tenant_model(namespace, "gpu-resource", resources={"gpu": 1, "gpuResourceName": "example.com/fpga"}),
+            "gpuResourceName example.com/fpga is not allowed",
+        ),
+        "node-selector": (
+            tenant_model(namespace, "node-selector", scheduling={"nodeSelector": {"kubernetes.io/hostname": "n"}}),
+            "scheduling.nodeSelector may not select on kubernetes.io/hostname",
+        ),
+        "node-by-name": (
+            tenant_model(namespace, "node-by-name", scheduling={"affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": ["gpu-node"]}]}]}}}}),
+            "never on node fields",
+        ),
+        "other-namespace-pods": (
+            tenant_model(namespace, "other-namespace-pods", scheduling={"affinity": {"podAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname", "namespaceSelector": {},
+                    "labelSelector": {"matchLabels": {"app": "bank"}}}}]}}}),
+            f"may match only pods of namespace {namespace}",
+        ),
+        "gateway": (
+            tenant_model(namespace, "gateway", routing={"gateways": [{"name": "public", "namespace": "infra"}]}),
+            "cannot create GRPCRoutes",
+        ),
+        "issuer": (
+            tenant_model(namespace, "issuer", tls={
+                "mode": "CertManager", "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}),
+            "cannot create cert-manager Certificates",
         ),
     }  # fmt: skip
     for case, (body, expected) in cases.items():
@@ -413,6 +449,27 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
     # What the tenant may read, it may mount; an allowed model is admitted.
     allowed = tenant_model(namespace, "allowed", tls={"mode": "SelfSigned", "clientCASecretName": "readable"})
     assert create_as(tenant, allowed) == (0, "")
+    # The allowed variant of each refusal above, in one model: a readable cache claim and pull Secret, an allowed
+    # GPU resource, node label and toleration, pod anti-affinity within the namespace.
+    placed = tenant_model(
+        namespace,
+        "placed",
+        runtime={"imagePullSecrets": ["readable"], "tensorrt": {"cacheDir": {"claimName": "models"}}},
+        resources={"gpu": 1, "gpuResourceName": "nvidia.com/mig-1g.10gb"},
+        scheduling={
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [
+                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]}},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "topologyKey": "kubernetes.io/hostname", "namespaces": [namespace],
+                    "labelSelector": {"matchLabels": {"skiff.dev/model": "placed"}}}]},
+            },
+        },
+    )  # fmt: skip
+    assert create_as(tenant, placed) == (0, "")
     # A spec change is checked like a create: pointing the admitted model at the hidden Secret is refused.
     patch = json.dumps({"spec": {"tls": {"clientCASecretName": "hidden"}}})
     edited = tenant.attempt("patch", "inferencemodel", "allowed", "-n", namespace, "--type=merge", "-p", patch)
@@ -423,8 +480,10 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
     code, stderr = create_as(tenant, elsewhere)
     assert code != 0
     assert "forbidden" in stderr.lower()
-    # An admin (who can read every Secret) passes the Secret check the tenant failed.
+    # An admin (who can read every Secret, create routes and certificates) passes the checks the tenant failed.
     assert create_as(kube, hidden)[0] == 0
+    for case in ("gateway", "issuer"):
+        assert create_as(kube, cases[case][0]) == (0, ""), case
 
 
 # -- the chart's RBAC is minimal: a removed verb fails a named check -------------------------------------------

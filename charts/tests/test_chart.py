@@ -374,9 +374,8 @@ def test_operator_requests_get_their_own_priority_level_below_users(helm: Helm) 
     assert everything["distinguisherMethod"]["type"] == "ByNamespace"
     subjects = [s for spec in schemas.values() for rule in spec["rules"] for s in rule["subjects"]]
     account = one(docs, "ServiceAccount")["metadata"]
-    assert subjects == [
-        {"kind": "ServiceAccount", "serviceAccount": {"name": account["name"], "namespace": account["namespace"]}}
-    ] * 2
+    subject = {"kind": "ServiceAccount", "serviceAccount": {"name": account["name"], "namespace": account["namespace"]}}
+    assert subjects == [subject, subject]
     assert not of_kind(render(helm, "apiPriority.enabled=false"), "FlowSchema")
 
 
