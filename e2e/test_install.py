@@ -13,6 +13,7 @@ import base64
 import json
 import ssl
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -270,6 +271,89 @@ def test_one_rule_removed_is_forbidden_and_helm_upgrade_restores_it(
     ]:
         assert kube.get_or_none(kind, name_, ns) is None, f"{kind} {name_} survived helm uninstall"
     assert kube.attempt("get", "clusterrole", f"{RELEASE}-{namespace}"[:63]).returncode != 0
+
+
+def children_state(kube: Kubectl, namespace: str) -> dict[str, Any]:
+    """What a restart or a re-render would change: every model Deployment's uid, generation and pod template, every
+    model pod's uid, every Secret's resourceVersion (a reissued certificate is a new version)."""
+    deployments = kube.items("deployment", namespace, "app.kubernetes.io/managed-by=skiff-operator")
+    pods = kube.items("pod", namespace, "app.kubernetes.io/managed-by=skiff-operator")
+    secrets = kube.items("secret", namespace, "app.kubernetes.io/managed-by=skiff-operator")
+    return {
+        "deployments": {
+            d["metadata"]["name"]: (d["metadata"]["uid"], d["metadata"]["generation"], d["spec"]["template"])
+            for d in deployments
+        },
+        "pods": sorted(p["metadata"]["uid"] for p in pods),
+        "secrets": {s["metadata"]["name"]: s["metadata"]["resourceVersion"] for s in secrets},
+    }
+
+
+def test_helm_upgrade_to_a_new_operator_and_a_crd_change_leave_running_models_alone(
+    kube: Kubectl, helm: Helm, namespace: str, claims: list[str], simulated_nodes: None, tmp_path: Path
+) -> None:
+    """Operator A with three models Ready (one with operator-written TLS Secrets), then `helm upgrade` to operator B
+    (another image tag and log level; the operator process replaced): after B has resynced every model, no
+    Deployment changed generation or template, no pod was replaced, no certificate reissued. Then a CRD change (a
+    new optional field, as a chart upgrade would bring) keeps every CR, and B still acts on an edit."""
+    values = [f'watchNamespaces=["{namespace}"]', "crds.install=false", "operator.resyncSeconds=3"]
+    install(helm, namespace, *values, 'image.tag="0.1.0-a"')
+    kubeconfig = service_account_kubeconfig(kube, namespace, RELEASE, tmp_path / "sa.kubeconfig")
+    models = [load_example(name, namespace) for name in ("cpu", "canary", "tls")]
+    with ChartOperator(chart_deployment(kube, namespace), kubeconfig, tmp_path / "a.log"):
+        kube.apply(models)
+        for model in models:
+            wait_ready(kube, model)
+        before = children_state(kube, namespace)
+    assert len(before["deployments"]) == 4
+    assert len(before["pods"]) >= 4
+    assert len(before["secrets"]) >= 2  # the TLS model's CA and server certificate
+
+    install(helm, namespace, *values, 'image.tag="0.1.0-b"', 'operator.logLevel="DEBUG"', command="upgrade")
+    deployment = chart_deployment(kube, namespace)
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":0.1.0-b")
+    with ChartOperator(deployment, kubeconfig, tmp_path / "b.log") as operator_b:
+        # Two resync periods: B has listed and reconciled every model (its log names each one).
+        time.sleep(8)
+        for model in models:
+            assert model["metadata"]["name"] in operator_b.log(), f"operator B never reconciled {model['metadata']}"
+            wait_ready(kube, model)
+        assert children_state(kube, namespace) == before
+
+        # A CRD change: a new optional field in spec. Every CR keeps its uid and generation and stays Ready.
+        stored = {
+            m["metadata"]["name"]: kube.get("inferencemodel", m["metadata"]["name"], "-n", namespace) for m in models
+        }
+        changed = yaml.safe_load(CRD_PATH.read_text())
+        spec_schema = changed["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        spec_schema["properties"]["upgradeNote"] = {"type": "string", "maxLength": 64}
+        try:
+            kube.run("apply", "--server-side", "--field-manager=skiff-e2e", "-f", "-", stdin=json.dumps(changed))
+            kube.run("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+            time.sleep(4)
+            for name, old in stored.items():
+                new = kube.get("inferencemodel", name, "-n", namespace)
+                assert (new["metadata"]["uid"], new["metadata"]["generation"]) == (
+                    old["metadata"]["uid"],
+                    old["metadata"]["generation"],
+                ), name
+                assert new["spec"] == old["spec"], name
+            assert children_state(kube, namespace) == before
+            # B still acts: an edit of one model reaches its Deployment; the others stay as they were.
+            cpu = models[0]["metadata"]["name"]
+            kube.run("patch", "inferencemodel", cpu, "-n", namespace, "--type=json", "-p",
+                     '[{"op": "replace", "path": "/spec/versions/0/replicas", "value": 3}]')  # fmt: skip
+            eventually(
+                lambda: kube.get("deployment", f"{cpu}-v1", "-n", namespace)["spec"]["replicas"] == 3,
+                timeout=30,
+                what="operator B to apply the edit",
+            )
+            after = children_state(kube, namespace)
+            assert set(before["pods"]) <= set(after["pods"]), "an edit of replicas replaced running pods"
+            unchanged = {k: v for k, v in after["deployments"].items() if not k.startswith(f"{cpu}-")}
+            assert unchanged == {k: v for k, v in before["deployments"].items() if not k.startswith(f"{cpu}-")}
+        finally:
+            install_crd(kube)
 
 
 @pytest.fixture
