@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from e2e.cluster import (
+from devtools.cluster import (
     BUILD_HINT,
     Kubectl,
     LocalControlPlane,
@@ -28,9 +27,11 @@ from e2e.cluster import (
     missing_simulated_nodes,
     user_kubeconfig,
 )
-from e2e.harness import CRD_PATH, OperatorProcess, create_model_claims, install_crd, running_operator
-from e2e.helm import HELM_HINT, Helm, helm_binary
-from e2e.node import RealNode, real_node_problem, start_real_node
+from devtools.helm import HELM_HINT, Helm, helm_binary
+from devtools.install import CRD_PATH, create_model_claims, install_crd
+from devtools.node import RealNode, real_node_problem, start_real_node
+
+from e2e.harness import OperatorProcess, running_operator
 
 RESTRICTED = "pod-security.kubernetes.io/enforce"
 
@@ -125,11 +126,11 @@ def claims(kube: Kubectl, namespace: str) -> list[str]:
 @pytest.fixture(scope="session")
 def simulated_nodes(kube: Kubectl) -> None:
     """The nodes kwok simulates (a GPU node, a MIG node, a CPU node): the local control plane has them; a
-    cluster of the user's needs kwok running and `python -m e2e.cluster add-nodes --kubeconfig PATH`."""
+    cluster of the user's needs kwok running and `python -m devtools.cluster add-nodes --kubeconfig PATH`."""
     missing = missing_simulated_nodes(kube)
     if missing:
         reason = f"the cluster lacks the simulated nodes {missing}; run kwok in it, then:"
-        reason += " python -m e2e.cluster add-nodes --kubeconfig $SKIFF_E2E_KUBECONFIG"
+        reason += " python -m devtools.cluster add-nodes --kubeconfig $SKIFF_E2E_KUBECONFIG"
         if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
@@ -144,7 +145,7 @@ def operator(kube: Kubectl, namespace: str, simulated_nodes: None, tmp_path: Pat
 
 @pytest.fixture(scope="session")
 def real_node(kube: Kubectl, pytestconfig: pytest.Config) -> Iterator[RealNode]:
-    """A real node (containerd, kubelet, kube-proxy; e2e/node.py) joined to the local control plane, with the
+    """A real node (containerd, kubelet, kube-proxy; devtools/node.py) joined to the local control plane, with the
     runtime image (scripts/images.sh, cached) imported. Stopped at the end; the teardown fails if it left a trace."""
     problem = real_node_problem(kube)
     if problem:

@@ -17,10 +17,10 @@ import json
 from typing import Any
 
 import pytest
+from devtools.cluster import Kubectl, eventually, user_kubeconfig
+from devtools.vendor import gateway_api_crd
 
-from e2e.cluster import Kubectl, eventually, user_kubeconfig
 from e2e.harness import OperatorProcess, condition
-from e2e.vendor import gateway_api_crd
 
 # The standard-channel CRDs a GRPCRoute and its parent Gateway need.
 GATEWAY_API_CRDS = ("gatewayclasses", "gateways", "grpcroutes", "referencegrants")

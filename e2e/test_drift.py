@@ -5,15 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e.cluster import Kubectl, eventually
-from e2e.harness import (
-    CHILD_KINDS,
-    OperatorProcess,
-    apply_and_interrupt,
-    load_example,
-    model_children,
-    wait_model_ready,
-)
+from devtools.cluster import Kubectl, eventually
+from devtools.models import load_example
+
+from e2e.harness import CHILD_KINDS, OperatorProcess, apply_and_interrupt, model_children, wait_model_ready
 
 
 def test_deleted_deployment_is_recreated(

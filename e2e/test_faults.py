@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from devtools.cluster import Kubectl, LocalControlPlane, eventually
+from devtools.models import load_example
 
-from e2e.cluster import Kubectl, LocalControlPlane, eventually
 from e2e.faults import (
     AdmissionFaults,
     AuditLog,
@@ -25,7 +26,6 @@ from e2e.harness import (
     OperatorProcess,
     apply_and_interrupt,
     condition,
-    load_example,
     model_children,
     running_operator,
     wait_model_ready,

@@ -1,17 +1,14 @@
-"""Ready means reachable, in Gateway mode on the real node (e2e/node.py) with Traefik (e2e/gateway.py): a user's
-`kubectl wait --for=condition=Ready` (the real kubectl) returns, and requests sent that moment through the gateway
-from several long-lived clients all answer, from every version with a share; after an edit of the split, the same
-wait on the new generation, and the same check with the new split (a version at 0% answers nothing).
-
-A prober on its own long-lived connection sends a request through Traefik every PROBE_INTERVAL_S from the apply
-on: it measures when the path first answered, how many of its requests failed before Ready, whether any failed
-after, and after the edit how long the version set to 0% still answered after the operator saw the gateway accept
-the new generation (how far Traefik's data plane lags its status). The numbers are printed and quoted in
-docs/e2e.md and docs/canary.md. SKIFF_E2E_ROUTE_SETTLE_S runs the operator with another --route-settle-seconds
-(0: Ready as soon as the gateway accepted the route), to measure what the settle time buys.
-
-One namespace, one operator, one Traefik and one three-version model; the tests run in file order.
-"""
+"""Ready means reachable, in Gateway mode on the real node (devtools/node.py) with Traefik (devtools/gateway.py): a
+user's `kubectl wait --for=condition=Ready` (the real kubectl) returns, and requests sent that moment through the
+gateway from several long-lived clients all answer, from every version with a share; after an edit of the split, the
+same wait on the new generation, and the same check with the new split (a version at 0% answers nothing). A prober on
+its own long-lived connection sends a request through Traefik every PROBE_INTERVAL_S from the apply on: it measures when
+the path first answered, how many of its requests failed before Ready, whether any failed after, and after the edit how
+long the version set to 0% still answered after the operator saw the gateway accept the new generation (how far
+Traefik's data plane lags its status). The numbers are printed and quoted in docs/e2e.md and docs/canary.md.
+SKIFF_E2E_ROUTE_SETTLE_S runs the operator with another --route-settle-seconds (0: Ready as soon as the gateway accepted
+the route), to measure what the settle time buys. One namespace, one operator, one Traefik and one three-version model;
+the tests run in file order."""
 
 from __future__ import annotations
 
@@ -27,14 +24,16 @@ from typing import Any
 
 import pytest
 import tritonclient.grpc as triton
+from devtools.cluster import Kubectl
+from devtools.gateway import LISTENER, Traefik, gateway_manifests, install_gateway_api
+from devtools.images import Images
+from devtools.local_pod import free_port
+from devtools.models import real_model
+from devtools.node import RealNode
+from devtools.traffic import INPUT, NEW_CONNECTION, write_sample_model
 
-from e2e.cluster import Kubectl
-from e2e.gateway import LISTENER, Traefik, gateway_manifests, install_gateway_api
-from e2e.harness import OperatorProcess, condition, free_port
-from e2e.images import Images
-from e2e.node import RealNode
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
-from e2e.traffic import INPUT, NEW_CONNECTION, write_sample_model
+from e2e.harness import OperatorProcess, condition
+from e2e.real_models import create_real_namespace, delete_real_namespace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -1,6 +1,6 @@
-"""Gateway mode on the real node (e2e/node.py) with Traefik (e2e/gateway.py): a TLS model answers through the gateway,
-which speaks TLS to its pods and verifies them with the model's CA through the BackendTLSPolicy the operator
-renders; with another CA in the policy's ConfigMap Traefik refuses the backend (verification happens) until the
+"""Gateway mode on the real node (devtools/node.py) with Traefik (devtools/gateway.py): a TLS model answers through
+the gateway, which speaks TLS to its pods and verifies them with the model's CA through the BackendTLSPolicy the
+operator renders; with another CA in the policy's ConfigMap Traefik refuses the backend (verification happens) until the
 operator restores it; a route the gateway does not accept is reported on the model. Also the numbers docs/e2e.md
 quotes: latency through Traefik and through kube-proxy vs direct to the pod, and time from apply to first answer.
 
@@ -29,15 +29,16 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from devtools.cluster import Kubectl, eventually
+from devtools.gateway import LISTENER, Traefik, gateway_manifests, install_gateway_api
+from devtools.images import Images
+from devtools.local_pod import free_port
+from devtools.node import RealNode
+from devtools.traffic import write_sample_model
 
-from e2e.cluster import Kubectl, eventually
-from e2e.gateway import LISTENER, Traefik, gateway_manifests, install_gateway_api
-from e2e.harness import OperatorProcess, condition, free_port, secret_data, wait_model_ready
-from e2e.images import Images
-from e2e.node import RealNode
+from e2e.harness import OperatorProcess, condition, secret_data, wait_model_ready
 from e2e.real_models import create_real_namespace, delete_real_namespace
 from e2e.test_real_node import INPUT, real_model
-from e2e.traffic import write_sample_model
 from skiff_operator import certs
 from skiff_operator.render import contract
 from skiff_runtime.client import SkiffClient

@@ -27,11 +27,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 import yaml
-
-from e2e.cluster import REPO, Kubectl, eventually
-from e2e.harness import free_port, grpc_health_check, load_example, wait_model_ready
-from e2e.helm import HELM_HINT, Helm, documents, helm_binary
-from e2e.images import (
+from devtools.cluster import REPO, Kubectl, eventually
+from devtools.helm import HELM_HINT, Helm, documents, helm_binary
+from devtools.images import (
     BUILD_CA_MARKER,
     INSTALL_HINT,
     SCRIPT,
@@ -43,6 +41,10 @@ from e2e.images import (
     missing_tools,
     pod_run_flags,
 )
+from devtools.local_pod import free_port, grpc_health_check
+from devtools.models import load_example
+
+from e2e.harness import wait_model_ready
 from skiff_operator.render import contract
 from skiff_operator.render.deployment import render_deployment
 from skiff_operator.spec import parse_inference_model

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 import yaml
-
-from e2e.cluster import Kubectl, eventually, terminate, user_kubeconfig
-from e2e.harness import CRD_PATH, OPERATOR, free_port, install_crd, load_example
-from e2e.helm import CHART, Helm, HelmError
+from devtools.cluster import Kubectl, eventually, terminate, user_kubeconfig
+from devtools.helm import CHART, Helm, HelmError
+from devtools.install import CRD_PATH, OPERATOR, install_crd
+from devtools.local_pod import free_port
+from devtools.models import load_example
 
 RELEASE = "skiff"
 CRD_NAME = "inferencemodels.skiff.dev"

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import Kubectl, LocalControlPlane, eventually
+from devtools.cluster import Kubectl, LocalControlPlane, eventually
+
 from e2e.faults import AuditLog, count_by_verb_and_resource
 from e2e.harness import OperatorProcess
 

@@ -1,7 +1,7 @@
 """The pod contract: the Deployment the operator wrote, read back from the API server, runs the real runtime.
 
 Its runtime container is started here as a process with the same command, args and env (volumes and ports
-mapped as e2e/harness.py's LocalPod documents), probed exactly as the kubelet would (grpc.health.v1 Check on
+mapped as devtools/local_pod.py's LocalPod documents), probed exactly as the kubelet would (grpc.health.v1 Check on
 the probe's port with the probe's service), and serves an inference. If the operator and the runtime disagree
 about a flag, a variable, a port, a path or the health service name, this test fails.
 """
@@ -15,18 +15,11 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from devtools.cluster import Kubectl, eventually
+from devtools.local_pod import grpc_health_check, local_pod, start_local_pod, stop_local_pod, wait_for_startup_probe
+from devtools.models import load_example
 
-from e2e.cluster import Kubectl, eventually
-from e2e.harness import (
-    OperatorProcess,
-    grpc_health_check,
-    load_example,
-    local_pod,
-    secret_data,
-    start_local_pod,
-    stop_local_pod,
-    wait_for_startup_probe,
-)
+from e2e.harness import OperatorProcess, secret_data
 from skiff_runtime.client import SkiffClient
 from skiff_runtime.settings import OPTIONS
 

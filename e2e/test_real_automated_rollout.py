@@ -1,4 +1,4 @@
-"""spec.rollout on the real data plane: runtime pods on the real node (e2e/node.py), the operator as a subprocess
+"""spec.rollout on the real data plane: runtime pods on the real node (devtools/node.py), the operator as a subprocess
 reading their metrics at the pod IPs, Traefik splitting every request by the GRPCRoute's weights. A good candidate
 goes through every step under steady load and is promoted with no failed request; a candidate whose signature
 rejects the stable version's requests is rolled back within its first step, and the condition and the Event say
@@ -29,13 +29,16 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
+from devtools.cluster import Kubectl, eventually
+from devtools.gateway import Traefik, gateway_manifests, install_gateway_api
+from devtools.images import Images
+from devtools.local_pod import free_port
+from devtools.models import real_model
+from devtools.node import NODE_NAME, RealNode
+from devtools.traffic import threads_running
 
-from e2e.cluster import Kubectl, eventually
-from e2e.gateway import Traefik, gateway_manifests, install_gateway_api
-from e2e.harness import OperatorProcess, condition, free_port, wait_model_ready
-from e2e.images import Images
-from e2e.node import NODE_NAME, RealNode
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_model, threads_running
+from e2e.harness import OperatorProcess, condition, wait_model_ready
+from e2e.real_models import create_real_namespace, delete_real_namespace
 
 # The first test's setup may build the runtime image (cold: minutes) and wait for another session's real node.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]

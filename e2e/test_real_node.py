@@ -1,4 +1,4 @@
-"""The runtime image as real pods on the real node (e2e/node.py), made by the real operator: the kubelet's gRPC
+"""The runtime image as real pods on the real node (devtools/node.py), made by the real operator: the kubelet's gRPC
 probes turn a pod Ready only once the runtime reports SERVING; an inference through the model's ClusterIP Service
 (kube-proxy) answers what the model computes on the host; a version whose model cannot load never turns Ready and
 the model's status says why; deleting the model drains the runtime (exit 0) and removes its pod; stopping the node
@@ -27,15 +27,17 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
+from devtools import traffic
+from devtools.cluster import Kubectl, eventually
+from devtools.gateway import Traefik, gateway_manifests, install_gateway_api
+from devtools.images import Images
+from devtools.local_pod import free_port, grpc_health_check
+from devtools.models import real_model
+from devtools.node import NETWORK, NODE_NAME, RealNode
+from devtools.traffic import INPUT, Load, answers_per_version, write_sample_model
 
-from e2e import traffic
-from e2e.cluster import Kubectl, eventually
-from e2e.gateway import Traefik, gateway_manifests, install_gateway_api
-from e2e.harness import OperatorProcess, condition, free_port, grpc_health_check, wait_model_ready
-from e2e.images import Images
-from e2e.node import NETWORK, NODE_NAME, RealNode
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
-from e2e.traffic import INPUT, Load, answers_per_version, write_sample_model
+from e2e.harness import OperatorProcess, condition, wait_model_ready
+from e2e.real_models import create_real_namespace, delete_real_namespace
 from skiff_operator.render import contract
 
 # Cold CI builds the runtime image first (scripts/images.sh: minutes); cached, the module takes about a minute.

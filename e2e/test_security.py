@@ -19,19 +19,12 @@ from typing import Any
 
 import grpc
 import pytest
+from devtools.cluster import Kubectl, eventually
+from devtools.helm import Helm, documents
+from devtools.local_pod import local_pod, start_local_pod, stop_local_pod, wait_for_startup_probe
+from devtools.models import load_example
 
-from e2e.cluster import Kubectl, eventually
-from e2e.harness import (
-    OperatorProcess,
-    condition,
-    load_example,
-    local_pod,
-    secret_data,
-    start_local_pod,
-    stop_local_pod,
-    wait_for_startup_probe,
-)
-from e2e.helm import Helm, documents
+from e2e.harness import OperatorProcess, condition, secret_data
 from e2e.test_canary import gateway_api  # noqa: F401 - the fixture (installs the Gateway API CRDs)
 from e2e.test_install import (
     RELEASE,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e.cluster import Kubectl, eventually
+from devtools.cluster import Kubectl, eventually
+
 from e2e.harness import OperatorProcess, condition, wait_model_ready
 
 MODEL = "split"

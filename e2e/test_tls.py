@@ -10,9 +10,10 @@ import json
 from typing import Any
 
 from cryptography import x509
+from devtools.cluster import Kubectl, eventually
+from devtools.models import load_example
 
-from e2e.cluster import Kubectl, eventually
-from e2e.harness import OperatorProcess, condition, load_example, secret_data
+from e2e.harness import OperatorProcess, condition, secret_data
 from skiff_operator import certs
 
 # The pods mount the certificate and its key, never the whole Secret.

@@ -16,17 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from devtools.cluster import Kubectl, eventually
+from devtools.images import Images
+from devtools.models import real_model
+from devtools.node import RealNode
+from devtools.traffic import Load, answered_by, write_sample_model
 
-from e2e.cluster import Kubectl, eventually
 from e2e.harness import OperatorProcess, wait_model_ready
-from e2e.images import Images
-from e2e.node import RealNode
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
-from e2e.traffic import (
-    Load,
-    answered_by,
-    write_sample_model,
-)
+from e2e.real_models import create_real_namespace, delete_real_namespace
 from skiff_operator.render import contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]

@@ -12,7 +12,7 @@ import tarfile
 from ipaddress import IPv4Network
 from pathlib import Path
 
-from e2e.node import (
+from devtools.node import (
     NETWORK,
     NODE_LABEL,
     NODE_TAINT,

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import Kubectl, eventually, terminate
-from e2e.vendor import gateway_api_crd
+from devtools.cluster import Kubectl, eventually, terminate
+from devtools.vendor import gateway_api_crd
 
 GATEWAY_API_CRDS = (
     "gatewayclasses",

@@ -1,4 +1,4 @@
-"""Traffic against real models on the real node (e2e/real_models.py places them): the sample model written for a
+"""Traffic against real models on the real node (devtools/models.py places them): the sample model written for a
 version, one inference on a new connection, reconnecting clients bounded in time and count, and per-version counts
 from clients on long-lived connections."""
 
@@ -10,14 +10,13 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as triton
 
-from e2e.real_models import threads_running
 from skiff_operator.render import contract
 
 # A local subchannel pool: gRPC would otherwise reuse another channel's connection to the same address (and pod).
@@ -108,3 +107,17 @@ def answers_per_version(target: str, model: str, clients: int, requests: int) ->
     if errors:
         raise errors[0]
     return counts
+
+
+@contextlib.contextmanager
+def threads_running(target: Callable[[], None], count: int, stop: threading.Event) -> Iterator[None]:
+    """`count` threads running `target` while the block runs; then `stop` is set and they are joined."""
+    threads = [threading.Thread(target=target, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)

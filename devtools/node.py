@@ -41,8 +41,8 @@ from typing import IO, Any
 
 import yaml
 
-from e2e import images
-from e2e.cluster import (
+from devtools import images
+from devtools.cluster import (
     REAL_NODE_IP,
     REPO,
     SERVICE_CLUSTER_IP_RANGE,
@@ -88,7 +88,7 @@ KUBELET_CHAINS = tuple(
 CNI_PLUGIN_DIR = Path("/usr/lib/cni")
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 COMMANDS = ("containerd", "ctr", "runc", "iptables", "ip6tables", "nft", "ip", "unshare", "nsenter")
-FORWARDER = REPO / "e2e" / "forward.py"
+FORWARDER = REPO / "devtools" / "forward.py"
 INSTALL_HINT = "apt-get install -y containerd runc containernetworking-plugins iptables nftables  (Debian, as root)"
 
 
