@@ -240,7 +240,7 @@ AUDIT_POLICY = {
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 # The `kubernetes` Service's ClusterIP (the range's first address): what pods' in-cluster clients connect to.
 KUBERNETES_SERVICE_IP = "10.96.0.1"
-# The real node's own address (devtools/node.py, on a port-less local bridge). kube-apiserver advertises it, so the
+# The real node's own address (devtools/node/, on a port-less local bridge). kube-apiserver advertises it, so the
 # `kubernetes` Service leads pods there, where the real node forwards it to the API server on 127.0.0.1.
 REAL_NODE_IP = "10.250.0.1"
 
@@ -269,7 +269,7 @@ def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None
         },
         # kube-apiserver: a realistic Service range (SERVICE_CLUSTER_IP_RANGE). kwok plays the kubelet only for the
         # simulated nodes (annotated kwok.x-k8s.io/node=fake), so a real kubelet can join the cluster too
-        # (devtools/node.py).
+        # (devtools/node/).
         "componentsPatches": [
             {
                 "name": "kube-apiserver",

@@ -16,7 +16,7 @@ def create_model_claims(
     kube: Kubectl, namespace: str, claims: list[str], host_dirs: Mapping[str, Path] | None = None
 ) -> None:
     """A pre-bound PersistentVolume + PersistentVolumeClaim per claim, Bound, so pods that mount them schedule.
-    A claim in `host_dirs` is that directory of the real node (devtools/node.py); the others are never mounted.
+    A claim in `host_dirs` is that directory of the real node (devtools/node/); the others are never mounted.
 
     The volumes go first and the claims only once the volumes are Available: a claim that names a volume the
     PV controller has not seen yet waits for its periodic resync (15 s) instead of binding at once."""

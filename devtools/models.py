@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from devtools.cluster import REPO
-from devtools.node import pod_placement
+from devtools.node.config import pod_placement
 
 EXAMPLES_DIR = REPO / "manifests" / "examples"
 

@@ -2,7 +2,7 @@
 
 `make up` starts kwokctl's control plane on 127.0.0.1 (simulated GPU, MIG and CPU nodes), installs the CRD,
 creates the claims the examples mount in the namespace "default" and starts `skiff-operator run --all-namespaces`
-in the background. Where this machine can run one (root, containerd; devtools/node.py), a real node joins too, with
+in the background. Where this machine can run one (root, containerd; devtools/node/), a real node joins too, with
 Traefik serving a Gateway on 127.0.0.1: a background process (`python -m devtools.up node`) holds them and removes them
 on `make down`. Everything lives in one state folder (.cache/up: the kubeconfig, the control plane's files, the
 pids and logs), so `make down` finds and stops all of it, and a second `make up` reuses a running one.
@@ -115,7 +115,7 @@ def node_info(state_dir: Path = STATE_DIR) -> dict[str, Any] | None:
 
 def real_node_problem_here(state_dir: Path) -> str | None:
     """Why `make up` cannot add a real node on this machine (None when it can)."""
-    from devtools.node import real_node_problem  # the node's module needs root's tools only when used
+    from devtools.node.real_node import real_node_problem  # the node's module needs root's tools only when used
 
     if traefik_binary() is None:
         return f"the gateway needs traefik; run: {TRAEFIK_HINT}"
@@ -146,7 +146,7 @@ def start_node_process(state_dir: Path, log: Log) -> None:
 
 def serve_node(state_dir: Path) -> int:
     """The node process: the real node and Traefik, until SIGTERM; then both removed (the node leaves nothing)."""
-    from devtools.node import start_real_node
+    from devtools.node.real_node import start_real_node
 
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     kube = Kubectl(kubeconfig_path(state_dir))

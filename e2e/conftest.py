@@ -29,7 +29,7 @@ from devtools.cluster import (
 )
 from devtools.helm import HELM_HINT, Helm, helm_binary
 from devtools.install import CRD_PATH, create_model_claims, install_crd
-from devtools.node import RealNode, real_node_problem, start_real_node
+from devtools.node.real_node import RealNode, real_node_problem, start_real_node
 
 from e2e.harness import OperatorProcess, running_operator
 
@@ -145,7 +145,7 @@ def operator(kube: Kubectl, namespace: str, simulated_nodes: None, tmp_path: Pat
 
 @pytest.fixture(scope="session")
 def real_node(kube: Kubectl, pytestconfig: pytest.Config) -> Iterator[RealNode]:
-    """A real node (containerd, kubelet, kube-proxy; devtools/node.py) joined to the local control plane, with the
+    """A real node (containerd, kubelet, kube-proxy; devtools/node/) joined to the local control plane, with the
     runtime image (scripts/images.sh, cached) imported. Stopped at the end; the teardown fails if it left a trace."""
     problem = real_node_problem(kube)
     if problem:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from devtools.cluster import Kubectl, eventually
 from devtools.install import create_model_claims, model_volume_name
-from devtools.node import RealNode
+from devtools.node.real_node import RealNode
 
 from e2e.conftest import RESTRICTED
 

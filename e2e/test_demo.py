@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from devtools import demo, up
 from devtools.cluster import Kubectl
-from devtools.node import NETWORK, NODE_NAME, stop_live_nodes
+from devtools.node.config import NETWORK, NODE_NAME
+from devtools.node.real_node import stop_live_nodes
 
 
 @pytest.mark.timeout(600)

@@ -1,4 +1,4 @@
-"""Ready means reachable, in Gateway mode on the real node (devtools/node.py) with Traefik (devtools/gateway.py): a
+"""Ready means reachable, in Gateway mode on the real node (devtools/node/) with Traefik (devtools/gateway.py): a
 user's `kubectl wait --for=condition=Ready` (the real kubectl) returns, and requests sent that moment through the
 gateway from several long-lived clients all answer, from every version with a share; after an edit of the split, the
 same wait on the new generation, and the same check with the new split (a version at 0% answers nothing). A prober on
@@ -29,7 +29,7 @@ from devtools.gateway import LISTENER, Traefik, gateway_manifests, install_gatew
 from devtools.images import Images
 from devtools.local_pod import free_port
 from devtools.models import real_model
-from devtools.node import RealNode
+from devtools.node.real_node import RealNode
 from devtools.traffic import INPUT, NEW_CONNECTION, write_sample_model
 
 from e2e.harness import OperatorProcess, condition

@@ -1,4 +1,4 @@
-"""Gateway mode on the real node (devtools/node.py) with Traefik (devtools/gateway.py): a TLS model answers through
+"""Gateway mode on the real node (devtools/node/) with Traefik (devtools/gateway.py): a TLS model answers through
 the gateway, which speaks TLS to its pods and verifies them with the model's CA through the BackendTLSPolicy the
 operator renders; with another CA in the policy's ConfigMap Traefik refuses the backend (verification happens) until the
 operator restores it; a route the gateway does not accept is reported on the model. Also the numbers docs/e2e.md
@@ -33,7 +33,7 @@ from devtools.cluster import Kubectl, eventually
 from devtools.gateway import LISTENER, Traefik, gateway_manifests, install_gateway_api
 from devtools.images import Images
 from devtools.local_pod import free_port
-from devtools.node import RealNode
+from devtools.node.real_node import RealNode
 from devtools.traffic import write_sample_model
 
 from e2e.harness import OperatorProcess, condition, secret_data, wait_model_ready

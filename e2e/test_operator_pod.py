@@ -18,7 +18,8 @@ from devtools.cluster import Kubectl, eventually
 from devtools.helm import CHART, Helm
 from devtools.images import Images
 from devtools.models import real_model
-from devtools.node import NODE_NAME, RealNode, pod_placement
+from devtools.node.config import NODE_NAME, pod_placement
+from devtools.node.real_node import RealNode
 from devtools.traffic import answered_by, write_sample_model
 
 from e2e.real_models import create_real_namespace, delete_real_namespace

@@ -1,4 +1,4 @@
-"""spec.rollout on the real data plane: runtime pods on the real node (devtools/node.py), the operator as a subprocess
+"""spec.rollout on the real data plane: runtime pods on the real node (devtools/node/), the operator as a subprocess
 reading their metrics at the pod IPs, Traefik splitting every request by the GRPCRoute's weights. A good candidate
 goes through every step under steady load and is promoted with no failed request; a candidate whose signature
 rejects the stable version's requests is rolled back within its first step, and the condition and the Event say
@@ -34,7 +34,8 @@ from devtools.gateway import Traefik, gateway_manifests, install_gateway_api
 from devtools.images import Images
 from devtools.local_pod import free_port
 from devtools.models import real_model
-from devtools.node import NODE_NAME, RealNode
+from devtools.node.config import NODE_NAME
+from devtools.node.real_node import RealNode
 from devtools.traffic import threads_running
 
 from e2e.harness import OperatorProcess, condition, wait_model_ready

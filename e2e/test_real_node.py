@@ -1,4 +1,4 @@
-"""The runtime image as real pods on the real node (devtools/node.py), made by the real operator: the kubelet's gRPC
+"""The runtime image as real pods on the real node (devtools/node/), made by the real operator: the kubelet's gRPC
 probes turn a pod Ready only once the runtime reports SERVING; an inference through the model's ClusterIP Service
 (kube-proxy) answers what the model computes on the host; a version whose model cannot load never turns Ready and
 the model's status says why; deleting the model drains the runtime (exit 0) and removes its pod; stopping the node
@@ -33,7 +33,8 @@ from devtools.gateway import Traefik, gateway_manifests, install_gateway_api
 from devtools.images import Images
 from devtools.local_pod import free_port, grpc_health_check
 from devtools.models import real_model
-from devtools.node import NETWORK, NODE_NAME, RealNode
+from devtools.node.config import NETWORK, NODE_NAME
+from devtools.node.real_node import RealNode
 from devtools.traffic import INPUT, Load, answers_per_version, write_sample_model
 
 from e2e.harness import OperatorProcess, condition, wait_model_ready

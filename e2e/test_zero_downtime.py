@@ -19,7 +19,7 @@ import pytest
 from devtools.cluster import Kubectl, eventually
 from devtools.images import Images
 from devtools.models import real_model
-from devtools.node import RealNode
+from devtools.node.real_node import RealNode
 from devtools.traffic import Load, answered_by, write_sample_model
 
 from e2e.harness import OperatorProcess, wait_model_ready

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from devtools.forward import split
 from devtools.local_pod import free_port
-from devtools.node import FORWARDER
+from devtools.node.real_node import FORWARDER
 
 
 class Echo(socketserver.BaseRequestHandler):

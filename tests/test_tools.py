@@ -16,7 +16,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from devtools import images, node
+from devtools import images
+from devtools.node import host
 
 REPO = Path(__file__).resolve().parents[1]
 THIS_FILE = Path(__file__).relative_to(REPO).as_posix()
@@ -76,8 +77,8 @@ def called_programs() -> dict[str, set[str]]:
         for pattern in patterns:
             for name in pattern.findall(text):
                 found.setdefault(name, set()).add(path.relative_to(REPO).as_posix())
-    for name in (*images.TOOLS, *node.COMMANDS):
-        found.setdefault(name, set()).add("devtools/images.py or devtools/node.py (tool lists)")
+    for name in (*images.TOOLS, *host.COMMANDS):
+        found.setdefault(name, set()).add("devtools/images.py or devtools/node/host.py (tool lists)")
     return found
 
 
