@@ -1,7 +1,9 @@
-"""InferenceModel bodies, built in one place: an example from manifests/examples, and one placed on the real node."""
+"""InferenceModel bodies, built in one place: one from its versions and spec fields, an example from
+manifests/examples, and one placed on the real node."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -10,6 +12,45 @@ from devtools.cluster import REPO
 from devtools.node.config import pod_placement
 
 EXAMPLES_DIR = REPO / "manifests" / "examples"
+API_VERSION = "skiff.dev/v1alpha1"
+
+
+def inference_model(
+    namespace: str,
+    name: str,
+    versions: Sequence[Mapping[str, Any]],
+    traffic: Sequence[tuple[str, int]] = (),
+    **spec: Any,
+) -> dict[str, Any]:
+    """An InferenceModel: its versions, the split as (version, percent) pairs (none: the CRD's default), and any
+    other spec fields as keywords (`resources=...`, `tls=...`)."""
+    body_spec: dict[str, Any] = {"versions": [dict(v) for v in versions]}
+    if traffic:
+        body_spec["traffic"] = [{"version": version, "percent": percent} for version, percent in traffic]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "InferenceModel",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body_spec | spec,
+    }
+
+
+def version(name: str, model_uri: str, replicas: int | None = None) -> dict[str, Any]:
+    """One entry of spec.versions; `replicas` None: the CRD's default."""
+    entry: dict[str, Any] = {"name": name, "modelUri": model_uri}
+    if replicas is not None:
+        entry["replicas"] = replicas
+    return entry
+
+
+def small_model(namespace: str, name: str) -> dict[str, Any]:
+    """The smallest model the suite creates many of: one CPU version of the sample, one replica, 100m CPU."""
+    return inference_model(
+        namespace,
+        name,
+        [version("v1", "pvc://models/sample-cnn/v1", replicas=1)],
+        resources={"cpu": "100m", "memory": "256Mi"},
+    )
 
 
 def load_example(name: str, namespace: str) -> dict[str, Any]:
@@ -29,7 +70,7 @@ def real_model(namespace: str, name: str, model_uri: str, image: str) -> dict[st
     body = load_example("cpu", namespace)
     body["metadata"]["name"] = name
     spec = body["spec"]
-    spec["versions"] = [{"name": "v1", "modelUri": model_uri, "replicas": 1}]
+    spec["versions"] = [version("v1", model_uri, replicas=1)]
     spec["runtime"].update(image=image, imagePullPolicy="Never", cpuThreads=1, gracePeriodSeconds=5)
     spec["resources"] = {"cpu": "500m", "memory": "2Gi"}
     spec["scheduling"] = pod_placement()

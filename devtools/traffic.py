@@ -1,6 +1,6 @@
 """Traffic against real models on the real node (devtools/models.py places them): the sample model written for a
-version, one inference on a new connection, reconnecting clients bounded in time and count, and per-version counts
-from clients on long-lived connections."""
+version, one inference on a new connection, one load generator (reconnecting clients, or steady ones on long-lived
+connections) bounded in time and count, and per-version counts from clients on long-lived connections."""
 
 from __future__ import annotations
 
@@ -29,27 +29,37 @@ def write_sample_model(directory: Path) -> None:
     subprocess.run([sys.executable, "-m", "skiff_runtime.samples", "conv", str(directory)], check=True, timeout=300)
 
 
+def version_answering(client: triton.InferenceServerClient, model: str) -> str:
+    """One inference of the sample's input on `client`; the version that answered."""
+    request = triton.InferInput("image", list(INPUT[:1].shape), "FP32")
+    request.set_data_from_numpy(INPUT[:1])
+    version: str = client.infer(model, [request], client_timeout=10).get_response().model_version
+    return version
+
+
 def answered_by(target: str, model: str) -> str:
     """One inference on a new connection (as a reconnecting client makes it) to host:port `target`; the version
     that answered."""
     client = triton.InferenceServerClient(target, channel_args=NEW_CONNECTION)
     try:
-        request = triton.InferInput("image", list(INPUT[:1].shape), "FP32")
-        request.set_data_from_numpy(INPUT[:1])
-        version: str = client.infer(model, [request], client_timeout=10).get_response().model_version
-        return version
+        return version_answering(client, model)
     finally:
         client.close()
 
 
+# One client's connection, open while the block runs, giving its inference (the version that answered).
+Session = Callable[[], contextlib.AbstractContextManager[Callable[[], str]]]
+
+
 @dataclass
 class Load:
-    """Reconnecting clients in threads, until stopped (bounded in time and count): answers by version, failures
-    (with the second they happened)."""
+    """`clients` threads sending inferences until stopped (bounded in time and count), each through its own
+    `session`, at about `rate` requests a second each (None: back to back): answers by version, failures (with
+    the second they happened)."""
 
-    cluster_ip: str
-    model: str
+    session: Session
     clients: int = 4
+    rate: float | None = None
     max_requests: int = 20000
     max_seconds: float = 150
     answers: Counter[str] = field(default_factory=Counter)
@@ -58,12 +68,15 @@ class Load:
 
     def run(self) -> None:
         deadline = time.monotonic() + self.max_seconds
-        target = f"{self.cluster_ip}:{contract.GRPC_PORT}"
-        while not self.stop.is_set() and time.monotonic() < deadline and self.total() < self.max_requests:
-            try:
-                self.answers[answered_by(target, self.model)] += 1
-            except triton.InferenceServerException as error:
-                self.failures.append(f"{time.strftime('%H:%M:%S')} {error}")
+        with self.session() as infer:
+            while not self.stop.is_set() and time.monotonic() < deadline and self.total() < self.max_requests:
+                started = time.monotonic()
+                try:
+                    self.answers[infer()] += 1
+                except triton.InferenceServerException as error:
+                    self.failures.append(f"{time.strftime('%H:%M:%S')} {error}")
+                if self.rate is not None:
+                    self.stop.wait(max(0.0, 1 / self.rate - (time.monotonic() - started)))
 
     def total(self) -> int:
         return sum(self.answers.values()) + len(self.failures)
@@ -78,6 +91,26 @@ class Load:
             yield self
 
 
+def reconnecting_load(cluster_ip: str, model: str) -> Load:
+    """Reconnecting clients: a new connection per request to the model's ClusterIP (through kube-proxy)."""
+    target = f"{cluster_ip}:{contract.GRPC_PORT}"
+    return Load(lambda: contextlib.nullcontext(lambda: answered_by(target, model)))
+
+
+def steady_load(connect: Callable[[], triton.InferenceServerClient], model: str, clients: int = 2) -> Load:
+    """`clients` clients, each on one long-lived connection from `connect`, at about 15 requests a second each."""
+
+    @contextlib.contextmanager
+    def session() -> Iterator[Callable[[], str]]:
+        client = connect()
+        try:
+            yield lambda: version_answering(client, model)
+        finally:
+            client.close()
+
+    return Load(session, clients=clients, rate=15.0, max_seconds=200)
+
+
 def answers_per_version(target: str, model: str, clients: int, requests: int) -> Counter[str]:
     """`requests` inferences from `clients` concurrent clients, each on its own long-lived connection. The first
     failure of any client is raised here."""
@@ -87,11 +120,9 @@ def answers_per_version(target: str, model: str, clients: int, requests: int) ->
 
     def client_loop(count: int) -> None:
         client = triton.InferenceServerClient(target, channel_args=NEW_CONNECTION)
-        request = triton.InferInput("image", list(INPUT[:1].shape), "FP32")
-        request.set_data_from_numpy(INPUT[:1])
         try:
             for _ in range(count):
-                version = client.infer(model, [request], client_timeout=10).get_response().model_version
+                version = version_answering(client, model)
                 with lock:
                     counts[version] += 1
         except Exception as error:  # re-raised by the caller

@@ -36,11 +36,11 @@ from devtools.cluster import (
     controlplane_bin_dir,
     controlplane_built,
     eventually,
+    free_port,
 )
 from devtools.gateway import INSTALL_HINT as TRAEFIK_HINT
 from devtools.gateway import Traefik, gateway_manifests, install_gateway_api, traefik_binary
 from devtools.install import OPERATOR, create_model_claims, install_crd
-from devtools.local_pod import free_port
 
 STATE_DIR = REPO / ".cache" / "up"
 CLUSTER_NAME = "skiff-up"

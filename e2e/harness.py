@@ -34,6 +34,39 @@ def model_children(kube: Kubectl, namespace: str, model: str) -> dict[str, list[
     }
 
 
+def wait_traffic_split(
+    kube: Kubectl, namespace: str, name: str, split: str, timeout: float = 60, interval: float = 0.5
+) -> dict[str, Any]:
+    """The model's status once status.trafficSplit reads `split` ("v1=90,v2=10")."""
+
+    def status() -> dict[str, Any]:
+        found: dict[str, Any] = kube.get("inferencemodel", name, "-n", namespace).get("status", {})
+        return found
+
+    return eventually(
+        lambda: (s := status()).get("trafficSplit") == split and s,
+        timeout=timeout,
+        interval=interval,
+        what=f"status.trafficSplit {split}",
+    )
+
+
+def settled_canary_children(kube: Kubectl, namespace: str) -> dict[str, list[dict[str, Any]]]:
+    """The canary example's children once its 3 + 1 pods exist, with no duplicate: two Deployments, the model's
+    Service and one per version, and one ReplicaSet per Deployment (a second one would be a second rollout)."""
+
+    def settled() -> dict[str, list[dict[str, Any]]] | None:
+        children = model_children(kube, namespace, "fraud-scorer")
+        return children if len(children["pods"]) == 4 else None
+
+    children = eventually(settled, timeout=60, what="exactly 3 + 1 pods")
+    names = {kind: sorted(c["metadata"]["name"] for c in children[kind]) for kind in CHILD_KINDS}
+    assert names["deployments"] == ["fraud-scorer-v1", "fraud-scorer-v2"]
+    assert names["services"] == ["fraud-scorer", "fraud-scorer-v1", "fraud-scorer-v2"]
+    assert len(names["replicasets"]) == 2, "a second rollout happened: the operator changed the pods"
+    return children
+
+
 def apply_and_interrupt(
     kube: Kubectl, namespace: str, manifest: Mapping[str, Any], interrupt: Callable[[], T]
 ) -> tuple[str, T]:

@@ -25,9 +25,8 @@ from typing import Any
 import pytest
 import tritonclient.grpc as triton
 from devtools.cluster import Kubectl
-from devtools.gateway import LISTENER, Traefik, gateway_manifests, install_gateway_api
+from devtools.gateway import LISTENER, Traefik, gateway_with_traefik
 from devtools.images import Images
-from devtools.local_pod import free_port
 from devtools.models import real_model
 from devtools.node.real_node import RealNode
 from devtools.traffic import INPUT, NEW_CONNECTION, write_sample_model
@@ -158,13 +157,10 @@ def stage(real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_fact
         real_node.start()
     namespace = f"e2e-gateway-ready-{uuid.uuid4().hex[:6]}"
     write_sample_model(create_real_namespace(kube, real_node, namespace) / "sample-cnn" / "v1")
-    install_gateway_api(kube)  # before the operator starts: it reads which Gateway API CRDs are served
     scratch = tmp_path_factory.mktemp("gateway-ready")
-    port = free_port()
-    kube.apply(gateway_manifests(namespace, GATEWAY, port))
-    traefik = Traefik(kube, port, scratch / "traefik.log")
+    traefik = gateway_with_traefik(kube, namespace, GATEWAY, scratch / "traefik.log")
     operator = OperatorProcess(kube, namespace, scratch / "operator.log", SETTLE_ARGS)
-    found = Stage(namespace, f"127.0.0.1:{port}", Images.from_script().runtime, operator, traefik)
+    found = Stage(namespace, f"127.0.0.1:{traefik.port}", Images.from_script().runtime, operator, traefik)
     try:
         traefik.start(namespace, GATEWAY)
         operator.start()

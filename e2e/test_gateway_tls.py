@@ -30,9 +30,8 @@ import grpc
 import numpy as np
 import pytest
 from devtools.cluster import Kubectl, eventually
-from devtools.gateway import LISTENER, Traefik, gateway_manifests, install_gateway_api
+from devtools.gateway import LISTENER, Traefik, gateway_with_traefik
 from devtools.images import Images
-from devtools.local_pod import free_port
 from devtools.node.real_node import RealNode
 from devtools.traffic import write_sample_model
 
@@ -103,11 +102,8 @@ def setup(
 ) -> Iterator[Setup]:
     namespace = f"e2e-gateway-tls-{uuid.uuid4().hex[:6]}"
     write_sample_model(create_real_namespace(kube, real_node, namespace) / "sample-cnn" / "v1")
-    install_gateway_api(kube)  # before the operator starts: it reads which Gateway API CRDs are served
     scratch = tmp_path_factory.mktemp("gateway-tls")
-    port = free_port()
-    kube.apply(gateway_manifests(namespace, GATEWAY, port))
-    traefik = Traefik(kube, port, scratch / "traefik.log")
+    traefik = gateway_with_traefik(kube, namespace, GATEWAY, scratch / "traefik.log")
     operator = OperatorProcess(kube, namespace, scratch / "operator.log")
     image = Images.from_script().runtime
     try:
@@ -117,7 +113,7 @@ def setup(
         kube.apply(gateway_model(namespace, TLS_MODEL, image, tls=True))
         kube.apply(gateway_model(namespace, PLAIN_MODEL, image, tls=False))
         kube.apply(tls_http_route(namespace))
-        yield Setup(namespace, f"127.0.0.1:{port}", operator, traefik, scratch, applied_at)
+        yield Setup(namespace, f"127.0.0.1:{traefik.port}", operator, traefik, scratch, applied_at)
     finally:
         operator.stop()
         traefik.stop()

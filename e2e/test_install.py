@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
-from devtools.cluster import Kubectl, eventually, terminate, user_kubeconfig
+from devtools.cluster import Kubectl, eventually, free_port, terminate, user_kubeconfig
 from devtools.helm import CHART, Helm, HelmError
 from devtools.install import CRD_PATH, OPERATOR, install_crd
-from devtools.local_pod import free_port
 from devtools.models import load_example
 
 RELEASE = "skiff"

@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from devtools.cluster import free_port
 from devtools.forward import split
-from devtools.local_pod import free_port
 from devtools.node.real_node import FORWARDER
 
 
