@@ -30,10 +30,9 @@ from devtools.cluster import (
 from devtools.helm import HELM_HINT, Helm, helm_binary
 from devtools.install import CRD_PATH, create_model_claims, install_crd
 from devtools.node.real_node import RealNode, real_node_problem, start_real_node
+from devtools.vendor import gateway_api_crd
 
-from e2e.harness import OperatorProcess, running_operator
-
-RESTRICTED = "pod-security.kubernetes.io/enforce"
+from e2e.harness import RESTRICTED, OperatorProcess, running_operator
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -160,3 +159,17 @@ def real_node(kube: Kubectl, pytestconfig: pytest.Config) -> Iterator[RealNode]:
     finally:
         left = node.stop()  # measured under the host lock: another session's node cannot be mistaken for ours
         assert not left, f"the real node left these on the machine: {left}"
+
+
+# The standard-channel CRDs a GRPCRoute and its parent Gateway need (devtools.gateway installs all seven Traefik
+# watches; these tests want the operator to see only these).
+GRPC_ROUTE_CRDS = ("gatewayclasses", "gateways", "grpcroutes", "referencegrants")
+
+
+@pytest.fixture
+def gateway_api(kube: Kubectl) -> None:
+    """The Gateway API CRDs a GRPCRoute needs, installed server-side (idempotent) and Established."""
+    for path in map(gateway_api_crd, GRPC_ROUTE_CRDS):
+        kube.run("apply", "--server-side", "--field-manager=skiff-e2e", "-f", str(path))
+    for name in GRPC_ROUTE_CRDS:
+        kube.run("wait", "--for=condition=Established", f"crd/{name}.gateway.networking.k8s.io", "--timeout=60s")

@@ -1,22 +1,25 @@
-"""What the e2e tests and the demo share besides the cluster: the examples, their volumes, the operator process."""
+"""What the e2e tests share besides the dev tools: the operator as a subprocess (standalone, or as the chart runs it),
+its model's children and conditions, and the waits the tests repeat."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import subprocess
-import sys
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from devtools.cluster import REPO, Kubectl, eventually, terminate
+import yaml
+from devtools.cluster import Kubectl, eventually, free_port, terminate
+from devtools.helm import CHART, Helm
+from devtools.install import OPERATOR
 
-CRD_PATH = REPO / "crds" / "skiff.dev_inferencemodels.yaml"
-EXAMPLES_DIR = REPO / "manifests" / "examples"
-OPERATOR = str(Path(sys.executable).parent / "skiff-operator")
 CHILD_KINDS = ("deployments", "replicasets", "services", "pods")
+RESTRICTED = "pod-security.kubernetes.io/enforce"  # the label of a namespace's Pod Security level
 OPERATOR_STARTED = "Initial authentication has finished"  # kopf's log line once it can reach the API server
 
 T = TypeVar("T")
@@ -198,10 +201,121 @@ def version_plan(model: dict[str, Any]) -> list[VersionPlan]:
     return plans
 
 
-# -- the pod contract: a Deployment's runtime container, started here as a process -----------------------------
+# -- what the cluster holds --------------------------------------------------------------------------------------
 
 
 def secret_data(kube: Kubectl, name: str, namespace: str) -> dict[str, bytes]:
     """A Secret's data as the API server holds it, decoded."""
     secret = kube.get("secret", name, "-n", namespace)
     return {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
+
+
+# -- the chart's operator, run here with the chart's Deployment's args and ServiceAccount ---------------------------
+
+RELEASE = "skiff"
+
+
+def install_chart(
+    helm: Helm, namespace: str, *set_json: str, command: str = "install", extra: tuple[str, ...] = ()
+) -> str:
+    """`helm install` (or `command`) of the chart as release RELEASE in `namespace`, waiting for its resources."""
+    args = [command, RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "120s", *extra]
+    for pair in set_json:
+        args += ["--set-json", pair]
+    return helm.run(*args).stdout
+
+
+def service_account_kubeconfig(kube: Kubectl, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig with the cluster's server and CA and a token of the ServiceAccount: nothing of the admin's."""
+    token = kube.run("create", "token", account, "-n", namespace, "--duration=1h").strip()
+    cluster = json.loads(kube.run("config", "view", "--raw", "--minify", "-o", "json"))["clusters"][0]["cluster"]
+    ca = {k: v for k, v in cluster.items() if k in ("certificate-authority", "certificate-authority-data")}
+    assert ca, "the admin kubeconfig names no cluster CA"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], **ca}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": account, "namespace": namespace}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class ChartOperator:
+    """skiff-operator with the args of the chart's Deployment and the ServiceAccount's kubeconfig."""
+
+    def __init__(self, deployment: dict[str, Any], kubeconfig: Path, log_path: Path) -> None:
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"] == ["skiff-operator"]
+        self.liveness_port = free_port()
+        self.args = [a.replace("http://0.0.0.0:", "http://127.0.0.1:") for a in container["args"]]
+        self.args = [_with_port(a, self.liveness_port) if a.startswith("--liveness=") else a for a in self.args]
+        self.env = container_env(container, deployment["metadata"]["namespace"])
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ChartOperator:
+        env = {
+            **self.env,
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.log_path.parent),
+            "KUBECONFIG": str(self.kubeconfig),
+        }
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [OPERATOR, *self.args], env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT
+            )
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self.process is not None
+        terminate(self.process)
+        print(f"---- operator log ({' '.join(self.args)}) ----\n{self.log()[-15000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+
+def container_env(container: dict[str, Any], namespace: str) -> dict[str, str]:
+    """The container's env as the kubelet would set it: values, and the pod's namespace from the downward API."""
+    env = {}
+    for variable in container.get("env") or []:
+        field = (variable.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+        if field == "metadata.namespace":
+            env[variable["name"]] = namespace
+        elif "value" in variable:
+            env[variable["name"]] = str(variable["value"])
+        else:
+            raise AssertionError(f"the test cannot set {variable} as the kubelet would")
+    return env
+
+
+def _with_port(argument: str, port: int) -> str:
+    flag, url = argument.split("=", 1)
+    scheme, rest = url.split("://", 1)
+    hostport, _, path = rest.partition("/")
+    return f"{flag}={scheme}://{hostport.rsplit(':', 1)[0]}:{port}/{path}"
+
+
+def chart_deployment(kube: Kubectl, namespace: str) -> dict[str, Any]:
+    found = kube.items("deployment", namespace, "app.kubernetes.io/component=operator")
+    assert len(found) == 1
+    return found[0]
+
+
+def forbidden_lines(log: str, kube: Kubectl, model: dict[str, Any]) -> list[str]:
+    """Every 403 the operator met: in its log (kopf's own requests) or quoted in the model's status (an apply the
+    API server refused is reported there as ApplyFailed, not raised)."""
+    stored = kube.get("inferencemodel", model["metadata"]["name"], "-n", model["metadata"]["namespace"])
+    messages = [c.get("message", "") for c in stored.get("status", {}).get("conditions", [])]
+    return [line for line in [*log.splitlines(), *messages] if "403" in line or "forbidden" in line.lower()]

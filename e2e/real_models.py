@@ -9,7 +9,7 @@ from devtools.cluster import Kubectl, eventually
 from devtools.install import create_model_claims, model_volume_name
 from devtools.node.real_node import RealNode
 
-from e2e.conftest import RESTRICTED
+from e2e.harness import RESTRICTED
 
 CLAIM = "models"
 

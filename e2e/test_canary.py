@@ -19,23 +19,11 @@ from typing import Any
 import pytest
 from devtools.cluster import Kubectl, eventually, user_kubeconfig
 from devtools.models import inference_model
-from devtools.vendor import gateway_api_crd
 
 from e2e.harness import OperatorProcess, condition, wait_traffic_split
 
-# The standard-channel CRDs a GRPCRoute and its parent Gateway need.
-GATEWAY_API_CRDS = ("gatewayclasses", "gateways", "grpcroutes", "referencegrants")
 GRPC_ROUTE_CRD = "grpcroutes.gateway.networking.k8s.io"
 MODEL = "fraud-scorer"
-
-
-@pytest.fixture
-def gateway_api(kube: Kubectl) -> None:
-    """The Gateway API CRDs, installed server-side (idempotent) and Established."""
-    for path in map(gateway_api_crd, GATEWAY_API_CRDS):
-        kube.run("apply", "--server-side", "--field-manager=skiff-e2e", "-f", str(path))
-    for name in GATEWAY_API_CRDS:
-        kube.run("wait", "--for=condition=Established", f"crd/{name}.gateway.networking.k8s.io", "--timeout=60s")
 
 
 @pytest.fixture

@@ -32,12 +32,12 @@ import pytest
 from devtools.cluster import Kubectl, eventually
 from devtools.gateway import LISTENER, Traefik, gateway_with_traefik
 from devtools.images import Images
+from devtools.models import real_model
 from devtools.node.real_node import RealNode
-from devtools.traffic import write_sample_model
+from devtools.traffic import INPUT, write_sample_model
 
 from e2e.harness import OperatorProcess, condition, secret_data, wait_model_ready
 from e2e.real_models import create_real_namespace, delete_real_namespace
-from e2e.test_real_node import INPUT, real_model
 from skiff_operator import certs
 from skiff_operator.render import contract
 from skiff_runtime.client import SkiffClient
