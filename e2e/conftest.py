@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from e2e.cluster import (
+from devtools.cluster import (
     BUILD_HINT,
     Kubectl,
     LocalControlPlane,
@@ -28,11 +27,12 @@ from e2e.cluster import (
     missing_simulated_nodes,
     user_kubeconfig,
 )
-from e2e.harness import CRD_PATH, OperatorProcess, create_model_claims, install_crd, running_operator
-from e2e.helm import HELM_HINT, Helm, helm_binary
-from e2e.node import RealNode, real_node_problem, start_real_node
+from devtools.helm import HELM_HINT, Helm, helm_binary
+from devtools.install import CRD_PATH, create_model_claims, install_crd
+from devtools.node.real_node import RealNode, real_node_problem, start_real_node
+from devtools.vendor import gateway_api_crd
 
-RESTRICTED = "pod-security.kubernetes.io/enforce"
+from e2e.harness import RESTRICTED, OperatorProcess, running_operator
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -125,11 +125,11 @@ def claims(kube: Kubectl, namespace: str) -> list[str]:
 @pytest.fixture(scope="session")
 def simulated_nodes(kube: Kubectl) -> None:
     """The nodes kwok simulates (a GPU node, a MIG node, a CPU node): the local control plane has them; a
-    cluster of the user's needs kwok running and `python -m e2e.cluster add-nodes --kubeconfig PATH`."""
+    cluster of the user's needs kwok running and `python -m devtools.cluster add-nodes --kubeconfig PATH`."""
     missing = missing_simulated_nodes(kube)
     if missing:
         reason = f"the cluster lacks the simulated nodes {missing}; run kwok in it, then:"
-        reason += " python -m e2e.cluster add-nodes --kubeconfig $SKIFF_E2E_KUBECONFIG"
+        reason += " python -m devtools.cluster add-nodes --kubeconfig $SKIFF_E2E_KUBECONFIG"
         if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
@@ -144,7 +144,7 @@ def operator(kube: Kubectl, namespace: str, simulated_nodes: None, tmp_path: Pat
 
 @pytest.fixture(scope="session")
 def real_node(kube: Kubectl, pytestconfig: pytest.Config) -> Iterator[RealNode]:
-    """A real node (containerd, kubelet, kube-proxy; e2e/node.py) joined to the local control plane, with the
+    """A real node (containerd, kubelet, kube-proxy; devtools/node/) joined to the local control plane, with the
     runtime image (scripts/images.sh, cached) imported. Stopped at the end; the teardown fails if it left a trace."""
     problem = real_node_problem(kube)
     if problem:
@@ -159,3 +159,17 @@ def real_node(kube: Kubectl, pytestconfig: pytest.Config) -> Iterator[RealNode]:
     finally:
         left = node.stop()  # measured under the host lock: another session's node cannot be mistaken for ours
         assert not left, f"the real node left these on the machine: {left}"
+
+
+# The standard-channel CRDs a GRPCRoute and its parent Gateway need (devtools.gateway installs all seven Traefik
+# watches; these tests want the operator to see only these).
+GRPC_ROUTE_CRDS = ("gatewayclasses", "gateways", "grpcroutes", "referencegrants")
+
+
+@pytest.fixture
+def gateway_api(kube: Kubectl) -> None:
+    """The Gateway API CRDs a GRPCRoute needs, installed server-side (idempotent) and Established."""
+    for path in map(gateway_api_crd, GRPC_ROUTE_CRDS):
+        kube.run("apply", "--server-side", "--field-manager=skiff-e2e", "-f", str(path))
+    for name in GRPC_ROUTE_CRDS:
+        kube.run("wait", "--for=condition=Established", f"crd/{name}.gateway.networking.k8s.io", "--timeout=60s")

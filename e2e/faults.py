@@ -21,8 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-
-from e2e.cluster import Kubectl
+from devtools.cluster import Kubectl
 
 # The operator's two HTTP clients: kopf's own (watches, its annotations, events) and kubernetes_asyncio's (kube.py).
 OPERATOR_USER_AGENTS = ("kopf/", "skiff-operator/", "OpenAPI-Generator/")
@@ -50,7 +49,7 @@ class Request:
 
 
 class AuditLog:
-    """The local control plane's audit log (policy in e2e/cluster.py: every request but leases, Metadata level)."""
+    """The local control plane's audit log (policy in devtools/cluster.py: every request but leases, Metadata level)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -1,30 +1,25 @@
-"""What the e2e tests and the demo share besides the cluster: the examples, their volumes, the operator process."""
+"""What the e2e tests share besides the dev tools: the operator as a subprocess (standalone, or as the chart runs it),
+its model's children and conditions, and the waits the tests repeat."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import os
-import signal
-import socket
+import json
 import subprocess
-import sys
-import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import grpc
 import yaml
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from devtools.cluster import Kubectl, eventually, free_port, terminate
+from devtools.helm import CHART, Helm
+from devtools.install import OPERATOR
 
-from e2e.cluster import REPO, Kubectl, eventually, terminate
-
-CRD_PATH = REPO / "crds" / "skiff.dev_inferencemodels.yaml"
-EXAMPLES_DIR = REPO / "manifests" / "examples"
-OPERATOR = str(Path(sys.executable).parent / "skiff-operator")
 CHILD_KINDS = ("deployments", "replicasets", "services", "pods")
+RESTRICTED = "pod-security.kubernetes.io/enforce"  # the label of a namespace's Pod Security level
 OPERATOR_STARTED = "Initial authentication has finished"  # kopf's log line once it can reach the API server
 
 T = TypeVar("T")
@@ -40,6 +35,39 @@ def model_children(kube: Kubectl, namespace: str, model: str) -> dict[str, list[
     return {
         kind: kube.get(kind, "-n", namespace, "-l", selector, "--show-managed-fields")["items"] for kind in CHILD_KINDS
     }
+
+
+def wait_traffic_split(
+    kube: Kubectl, namespace: str, name: str, split: str, timeout: float = 60, interval: float = 0.5
+) -> dict[str, Any]:
+    """The model's status once status.trafficSplit reads `split` ("v1=90,v2=10")."""
+
+    def status() -> dict[str, Any]:
+        found: dict[str, Any] = kube.get("inferencemodel", name, "-n", namespace).get("status", {})
+        return found
+
+    return eventually(
+        lambda: (s := status()).get("trafficSplit") == split and s,
+        timeout=timeout,
+        interval=interval,
+        what=f"status.trafficSplit {split}",
+    )
+
+
+def settled_canary_children(kube: Kubectl, namespace: str) -> dict[str, list[dict[str, Any]]]:
+    """The canary example's children once its 3 + 1 pods exist, with no duplicate: two Deployments, the model's
+    Service and one per version, and one ReplicaSet per Deployment (a second one would be a second rollout)."""
+
+    def settled() -> dict[str, list[dict[str, Any]]] | None:
+        children = model_children(kube, namespace, "fraud-scorer")
+        return children if len(children["pods"]) == 4 else None
+
+    children = eventually(settled, timeout=60, what="exactly 3 + 1 pods")
+    names = {kind: sorted(c["metadata"]["name"] for c in children[kind]) for kind in CHILD_KINDS}
+    assert names["deployments"] == ["fraud-scorer-v1", "fraud-scorer-v2"]
+    assert names["services"] == ["fraud-scorer", "fraud-scorer-v1", "fraud-scorer-v2"]
+    assert len(names["replicasets"]) == 2, "a second rollout happened: the operator changed the pods"
+    return children
 
 
 def apply_and_interrupt(
@@ -63,64 +91,6 @@ def apply_and_interrupt(
         watch.kill()
         watch.wait()
     return first, result
-
-
-def create_model_claims(
-    kube: Kubectl, namespace: str, claims: list[str], host_dirs: Mapping[str, Path] | None = None
-) -> None:
-    """A pre-bound PersistentVolume + PersistentVolumeClaim per claim, Bound, so pods that mount them schedule.
-    A claim in `host_dirs` is that directory of the real node (e2e/node.py); the others are never mounted.
-
-    The volumes go first and the claims only once the volumes are Available: a claim that names a volume the
-    PV controller has not seen yet waits for its periodic resync (15 s) instead of binding at once."""
-    volumes = {claim: model_volume_name(namespace, claim) for claim in claims}
-    host_dirs = host_dirs or {}
-    kube.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": volume, "labels": {"skiff.dev/e2e-namespace": namespace}},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadOnlyMany"],
-                    "storageClassName": "",
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "hostPath": (
-                        {"path": str(host_dirs[claim]), "type": "Directory"}
-                        if claim in host_dirs
-                        else {"path": f"/var/lib/skiff-e2e/{volume}"}  # never mounted: kwok runs no kubelet
-                    ),
-                    "claimRef": {"namespace": namespace, "name": claim},
-                },
-            }
-            for claim, volume in volumes.items()
-        ]
-    )
-    for volume in volumes.values():
-        kube.run("wait", "--for=jsonpath={.status.phase}=Available", f"pv/{volume}", "--timeout=60s")
-    kube.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": claim, "namespace": namespace},
-                "spec": {
-                    "accessModes": ["ReadOnlyMany"],
-                    "storageClassName": "",
-                    "volumeName": volume,
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            }
-            for claim, volume in volumes.items()
-        ]
-    )
-    for claim in claims:
-        kube.run("wait", "--for=jsonpath={.status.phase}=Bound", f"pvc/{claim}", "-n", namespace, "--timeout=60s")
-
-
-def model_volume_name(namespace: str, claim: str) -> str:
-    return f"{namespace}-{claim}"[:63]
 
 
 class OperatorProcess:
@@ -194,17 +164,6 @@ def running_operator(
             print(f"---- operator log ({process.log_path}) ----\n{process.log()[-20000:]}")
 
 
-def load_example(name: str, namespace: str) -> dict[str, Any]:
-    """manifests/examples/NAME.yaml, moved into the test's namespace."""
-    body: dict[str, Any] = yaml.safe_load((EXAMPLES_DIR / f"{name}.yaml").read_text())
-    body["metadata"]["namespace"] = namespace
-    return body
-
-
-def example_names() -> list[str]:
-    return sorted(path.stem for path in EXAMPLES_DIR.glob("*.yaml"))
-
-
 def condition(model: dict[str, Any], kind: str) -> dict[str, Any]:
     """The condition of this type in the model's status (KeyError when the operator has not written it)."""
     for found in model.get("status", {}).get("conditions", []):
@@ -242,108 +201,7 @@ def version_plan(model: dict[str, Any]) -> list[VersionPlan]:
     return plans
 
 
-# -- the pod contract: a Deployment's runtime container, started here as a process -----------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass(frozen=True)
-class LocalPod:
-    """A pod's runtime container translated to a local process: what to run, with which env, on which ports.
-
-    The translation is mechanical, and the same for every field:
-    - argv is the container's command + args; a bare `skiff-runtime` becomes this venv's skiff-runtime.
-    - Volumes become directories: a PersistentVolumeClaim its root in `claim_roots` (then `subPath` is applied,
-      as the kubelet does), an emptyDir a fresh directory, a Secret a fresh directory holding one file per key
-      of that Secret's data in `secrets` (as the kubelet projects it, honouring `items`). Env values that are a
-      mount path, or under one, are rewritten to the local directory.
-    - A pod has its own network namespace; this process does not. Each containerPort is mapped to a free
-      local port, and env vars named *_PORT whose value is a containerPort get the mapped port. Probes are
-      sent to the mapped port of the probe's `port`.
-    Nothing else changes: no flag is added and no variable is invented.
-    """
-
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    ports: dict[int, int]  # containerPort -> local port
-    mounts: dict[str, Path]  # mountPath -> local directory
-    container: dict[str, Any]
-
-    def probe_target(self, probe: str) -> tuple[str, str]:
-        """(host:port, service) the kubelet's grpc probe of this kind would check."""
-        grpc = self.container[probe]["grpc"]
-        return f"127.0.0.1:{self.ports[grpc['port']]}", str(grpc.get("service", ""))
-
-    def port_of(self, name: str) -> int:
-        declared = next(p for p in self.container["ports"] if p["name"] == name)
-        return self.ports[declared["containerPort"]]
-
-
-def local_pod(
-    deployment: dict[str, Any],
-    *,
-    claim_roots: dict[str, Path],
-    scratch: Path,
-    container_name: str = "runtime",
-    secrets: Mapping[str, Mapping[str, bytes]] | None = None,
-) -> LocalPod:
-    pod_spec = deployment["spec"]["template"]["spec"]
-    container = next(c for c in pod_spec["containers"] if c["name"] == container_name)
-    volumes: dict[str, Path] = {}
-    for volume in pod_spec.get("volumes", []):
-        if "persistentVolumeClaim" in volume:
-            volumes[volume["name"]] = claim_roots[volume["persistentVolumeClaim"]["claimName"]]
-        elif "emptyDir" in volume:
-            volumes[volume["name"]] = scratch / "volumes" / volume["name"]
-            volumes[volume["name"]].mkdir(parents=True)
-        elif "secret" in volume:
-            volumes[volume["name"]] = project_secret(volume, secrets or {}, scratch / "volumes" / volume["name"])
-        else:
-            raise ValueError(f"volume {volume['name']}: only persistentVolumeClaim, emptyDir and secret can be mapped")
-    mounts = {m["mountPath"]: volumes[m["name"]] / m.get("subPath", "") for m in container.get("volumeMounts", [])}
-    ports = {p["containerPort"]: free_port() for p in container.get("ports", [])}
-
-    def local_value(name: str, value: str) -> str:
-        if name.endswith("_PORT") and value.isdigit():
-            if int(value) not in ports:
-                raise AssertionError(f"{name}={value} is not one of the container's ports {sorted(ports)}")
-            return str(ports[int(value)])
-        for mount_path, directory in sorted(mounts.items(), key=lambda item: -len(item[0])):
-            if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
-                return str(directory / value[len(mount_path) :].lstrip("/"))
-        return value
-
-    env: dict[str, str] = {}
-    for variable in container.get("env", []):
-        if "value" not in variable:
-            raise ValueError(f"env {variable['name']}: only literal values can be mapped")
-        env[variable["name"]] = local_value(variable["name"], variable["value"])
-    argv = [*container.get("command", []), *container.get("args", [])]
-    if not argv:
-        raise ValueError("the container has no command: the image's entrypoint cannot be reproduced locally")
-    if "/" not in argv[0]:
-        argv[0] = str(Path(sys.executable).parent / argv[0])
-    return LocalPod(tuple(argv), env, ports, mounts, container)
-
-
-def project_secret(volume: Mapping[str, Any], secrets: Mapping[str, Mapping[str, bytes]], directory: Path) -> Path:
-    """A secret volume as the kubelet writes it: one file per key (or per `items` entry), owner-readable only."""
-    source = volume["secret"]
-    data = secrets.get(source["secretName"])
-    if data is None:
-        raise ValueError(f"volume {volume['name']}: Secret {source['secretName']!r} was not given to local_pod")
-    items = source.get("items") or [{"key": key, "path": key} for key in data]
-    directory.mkdir(parents=True)
-    for item in items:
-        target = directory / item["path"]
-        target.write_bytes(data[item["key"]])
-        target.chmod(0o400)
-    return directory
+# -- what the cluster holds --------------------------------------------------------------------------------------
 
 
 def secret_data(kube: Kubectl, name: str, namespace: str) -> dict[str, bytes]:
@@ -352,75 +210,112 @@ def secret_data(kube: Kubectl, name: str, namespace: str) -> dict[str, bytes]:
     return {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
 
 
-def start_local_pod(pod: LocalPod, scratch: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    """Runs the container's process with the pod's env plus PATH and HOME (the image would provide both)."""
-    home = pod.mounts.get("/tmp", scratch)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), **pod.env}
-    with log_path.open("wb") as log:
-        return subprocess.Popen(pod.argv, env=env, cwd=scratch, stdout=log, stderr=subprocess.STDOUT)
+# -- the chart's operator, run here with the chart's Deployment's args and ServiceAccount ---------------------------
+
+RELEASE = "skiff"
 
 
-def stop_local_pod(process: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 60) -> int:
-    """SIGTERM, as the kubelet sends; prints the end of the runtime's log; returns the exit code."""
-    process.send_signal(signal.SIGTERM)
-    try:
-        return process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise
-    finally:
-        print(log_path.read_text(errors="replace")[-5000:])
+def install_chart(
+    helm: Helm, namespace: str, *set_json: str, command: str = "install", extra: tuple[str, ...] = ()
+) -> str:
+    """`helm install` (or `command`) of the chart as release RELEASE in `namespace`, waiting for its resources."""
+    args = [command, RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "120s", *extra]
+    for pair in set_json:
+        args += ["--set-json", pair]
+    return helm.run(*args).stdout
 
 
-def grpc_health_check(target: str, service: str, timeout_s: float) -> str:
-    """One kubelet-style gRPC probe: grpc.health.v1 Check(service) with the probe's timeout, plaintext.
+def service_account_kubeconfig(kube: Kubectl, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig with the cluster's server and CA and a token of the ServiceAccount: nothing of the admin's."""
+    token = kube.run("create", "token", account, "-n", namespace, "--duration=1h").strip()
+    cluster = json.loads(kube.run("config", "view", "--raw", "--minify", "-o", "json"))["clusters"][0]["cluster"]
+    ca = {k: v for k, v in cluster.items() if k in ("certificate-authority", "certificate-authority-data")}
+    assert ca, "the admin kubeconfig names no cluster CA"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], **ca}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": account, "namespace": namespace}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
 
-    Returns the status name (SERVING passes), or the gRPC error code's name when the call fails."""
-    with grpc.insecure_channel(target) as channel:
-        try:
-            response = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=timeout_s
+
+class ChartOperator:
+    """skiff-operator with the args of the chart's Deployment and the ServiceAccount's kubeconfig."""
+
+    def __init__(self, deployment: dict[str, Any], kubeconfig: Path, log_path: Path) -> None:
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"] == ["skiff-operator"]
+        self.liveness_port = free_port()
+        self.args = [a.replace("http://0.0.0.0:", "http://127.0.0.1:") for a in container["args"]]
+        self.args = [_with_port(a, self.liveness_port) if a.startswith("--liveness=") else a for a in self.args]
+        self.env = container_env(container, deployment["metadata"]["namespace"])
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ChartOperator:
+        env = {
+            **self.env,
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.log_path.parent),
+            "KUBECONFIG": str(self.kubeconfig),
+        }
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [OPERATOR, *self.args], env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT
             )
-        except grpc.RpcError as error:
-            return str(error.code().name)
-    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self.process is not None
+        terminate(self.process)
+        print(f"---- operator log ({' '.join(self.args)}) ----\n{self.log()[-15000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
 
 
-def wait_for_startup_probe(pod: LocalPod, process: subprocess.Popen[bytes], *, poll_s: float = 0.5) -> float:
-    """Seconds until the startup probe passes. The kubelet checks every periodSeconds and gives up after
-    failureThreshold failures; this checks every `poll_s` (faster) within the same total budget."""
-    probe = pod.container["startupProbe"]
-    budget = probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3)
-    target, service = pod.probe_target("startupProbe")
-    started = time.monotonic()
-    status = "never checked"
-    while time.monotonic() - started < budget:
-        if process.poll() is not None:
-            raise RuntimeError(f"the runtime exited with {process.returncode} before its startup probe passed")
-        status = grpc_health_check(target, service, probe.get("timeoutSeconds", 1))
-        if status == "SERVING":
-            return time.monotonic() - started
-        time.sleep(poll_s)
-    raise TimeoutError(f"startup probe {target} service={service!r} still {status} after {budget}s")
+def container_env(container: dict[str, Any], namespace: str) -> dict[str, str]:
+    """The container's env as the kubelet would set it: values, and the pod's namespace from the downward API."""
+    env = {}
+    for variable in container.get("env") or []:
+        field = (variable.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+        if field == "metadata.namespace":
+            env[variable["name"]] = namespace
+        elif "value" in variable:
+            env[variable["name"]] = str(variable["value"])
+        else:
+            raise AssertionError(f"the test cannot set {variable} as the kubelet would")
+    return env
 
 
-def install_crd(kube: Kubectl, field_manager: str = "skiff-e2e") -> None:
-    """Applies crds/ and waits until it is Established and published in the OpenAPI document, which the API
-    server does a few seconds later (until then `kubectl explain` cannot find it)."""
-    kube.run("apply", "--server-side", f"--field-manager={field_manager}", "-f", str(CRD_PATH))
-    # Right after an apply the condition list can still be empty, and `kubectl wait` then fails at once.
-    eventually(
-        lambda: (
-            kube.attempt(
-                "wait", "--for=condition=Established", "crd/inferencemodels.skiff.dev", "--timeout=10s"
-            ).returncode
-            == 0
-        ),
-        timeout=60,
-        what="the CRD to be Established",
-    )
-    eventually(
-        lambda: kube.attempt("explain", "inferencemodel.spec").returncode == 0,
-        timeout=60,
-        what="the CRD in the API server's OpenAPI document",
-    )
+def _with_port(argument: str, port: int) -> str:
+    flag, url = argument.split("=", 1)
+    scheme, rest = url.split("://", 1)
+    hostport, _, path = rest.partition("/")
+    return f"{flag}={scheme}://{hostport.rsplit(':', 1)[0]}:{port}/{path}"
+
+
+def chart_deployment(kube: Kubectl, namespace: str) -> dict[str, Any]:
+    found = kube.items("deployment", namespace, "app.kubernetes.io/component=operator")
+    assert len(found) == 1
+    return found[0]
+
+
+def forbidden_lines(log: str, kube: Kubectl, model: dict[str, Any]) -> list[str]:
+    """Every 403 the operator met: in its log (kopf's own requests) or quoted in the model's status (an apply the
+    API server refused is reported there as ApplyFailed, not raised)."""
+    stored = kube.get("inferencemodel", model["metadata"]["name"], "-n", model["metadata"]["namespace"])
+    messages = [c.get("message", "") for c in stored.get("status", {}).get("conditions", [])]
+    return [line for line in [*log.splitlines(), *messages] if "403" in line or "forbidden" in line.lower()]

@@ -17,24 +17,13 @@ import json
 from typing import Any
 
 import pytest
+from devtools.cluster import Kubectl, eventually, user_kubeconfig
+from devtools.models import inference_model
 
-from e2e.cluster import Kubectl, eventually, user_kubeconfig
-from e2e.harness import OperatorProcess, condition
-from e2e.vendor import gateway_api_crd
+from e2e.harness import OperatorProcess, condition, wait_traffic_split
 
-# The standard-channel CRDs a GRPCRoute and its parent Gateway need.
-GATEWAY_API_CRDS = ("gatewayclasses", "gateways", "grpcroutes", "referencegrants")
 GRPC_ROUTE_CRD = "grpcroutes.gateway.networking.k8s.io"
 MODEL = "fraud-scorer"
-
-
-@pytest.fixture
-def gateway_api(kube: Kubectl) -> None:
-    """The Gateway API CRDs, installed server-side (idempotent) and Established."""
-    for path in map(gateway_api_crd, GATEWAY_API_CRDS):
-        kube.run("apply", "--server-side", "--field-manager=skiff-e2e", "-f", str(path))
-    for name in GATEWAY_API_CRDS:
-        kube.run("wait", "--for=condition=Established", f"crd/{name}.gateway.networking.k8s.io", "--timeout=60s")
 
 
 @pytest.fixture
@@ -44,19 +33,6 @@ def no_gateway_api(kube: Kubectl) -> None:
         if user_kubeconfig() is not None:
             pytest.skip(f"{GRPC_ROUTE_CRD} is installed in your cluster; this test needs a cluster without it")
         kube.run("delete", "crd", GRPC_ROUTE_CRD, "--wait=true", timeout=120)
-
-
-def _model(namespace: str, versions: list[dict[str, Any]], traffic: list[tuple[str, int]], **spec: Any) -> Any:
-    return {
-        "apiVersion": "skiff.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": MODEL, "namespace": namespace},
-        "spec": {
-            "versions": versions,
-            "traffic": [{"version": name, "percent": percent} for name, percent in traffic],
-            **spec,
-        },
-    }
 
 
 V1 = {"name": "v1", "modelUri": "pvc://models/scorer/v1", "replicas": 3}
@@ -91,14 +67,6 @@ def _wait_weights(kube: Kubectl, namespace: str, expected: dict[str, int]) -> No
 def _status(kube: Kubectl, namespace: str) -> dict[str, Any]:
     status: dict[str, Any] = kube.get("inferencemodel", MODEL, "-n", namespace).get("status", {})
     return status
-
-
-def _wait_split(kube: Kubectl, namespace: str, split: str) -> dict[str, Any]:
-    return eventually(
-        lambda: (s := _status(kube, namespace)).get("trafficSplit") == split and s,
-        timeout=60,
-        what=f"status.trafficSplit {split}",
-    )
 
 
 READY_REASON = '{.status.conditions[?(@.type=="Ready")].reason}'
@@ -149,7 +117,7 @@ def test_gateway_canary_lifecycle(
             },
         }
     )
-    kube.apply(_model(namespace, [V1], [("v1", 100)], routing=GATEWAYS))
+    kube.apply(inference_model(namespace, MODEL, [V1], [("v1", 100)], routing=GATEWAYS))
     # Every pod ready, the route applied, and no gateway has taken it: not Ready, and the message says why.
     ready = condition(_wait_ready_reason(kube, namespace, "RoutePending"), "Ready")
     assert ready["status"] == "False"
@@ -167,7 +135,7 @@ def test_gateway_canary_lifecycle(
         {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "public", "sectionName": "grpc"}
     ]
     assert route["metadata"]["ownerReferences"][0]["name"] == MODEL
-    status = _wait_split(kube, namespace, "v1=90,v2=10")
+    status = wait_traffic_split(kube, namespace, MODEL, "v1=90,v2=10")
     assert status["traffic"]["mode"] == "Gateway"
     assert status["traffic"]["route"] == MODEL
     # The new weights are a new generation of the route, which no gateway has judged: Ready waits for it.
@@ -180,7 +148,7 @@ def test_gateway_canary_lifecycle(
     for v1, v2, step in ((50, 50, "50/50"), (0, 100, "promoted"), (90, 10, "rolled back")):
         _patch(kube, namespace, {"traffic": _traffic_spec(("v1", v1), ("v2", v2))})
         _wait_weights(kube, namespace, {f"{MODEL}-v1": v1, f"{MODEL}-v2": v2})
-        _wait_split(kube, namespace, f"v1={v1},v2={v2}")
+        wait_traffic_split(kube, namespace, MODEL, f"v1={v1},v2={v2}")
         accept_route(kube, namespace)
         _show(kube, namespace, step)
     assert kube.get("deployment", f"{MODEL}-v1", "-n", namespace)["spec"]["replicas"] == 3
@@ -201,7 +169,7 @@ def test_gateway_canary_lifecycle(
         timeout=60,
         what="v1's pods to go",
     )
-    status = _wait_split(kube, namespace, "v2=100")
+    status = wait_traffic_split(kube, namespace, MODEL, "v2=100")
     assert [v["name"] for v in status["traffic"]["versions"]] == ["v2"]
     accept_route(kube, namespace)
     _show(kube, namespace, "v1 removed")
@@ -217,14 +185,14 @@ def test_canary_that_never_becomes_ready_is_held_at_zero(
 ) -> None:
     # Nine GPUs per pod: no node has them, so v2's pod stays Pending and never becomes ready.
     stuck = {**V2, "resources": {"gpu": 9}, "progressDeadlineSeconds": 10}
-    kube.apply(_model(namespace, [V1], [("v1", 100)], routing=GATEWAYS))
+    kube.apply(inference_model(namespace, MODEL, [V1], [("v1", 100)], routing=GATEWAYS))
     _wait_ready_reason(kube, namespace, "RoutePending")
     accept_route(kube, namespace)
-    _wait_split(kube, namespace, "v1=100")
+    wait_traffic_split(kube, namespace, MODEL, "v1=100")
     _patch(kube, namespace, {"versions": [V1, stuck], "traffic": _traffic_spec(("v1", 90), ("v2", 10))})
 
     _wait_weights(kube, namespace, {f"{MODEL}-v1": 100, f"{MODEL}-v2": 0})
-    status = _wait_split(kube, namespace, "v1=100,v2=0")
+    status = wait_traffic_split(kube, namespace, MODEL, "v1=100,v2=0")
     v2 = next(v for v in status["traffic"]["versions"] if v["name"] == "v2")
     assert (v2["desiredPercent"], v2["appliedPercent"]) == (10, 0)
     assert v2["held"] in ("NotReady", "ProgressDeadlineExceeded")
@@ -258,9 +226,9 @@ def test_canary_that_never_becomes_ready_is_held_at_zero(
 def test_service_mode_without_the_gateway_api(
     kube: Kubectl, namespace: str, claims: list[str], no_gateway_api: None, operator: OperatorProcess
 ) -> None:
-    kube.apply(_model(namespace, [V1, V2], [("v1", 75), ("v2", 25)], routing=GATEWAYS))
+    kube.apply(inference_model(namespace, MODEL, [V1, V2], [("v1", 75), ("v2", 25)], routing=GATEWAYS))
     kube.run("wait", "--for=condition=Ready", f"inferencemodel/{MODEL}", "-n", namespace, "--timeout=120s")
-    status = _wait_split(kube, namespace, "v1=75,v2=25")
+    status = wait_traffic_split(kube, namespace, MODEL, "v1=75,v2=25")
     assert status["traffic"]["mode"] == "Service"
     assert "Gateway API is not installed" in status["traffic"]["message"], status["traffic"]
     assert "approximate" in status["traffic"]["message"]
@@ -279,6 +247,6 @@ def test_service_mode_without_the_gateway_api(
         timeout=90,
         what="replicas 2/2",
     )
-    _wait_split(kube, namespace, "v1=50,v2=50")
+    wait_traffic_split(kube, namespace, MODEL, "v1=50,v2=50")
     kube.run("wait", "--for=condition=Ready", f"inferencemodel/{MODEL}", "-n", namespace, "--timeout=120s")
     _show(kube, namespace, "Service mode, 50/50")

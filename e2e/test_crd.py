@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from e2e.cluster import Kubectl
-from e2e.harness import load_example
+from devtools.cluster import Kubectl
+from devtools.models import load_example
 
 
 def _spec_schema(crd: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""`make demo` (e2e/demo.py) tells its whole story: on the real node a canary of real pods with requests counted per
-version through the gateway as the split changes; without it the example Ready and the runtime started from its pod
+"""`make demo` (devtools/demo.py) tells its whole story: on the real node a canary of real pods with requests counted
+per version through the gateway as the split changes; without it the example Ready and the runtime started from its pod
 spec answering an inference; either way the cluster left up for kubectl, and `make down` removes everything."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from ipaddress import ip_address, ip_network
 from pathlib import Path
 
 import pytest
-
-from e2e import demo, up
-from e2e.cluster import Kubectl
-from e2e.node import NETWORK, NODE_NAME, stop_live_nodes
+from devtools import demo, up
+from devtools.cluster import Kubectl
+from devtools.node.config import NETWORK, NODE_NAME
+from devtools.node.real_node import stop_live_nodes
 
 
 @pytest.mark.timeout(600)

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e.cluster import Kubectl, eventually
+from devtools.cluster import Kubectl, eventually
+from devtools.models import load_example
+
 from e2e.harness import (
     CHILD_KINDS,
     OperatorProcess,
     apply_and_interrupt,
-    load_example,
     model_children,
+    settled_canary_children,
     wait_model_ready,
 )
 
@@ -88,15 +90,7 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(
     operator.start()
     wait_model_ready(kube, namespace, "fraud-scorer")
 
-    def settled() -> dict[str, list[dict[str, Any]]] | None:
-        children = model_children(kube, namespace, "fraud-scorer")
-        return children if len(children["pods"]) == 4 else None
-
-    children = eventually(settled, timeout=60, what="exactly 3 + 1 pods")
-    names = {kind: sorted(c["metadata"]["name"] for c in children[kind]) for kind in CHILD_KINDS}
-    assert names["deployments"] == ["fraud-scorer-v1", "fraud-scorer-v2"]
-    assert names["services"] == ["fraud-scorer", "fraud-scorer-v1", "fraud-scorer-v2"]
-    assert len(names["replicasets"]) == 2, "a second rollout happened: the restarted operator changed the pods"
+    children = settled_canary_children(kube, namespace)
     for deployment in children["deployments"]:
         # Re-applying the same manifests after the restart is a no-op: no new generation, no rollout.
         assert deployment["metadata"]["generation"] == 1, deployment["metadata"]["name"]

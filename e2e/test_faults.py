@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from devtools.cluster import Kubectl, LocalControlPlane, eventually
+from devtools.models import load_example, small_model
 
-from e2e.cluster import Kubectl, LocalControlPlane, eventually
 from e2e.faults import (
     AdmissionFaults,
     AuditLog,
@@ -21,13 +22,11 @@ from e2e.faults import (
     secret_values,
 )
 from e2e.harness import (
-    CHILD_KINDS,
     OperatorProcess,
     apply_and_interrupt,
     condition,
-    load_example,
-    model_children,
     running_operator,
+    settled_canary_children,
     wait_model_ready,
 )
 
@@ -69,15 +68,7 @@ def test_api_server_killed_mid_reconcile_operator_recovers_and_converges(
     converged = time.monotonic()
     print(f"API server down {back - killed:.1f}s; the model Ready {converged - back:.1f}s after it was back")
 
-    def settled() -> dict[str, list[dict[str, Any]]] | None:
-        children = model_children(kube, namespace, "fraud-scorer")
-        return children if len(children["pods"]) == 4 else None
-
-    children = eventually(settled, timeout=60, what="exactly 3 + 1 pods")
-    names = {kind: sorted(c["metadata"]["name"] for c in children[kind]) for kind in CHILD_KINDS}
-    assert names["deployments"] == ["fraud-scorer-v1", "fraud-scorer-v2"]
-    assert names["services"] == ["fraud-scorer", "fraud-scorer-v1", "fraud-scorer-v2"]
-    assert len(names["replicasets"]) == 2, "a second rollout happened"
+    children = settled_canary_children(kube, namespace)
     assert all(d["metadata"]["generation"] == 1 for d in children["deployments"])
     _alive(operator)
 
@@ -122,18 +113,6 @@ def idle_operator(kube: Kubectl, namespace: str, simulated_nodes: None, tmp_path
         yield process
 
 
-def _small_model(namespace: str, index: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "skiff.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": f"m{index:03d}", "namespace": namespace},
-        "spec": {
-            "versions": [{"name": "v1", "modelUri": "pvc://models/sample-cnn/v1", "replicas": 1}],
-            "resources": {"cpu": "100m", "memory": "256Mi"},
-        },
-    }
-
-
 # The ready bound, the idle window and a resync, plus the control plane's start when this test runs first: more
 # than the global 300 s on a loaded 2-core machine.
 @pytest.mark.timeout(READY_BOUND_S + IDLE_WINDOW_S + RESYNC_S + 300)
@@ -146,7 +125,7 @@ def test_hundred_models_become_ready_then_an_idle_operator_only_watches(
 ) -> None:
     audit = AuditLog(plane.audit_log)
     started = time.monotonic()
-    kube.apply([_small_model(namespace, i) for i in range(MODELS)])
+    kube.apply([small_model(namespace, f"m{i:03d}") for i in range(MODELS)])
 
     def all_ready() -> int | None:
         models = kube.items("inferencemodels", namespace)

@@ -1,17 +1,14 @@
-"""Ready means reachable, in Gateway mode on the real node (e2e/node.py) with Traefik (e2e/gateway.py): a user's
-`kubectl wait --for=condition=Ready` (the real kubectl) returns, and requests sent that moment through the gateway
-from several long-lived clients all answer, from every version with a share; after an edit of the split, the same
-wait on the new generation, and the same check with the new split (a version at 0% answers nothing).
-
-A prober on its own long-lived connection sends a request through Traefik every PROBE_INTERVAL_S from the apply
-on: it measures when the path first answered, how many of its requests failed before Ready, whether any failed
-after, and after the edit how long the version set to 0% still answered after the operator saw the gateway accept
-the new generation (how far Traefik's data plane lags its status). The numbers are printed and quoted in
-docs/e2e.md and docs/canary.md. SKIFF_E2E_ROUTE_SETTLE_S runs the operator with another --route-settle-seconds
-(0: Ready as soon as the gateway accepted the route), to measure what the settle time buys.
-
-One namespace, one operator, one Traefik and one three-version model; the tests run in file order.
-"""
+"""Ready means reachable, in Gateway mode on the real node (devtools/node/) with Traefik (devtools/gateway.py): a
+user's `kubectl wait --for=condition=Ready` (the real kubectl) returns, and requests sent that moment through the
+gateway from several long-lived clients all answer, from every version with a share; after an edit of the split, the
+same wait on the new generation, and the same check with the new split (a version at 0% answers nothing). A prober on
+its own long-lived connection sends a request through Traefik every PROBE_INTERVAL_S from the apply on: it measures when
+the path first answered, how many of its requests failed before Ready, whether any failed after, and after the edit how
+long the version set to 0% still answered after the operator saw the gateway accept the new generation (how far
+Traefik's data plane lags its status). The numbers are printed and quoted in docs/e2e.md and docs/canary.md.
+SKIFF_E2E_ROUTE_SETTLE_S runs the operator with another --route-settle-seconds (0: Ready as soon as the gateway accepted
+the route), to measure what the settle time buys. One namespace, one operator, one Traefik and one three-version model;
+the tests run in file order."""
 
 from __future__ import annotations
 
@@ -27,14 +24,15 @@ from typing import Any
 
 import pytest
 import tritonclient.grpc as triton
+from devtools.cluster import Kubectl
+from devtools.gateway import LISTENER, Traefik, gateway_with_traefik
+from devtools.images import Images
+from devtools.models import real_model
+from devtools.node.real_node import RealNode
+from devtools.traffic import INPUT, NEW_CONNECTION, write_sample_model
 
-from e2e.cluster import Kubectl
-from e2e.gateway import LISTENER, Traefik, gateway_manifests, install_gateway_api
-from e2e.harness import OperatorProcess, condition, free_port
-from e2e.images import Images
-from e2e.node import RealNode
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
-from e2e.traffic import INPUT, NEW_CONNECTION, write_sample_model
+from e2e.harness import OperatorProcess, condition
+from e2e.real_models import create_real_namespace, delete_real_namespace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -159,13 +157,10 @@ def stage(real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_fact
         real_node.start()
     namespace = f"e2e-gateway-ready-{uuid.uuid4().hex[:6]}"
     write_sample_model(create_real_namespace(kube, real_node, namespace) / "sample-cnn" / "v1")
-    install_gateway_api(kube)  # before the operator starts: it reads which Gateway API CRDs are served
     scratch = tmp_path_factory.mktemp("gateway-ready")
-    port = free_port()
-    kube.apply(gateway_manifests(namespace, GATEWAY, port))
-    traefik = Traefik(kube, port, scratch / "traefik.log")
+    traefik = gateway_with_traefik(kube, namespace, GATEWAY, scratch / "traefik.log")
     operator = OperatorProcess(kube, namespace, scratch / "operator.log", SETTLE_ARGS)
-    found = Stage(namespace, f"127.0.0.1:{port}", Images.from_script().runtime, operator, traefik)
+    found = Stage(namespace, f"127.0.0.1:{traefik.port}", Images.from_script().runtime, operator, traefik)
     try:
         traefik.start(namespace, GATEWAY)
         operator.start()

@@ -1,6 +1,6 @@
-"""Gateway mode on the real node (e2e/node.py) with Traefik (e2e/gateway.py): a TLS model answers through the gateway,
-which speaks TLS to its pods and verifies them with the model's CA through the BackendTLSPolicy the operator
-renders; with another CA in the policy's ConfigMap Traefik refuses the backend (verification happens) until the
+"""Gateway mode on the real node (devtools/node/) with Traefik (devtools/gateway.py): a TLS model answers through
+the gateway, which speaks TLS to its pods and verifies them with the model's CA through the BackendTLSPolicy the
+operator renders; with another CA in the policy's ConfigMap Traefik refuses the backend (verification happens) until the
 operator restores it; a route the gateway does not accept is reported on the model. Also the numbers docs/e2e.md
 quotes: latency through Traefik and through kube-proxy vs direct to the pod, and time from apply to first answer.
 
@@ -29,15 +29,15 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from devtools.cluster import Kubectl, eventually
+from devtools.gateway import LISTENER, Traefik, gateway_with_traefik
+from devtools.images import Images
+from devtools.models import real_model
+from devtools.node.real_node import RealNode
+from devtools.traffic import INPUT, write_sample_model
 
-from e2e.cluster import Kubectl, eventually
-from e2e.gateway import LISTENER, Traefik, gateway_manifests, install_gateway_api
-from e2e.harness import OperatorProcess, condition, free_port, secret_data, wait_model_ready
-from e2e.images import Images
-from e2e.node import RealNode
+from e2e.harness import OperatorProcess, condition, secret_data, wait_model_ready
 from e2e.real_models import create_real_namespace, delete_real_namespace
-from e2e.test_real_node import INPUT, real_model
-from e2e.traffic import write_sample_model
 from skiff_operator import certs
 from skiff_operator.render import contract
 from skiff_runtime.client import SkiffClient
@@ -102,11 +102,8 @@ def setup(
 ) -> Iterator[Setup]:
     namespace = f"e2e-gateway-tls-{uuid.uuid4().hex[:6]}"
     write_sample_model(create_real_namespace(kube, real_node, namespace) / "sample-cnn" / "v1")
-    install_gateway_api(kube)  # before the operator starts: it reads which Gateway API CRDs are served
     scratch = tmp_path_factory.mktemp("gateway-tls")
-    port = free_port()
-    kube.apply(gateway_manifests(namespace, GATEWAY, port))
-    traefik = Traefik(kube, port, scratch / "traefik.log")
+    traefik = gateway_with_traefik(kube, namespace, GATEWAY, scratch / "traefik.log")
     operator = OperatorProcess(kube, namespace, scratch / "operator.log")
     image = Images.from_script().runtime
     try:
@@ -116,7 +113,7 @@ def setup(
         kube.apply(gateway_model(namespace, TLS_MODEL, image, tls=True))
         kube.apply(gateway_model(namespace, PLAIN_MODEL, image, tls=False))
         kube.apply(tls_http_route(namespace))
-        yield Setup(namespace, f"127.0.0.1:{port}", operator, traefik, scratch, applied_at)
+        yield Setup(namespace, f"127.0.0.1:{traefik.port}", operator, traefik, scratch, applied_at)
     finally:
         operator.stop()
         traefik.stop()

@@ -11,9 +11,10 @@ import json
 from typing import Any
 
 import pytest
+from devtools.cluster import Kubectl, eventually
+from devtools.models import load_example
 
-from e2e.cluster import Kubectl, eventually
-from e2e.harness import OperatorProcess, condition, load_example, wait_model_ready
+from e2e.harness import OperatorProcess, condition, wait_model_ready
 
 DEPTH = 1_500  # the measurement; Python's json.loads stopped at 1,000 by default
 MODEL_URI = "pvc://models/sample-cnn/v1"

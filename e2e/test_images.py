@@ -27,11 +27,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 import yaml
-
-from e2e.cluster import REPO, Kubectl, eventually
-from e2e.harness import free_port, grpc_health_check, load_example, wait_model_ready
-from e2e.helm import HELM_HINT, Helm, documents, helm_binary
-from e2e.images import (
+from devtools.cluster import REPO, Kubectl, eventually, free_port
+from devtools.helm import HELM_HINT, Helm, documents, helm_binary
+from devtools.images import (
     BUILD_CA_MARKER,
     INSTALL_HINT,
     SCRIPT,
@@ -43,6 +41,10 @@ from e2e.images import (
     missing_tools,
     pod_run_flags,
 )
+from devtools.local_pod import grpc_health_check
+from devtools.models import inference_model, load_example, version
+
+from e2e.harness import wait_model_ready
 from skiff_operator.render import contract
 from skiff_operator.render.deployment import render_deployment
 from skiff_operator.spec import parse_inference_model
@@ -91,16 +93,13 @@ def exit_after_sigterm(images: Images, name: str, timeout_s: float) -> tuple[int
 
 def sample_model_pod(image: str, grace_period_s: int) -> dict[str, Any]:
     """The pod spec the operator renders for a one-worker CPU model read from the claim "models" at conv/v1."""
-    body = {
-        "apiVersion": "skiff.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": "conv", "namespace": "images"},
-        "spec": {
-            "versions": [{"name": "v1", "modelUri": "pvc://models/conv/v1"}],
-            "runtime": {"image": image, "cpuThreads": 1, "gracePeriodSeconds": grace_period_s},
-            "resources": {"cpu": "1", "memory": "1Gi"},
-        },
-    }
+    body = inference_model(
+        "images",
+        "conv",
+        [version("v1", "pvc://models/conv/v1")],
+        runtime={"image": image, "cpuThreads": 1, "gracePeriodSeconds": grace_period_s},
+        resources={"cpu": "1", "memory": "1Gi"},
+    )
     model = parse_inference_model(body)
     pod: dict[str, Any] = render_deployment(model, model.spec.versions[0])["spec"]["template"]["spec"]
     return pod

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -22,38 +21,21 @@ from typing import Any
 
 import pytest
 import yaml
+from devtools.cluster import Kubectl, eventually, user_kubeconfig
+from devtools.helm import Helm, HelmError
+from devtools.install import CRD_PATH, install_crd
+from devtools.models import load_example
 
-from e2e.cluster import Kubectl, eventually, terminate, user_kubeconfig
-from e2e.harness import CRD_PATH, OPERATOR, free_port, install_crd, load_example
-from e2e.helm import CHART, Helm, HelmError
+from e2e.harness import (
+    RELEASE,
+    ChartOperator,
+    chart_deployment,
+    forbidden_lines,
+    install_chart,
+    service_account_kubeconfig,
+)
 
-RELEASE = "skiff"
 CRD_NAME = "inferencemodels.skiff.dev"
-
-
-def install(helm: Helm, namespace: str, *set_json: str, command: str = "install", extra: tuple[str, ...] = ()) -> str:
-    args = [command, RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "120s", *extra]
-    for pair in set_json:
-        args += ["--set-json", pair]
-    return helm.run(*args).stdout
-
-
-def service_account_kubeconfig(kube: Kubectl, namespace: str, account: str, path: Path) -> Path:
-    """A kubeconfig with the cluster's server and CA and a token of the ServiceAccount: nothing of the admin's."""
-    token = kube.run("create", "token", account, "-n", namespace, "--duration=1h").strip()
-    cluster = json.loads(kube.run("config", "view", "--raw", "--minify", "-o", "json"))["clusters"][0]["cluster"]
-    ca = {k: v for k, v in cluster.items() if k in ("certificate-authority", "certificate-authority-data")}
-    assert ca, "the admin kubeconfig names no cluster CA"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], **ca}}],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": account, "namespace": namespace}}],
-        "current-context": "sa",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def priority_level(kubeconfig: Path, path: str) -> str:
@@ -70,76 +52,6 @@ def priority_level(kubeconfig: Path, path: str) -> str:
             return str(response.headers["X-Kubernetes-PF-PriorityLevel-UID"])
     except urllib.error.HTTPError as error:
         return str(error.headers["X-Kubernetes-PF-PriorityLevel-UID"])
-
-
-class ChartOperator:
-    """skiff-operator with the args of the chart's Deployment and the ServiceAccount's kubeconfig."""
-
-    def __init__(self, deployment: dict[str, Any], kubeconfig: Path, log_path: Path) -> None:
-        container = deployment["spec"]["template"]["spec"]["containers"][0]
-        assert container["command"] == ["skiff-operator"]
-        self.liveness_port = free_port()
-        self.args = [a.replace("http://0.0.0.0:", "http://127.0.0.1:") for a in container["args"]]
-        self.args = [_with_port(a, self.liveness_port) if a.startswith("--liveness=") else a for a in self.args]
-        self.env = container_env(container, deployment["metadata"]["namespace"])
-        self.kubeconfig = kubeconfig
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> ChartOperator:
-        env = {
-            **self.env,
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(self.log_path.parent),
-            "KUBECONFIG": str(self.kubeconfig),
-        }
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [OPERATOR, *self.args], env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT
-            )
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        assert self.process is not None
-        terminate(self.process)
-        print(f"---- operator log ({' '.join(self.args)}) ----\n{self.log()[-15000:]}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-
-def container_env(container: dict[str, Any], namespace: str) -> dict[str, str]:
-    """The container's env as the kubelet would set it: values, and the pod's namespace from the downward API."""
-    env = {}
-    for variable in container.get("env") or []:
-        field = (variable.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
-        if field == "metadata.namespace":
-            env[variable["name"]] = namespace
-        elif "value" in variable:
-            env[variable["name"]] = str(variable["value"])
-        else:
-            raise AssertionError(f"the test cannot set {variable} as the kubelet would")
-    return env
-
-
-def _with_port(argument: str, port: int) -> str:
-    flag, url = argument.split("=", 1)
-    scheme, rest = url.split("://", 1)
-    hostport, _, path = rest.partition("/")
-    return f"{flag}={scheme}://{hostport.rsplit(':', 1)[0]}:{port}/{path}"
-
-
-def chart_deployment(kube: Kubectl, namespace: str) -> dict[str, Any]:
-    found = kube.items("deployment", namespace, "app.kubernetes.io/component=operator")
-    assert len(found) == 1
-    return found[0]
 
 
 def operator_pod_running(kube: Kubectl, namespace: str) -> dict[str, Any]:
@@ -161,19 +73,11 @@ def wait_ready(kube: Kubectl, model: dict[str, Any]) -> None:
         raise AssertionError(f"{name} not Ready: {done.stderr}")
 
 
-def forbidden_lines(log: str, kube: Kubectl, model: dict[str, Any]) -> list[str]:
-    """Every 403 the operator met: in its log (kopf's own requests) or quoted in the model's status (an apply the
-    API server refused is reported there as ApplyFailed, not raised)."""
-    stored = kube.get("inferencemodel", model["metadata"]["name"], "-n", model["metadata"]["namespace"])
-    messages = [c.get("message", "") for c in stored.get("status", {}).get("conditions", [])]
-    return [line for line in [*log.splitlines(), *messages] if "403" in line or "forbidden" in line.lower()]
-
-
 def test_namespaced_install_runs_the_operator_with_only_its_rbac(
     kube: Kubectl, helm: Helm, namespace: str, claims: list[str], simulated_nodes: None, tmp_path: Path
 ) -> None:
     assert kube.get("namespace", namespace)["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    notes = install(
+    notes = install_chart(
         helm, namespace, f'watchNamespaces=["{namespace}"]', "crds.install=false", "operator.resyncSeconds=10"
     )
     assert f"kubectl -n {namespace} rollout status deployment/{RELEASE}" in notes
@@ -225,7 +129,9 @@ def test_namespaced_install_runs_the_operator_with_only_its_rbac(
 def test_one_rule_removed_is_forbidden_and_helm_upgrade_restores_it(
     kube: Kubectl, helm: Helm, namespace: str, claims: list[str], simulated_nodes: None, tmp_path: Path
 ) -> None:
-    install(helm, namespace, f'watchNamespaces=["{namespace}"]', "crds.install=false", "operator.resyncSeconds=10")
+    install_chart(
+        helm, namespace, f'watchNamespaces=["{namespace}"]', "crds.install=false", "operator.resyncSeconds=10"
+    )
     # The negative control: the same install without the rule for Deployments.
     role = kube.get("role", RELEASE, "-n", namespace)
     role["rules"] = [r for r in role["rules"] if r["resources"] != ["deployments"]]
@@ -253,8 +159,8 @@ def test_one_rule_removed_is_forbidden_and_helm_upgrade_restores_it(
         'operator.resources={"requests":{"cpu":"50m","memory":"200Mi"},"limits":{"memory":"300Mi"}}',
     )
     with pytest.raises(HelmError, match='conflict with "kubectl-replace"'):
-        install(helm, namespace, *values, command="upgrade")
-    install(helm, namespace, *values, command="upgrade", extra=("--force-conflicts",))
+        install_chart(helm, namespace, *values, command="upgrade")
+    install_chart(helm, namespace, *values, command="upgrade", extra=("--force-conflicts",))
     container = chart_deployment(kube, namespace)["spec"]["template"]["spec"]["containers"][0]
     assert "--log-level=DEBUG" in container["args"]
     assert container["resources"] == {"requests": {"cpu": "50m", "memory": "200Mi"}, "limits": {"memory": "300Mi"}}
@@ -297,7 +203,7 @@ def test_helm_upgrade_to_a_new_operator_and_a_crd_change_leave_running_models_al
     Deployment changed generation or template, no pod was replaced, no certificate reissued. Then a CRD change (a
     new optional field, as a chart upgrade would bring) keeps every CR, and B still acts on an edit."""
     values = [f'watchNamespaces=["{namespace}"]', "crds.install=false", "operator.resyncSeconds=3"]
-    install(helm, namespace, *values, 'image.tag="0.1.0-a"')
+    install_chart(helm, namespace, *values, 'image.tag="0.1.0-a"')
     kubeconfig = service_account_kubeconfig(kube, namespace, RELEASE, tmp_path / "sa.kubeconfig")
     models = [load_example(name, namespace) for name in ("cpu", "canary", "tls")]
     with ChartOperator(chart_deployment(kube, namespace), kubeconfig, tmp_path / "a.log"):
@@ -309,7 +215,7 @@ def test_helm_upgrade_to_a_new_operator_and_a_crd_change_leave_running_models_al
     assert len(before["pods"]) >= 4
     assert len(before["secrets"]) >= 2  # the TLS model's CA and server certificate
 
-    install(helm, namespace, *values, 'image.tag="0.1.0-b"', 'operator.logLevel="DEBUG"', command="upgrade")
+    install_chart(helm, namespace, *values, 'image.tag="0.1.0-b"', 'operator.logLevel="DEBUG"', command="upgrade")
     deployment = chart_deployment(kube, namespace)
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":0.1.0-b")
     with ChartOperator(deployment, kubeconfig, tmp_path / "b.log") as operator_b:
@@ -379,7 +285,7 @@ def test_cluster_wide_install_creates_the_crd_and_uninstall_keeps_it(
     tmp_path: Path,
 ) -> None:
     assert kube.attempt("get", "crd", CRD_NAME).returncode != 0
-    install(helm, namespace, "operator.resyncSeconds=10", "clusterWide=true")
+    install_chart(helm, namespace, "operator.resyncSeconds=10", "clusterWide=true")
     crd = kube.get("crd", CRD_NAME)
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert crd["metadata"]["annotations"]["meta.helm.sh/release-namespace"] == namespace

@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import Kubectl, LocalControlPlane, eventually
+from devtools.cluster import Kubectl, LocalControlPlane, eventually
+from devtools.models import small_model
+
 from e2e.faults import AuditLog, count_by_verb_and_resource
 from e2e.harness import OperatorProcess
 
@@ -17,18 +19,6 @@ MODELS = 5
 LEASE = "skiff-e2e"
 TAKEOVER_BOUND_S = 15  # lease duration 10 s + one retry period (2 s), with room for a loaded machine
 FINISH_BOUND_S = 15  # from the takeover to every model Ready
-
-
-def _model(namespace: str, index: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "skiff.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": f"ha{index}", "namespace": namespace},
-        "spec": {
-            "versions": [{"name": "v1", "modelUri": "pvc://models/sample-cnn/v1", "replicas": 1}],
-            "resources": {"cpu": "100m", "memory": "256Mi"},
-        },
-    }
 
 
 def _holder(kube: Kubectl, namespace: str) -> str | None:
@@ -66,7 +56,7 @@ def test_standby_takes_over_when_the_leader_is_killed_mid_reconcile(
         assert leader != standby
         time.sleep(5)  # the standby's watches are warm and it has seen the Lease held
         since = audit.mark()
-        kube.apply([_model(namespace, i) for i in range(MODELS)])
+        kube.apply([small_model(namespace, f"ha{i}") for i in range(MODELS)])
 
         def leader_applied_a_deployment() -> bool | None:
             return (

@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from devtools.cluster import CPU_NODE, GPU_NODE, GPU_RESOURCE, MIG_NODE, MIG_RESOURCE, Kubectl
+from devtools.models import example_names, inference_model, load_example, version
 
-from e2e.cluster import CPU_NODE, GPU_NODE, GPU_RESOURCE, MIG_NODE, MIG_RESOURCE, Kubectl
-from e2e.harness import OperatorProcess, condition, example_names, load_example, version_plan
+from e2e.harness import OperatorProcess, condition, version_plan
 
-# Which simulated node offers which GPU resource (see e2e/cluster.py); CPU pods may only land on the CPU node,
+# Which simulated node offers which GPU resource (see devtools/cluster.py); CPU pods may only land on the CPU node,
 # because both GPU nodes carry the nvidia.com/gpu NoSchedule taint.
 NODE_FOR_RESOURCE = {GPU_RESOURCE: GPU_NODE, MIG_RESOURCE: MIG_NODE, None: CPU_NODE}
 HEALTH_PORT = 8002
@@ -71,12 +72,7 @@ def test_example_is_rendered_scheduled_and_ready(
 def test_more_gpus_than_any_node_has_is_not_ready_with_insufficient_gpu(
     kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
 ) -> None:
-    body = {
-        "apiVersion": "skiff.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": "too-big", "namespace": namespace},
-        "spec": {"versions": [{"name": "v1", "modelUri": "pvc://models/big/v1"}], "resources": {"gpu": 9}},
-    }
+    body = inference_model(namespace, "too-big", [version("v1", "pvc://models/big/v1")], resources={"gpu": 9})
     kube.apply(body)
     ready = '{.status.conditions[?(@.type=="Ready")].reason}'
     kube.run(

@@ -14,16 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from devtools.cluster import Kubectl, eventually
+from devtools.helm import CHART, Helm
+from devtools.images import Images
+from devtools.models import real_model
+from devtools.node.config import NODE_NAME, pod_placement
+from devtools.node.real_node import RealNode
+from devtools.traffic import answered_by, write_sample_model
 
-from e2e.cluster import Kubectl, eventually
-from e2e.helm import CHART, Helm
-from e2e.images import Images
-from e2e.node import NODE_NAME, RealNode, pod_placement
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
-from e2e.traffic import (
-    answered_by,
-    write_sample_model,
-)
+from e2e.real_models import create_real_namespace, delete_real_namespace
 from skiff_operator.render import contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

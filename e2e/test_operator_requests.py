@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from devtools.cluster import Kubectl, LocalControlPlane
+from devtools.models import load_example
 
-from e2e.cluster import Kubectl, LocalControlPlane
 from e2e.faults import AuditLog, Request, count_by_verb_and_resource
-from e2e.harness import OperatorProcess, load_example, running_operator, wait_model_ready
+from e2e.harness import OperatorProcess, running_operator, wait_model_ready
 
 # A reconcile at most: GET the model (none when the watch delivered it), GET its claim (none when found in the last
 # 30 s), LIST its Deployments, Services, NetworkPolicies and PodDisruptionBudgets, 5 server-side applies (none for a

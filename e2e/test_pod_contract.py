@@ -1,41 +1,26 @@
 """The pod contract: the Deployment the operator wrote, read back from the API server, runs the real runtime.
 
 Its runtime container is started here as a process with the same command, args and env (volumes and ports
-mapped as e2e/harness.py's LocalPod documents), probed exactly as the kubelet would (grpc.health.v1 Check on
+mapped as devtools/local_pod.py's LocalPod documents), probed exactly as the kubelet would (grpc.health.v1 Check on
 the probe's port with the probe's service), and serves an inference. If the operator and the runtime disagree
 about a flag, a variable, a port, a path or the health service name, this test fails.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+from devtools.cluster import Kubectl, eventually
+from devtools.local_pod import grpc_health_check, local_pod, start_local_pod, stop_local_pod, wait_for_startup_probe
+from devtools.models import load_example
+from devtools.traffic import write_sample_model
 
-from e2e.cluster import Kubectl, eventually
-from e2e.harness import (
-    OperatorProcess,
-    grpc_health_check,
-    load_example,
-    local_pod,
-    secret_data,
-    start_local_pod,
-    stop_local_pod,
-    wait_for_startup_probe,
-)
+from e2e.harness import OperatorProcess, secret_data
 from skiff_runtime.client import SkiffClient
 from skiff_runtime.settings import OPTIONS
-
-
-def export_sample_model(directory: Path) -> None:
-    """The runtime's sample conv net, exported with paddle.jit.save where the PVC's subPath points."""
-    subprocess.run(
-        [sys.executable, "-m", "skiff_runtime.samples", "conv", str(directory)], check=True, capture_output=True
-    )
 
 
 def test_runtime_started_from_the_operators_deployment_passes_its_probes_and_serves(
@@ -50,7 +35,7 @@ def test_runtime_started_from_the_operators_deployment_passes_its_probes_and_ser
 
     # The claim "models" holds sample-cnn/v1 (the example's modelUri pvc://models/sample-cnn/v1).
     claim_root = tmp_path / "pvc-models"
-    export_sample_model(claim_root / "sample-cnn" / "v1")
+    write_sample_model(claim_root / "sample-cnn" / "v1")
     scratch = tmp_path / "pod"
     scratch.mkdir()
     pod = local_pod(deployment, claim_roots={"models": claim_root}, scratch=scratch)
@@ -105,7 +90,7 @@ def test_runtime_from_a_tls_deployment_serves_inference_over_tls_with_the_cluste
     secret = secret_data(kube, secret_name, namespace)
 
     claim_root = tmp_path / "pvc-models"
-    export_sample_model(claim_root / "sample-cnn" / "v1")
+    write_sample_model(claim_root / "sample-cnn" / "v1")
     scratch = tmp_path / "pod"
     scratch.mkdir()
     pod = local_pod(deployment, claim_roots={"models": claim_root}, scratch=scratch, secrets={secret_name: secret})

@@ -1,4 +1,4 @@
-"""spec.rollout on the real data plane: runtime pods on the real node (e2e/node.py), the operator as a subprocess
+"""spec.rollout on the real data plane: runtime pods on the real node (devtools/node/), the operator as a subprocess
 reading their metrics at the pod IPs, Traefik splitting every request by the GRPCRoute's weights. A good candidate
 goes through every step under steady load and is promoted with no failed request; a candidate whose signature
 rejects the stable version's requests is rolled back within its first step, and the condition and the Event say
@@ -23,19 +23,21 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pytest
 import tritonclient.grpc as triton
+from devtools.cluster import Kubectl, eventually
+from devtools.gateway import gateway_with_traefik
+from devtools.images import Images
+from devtools.models import real_model
+from devtools.node.config import NODE_NAME
+from devtools.node.real_node import RealNode
+from devtools.traffic import steady_load, version_answering
 
-from e2e.cluster import Kubectl, eventually
-from e2e.gateway import Traefik, gateway_manifests, install_gateway_api
-from e2e.harness import OperatorProcess, condition, free_port, wait_model_ready
-from e2e.images import Images
-from e2e.node import NODE_NAME, RealNode
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_model, threads_running
+from e2e.harness import OperatorProcess, condition, wait_model_ready
+from e2e.real_models import create_real_namespace, delete_real_namespace
 
 # The first test's setup may build the runtime image (cold: minutes) and wait for another session's real node.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -43,7 +45,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 GOOD = "rollout-good"
 BAD = "rollout-bad"
 GATEWAY = "public"
-INPUT = np.random.default_rng(3).random((1, 3, 32, 32), dtype=np.float32)
 DEFAULT_ERROR_CODES = ["UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"]
 # Reconciles (and so rollout decisions) at least this often; the steps' pauses are a few of these.
 RESYNC_S = "2"
@@ -87,7 +88,7 @@ class Stage:
         """The versions that answered `count` inferences in a row on one connection."""
         client = self.client(model)
         try:
-            return Counter(infer(client, model) for _ in range(count))
+            return Counter(version_answering(client, model) for _ in range(count))
         finally:
             client.close()
 
@@ -111,10 +112,8 @@ def stage(
         export = [sys.executable, "-m", "skiff_runtime.samples", kind, str(models / path)]
         subprocess.run(export, check=True, timeout=300)
     scratch = tmp_path_factory.mktemp("rollout-real")
-    install_gateway_api(kube)  # before the operator starts: routing mode Auto picks Gateway when a model names one
-    port = free_port()
-    kube.apply(gateway_manifests(namespace, GATEWAY, port))
-    traefik = Traefik(kube, port, scratch / "traefik.log")
+    # Before the operator starts: routing mode Auto picks Gateway when a model names one.
+    traefik = gateway_with_traefik(kube, namespace, GATEWAY, scratch / "traefik.log")
     operator = OperatorProcess(kube, namespace, scratch / "operator.log", ["--resync-seconds", RESYNC_S])
     image = Images.from_script().runtime
     try:
@@ -141,7 +140,7 @@ def stage(
                 rollout_model(namespace, BAD, image, "pvc://models/two-io/v1", bad),
             ]
         )
-        yield Stage(namespace, port, kube)
+        yield Stage(namespace, traefik.port, kube)
     finally:
         traefik.stop()
         operator.stop()
@@ -151,48 +150,6 @@ def stage(
             logs = real_node.container_log(namespace, f"{model}-*", "runtime")
             print(f"---- {model} runtime logs ----\n{logs[-4000:]}")
         delete_real_namespace(kube, namespace)
-
-
-def infer(client: triton.InferenceServerClient, model: str) -> str:
-    """One inference of the conv sample's input; the version that answered."""
-    request = triton.InferInput("image", list(INPUT.shape), "FP32")
-    request.set_data_from_numpy(INPUT)
-    version: str = client.infer(model, [request], client_timeout=10).get_response().model_version
-    return version
-
-
-@dataclass
-class SteadyLoad:
-    """`clients` threads, each on one long-lived connection through the Gateway at about `rate` requests a second,
-    until stopped (bounded in time): answers by version, failures with their time."""
-
-    stage: Stage
-    model: str
-    clients: int = 2
-    rate: float = 15.0
-    max_seconds: float = 200
-    answers: Counter[str] = field(default_factory=Counter)
-    failures: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        client = self.stage.client(self.model)
-        deadline = time.monotonic() + self.max_seconds
-        try:
-            while not self.stop.is_set() and time.monotonic() < deadline:
-                started = time.monotonic()
-                try:
-                    self.answers[infer(client, self.model)] += 1
-                except triton.InferenceServerException as error:
-                    self.failures.append(f"{time.strftime('%H:%M:%S')} {error}")
-                self.stop.wait(max(0.0, 1 / self.rate - (time.monotonic() - started)))
-        finally:
-            client.close()
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[SteadyLoad]:
-        with threads_running(self.run, self.clients, self.stop):
-            yield self
 
 
 @contextlib.contextmanager
@@ -256,7 +213,7 @@ def wait_both_answer(stage: Stage, model: str) -> None:
 
     def both_answer() -> bool:
         try:
-            seen.add(infer(client, model))
+            seen.add(version_answering(client, model))
         except triton.InferenceServerException as error:
             if "unknown input" in str(error):
                 seen.add("v2")
@@ -273,7 +230,7 @@ def test_good_candidate_is_promoted_through_every_step_under_load_with_no_failed
     spec_traffic = stage.model(GOOD)["spec"]["traffic"]
     started = time.monotonic()
     print(f"load on {GOOD} from {time.strftime('%H:%M:%S')}")
-    with watched(stage, GOOD) as bodies, SteadyLoad(stage, GOOD).running() as load:
+    with watched(stage, GOOD) as bodies, steady_load(lambda: stage.client(GOOD), GOOD).running() as load:
         promoted = wait_verdict(stage, GOOD, timeout=150)
         rollout_s = time.monotonic() - started
         time.sleep(3)  # the promoted split under load too
@@ -326,7 +283,7 @@ def test_good_candidate_is_promoted_through_every_step_under_load_with_no_failed
 def test_candidate_that_rejects_the_stable_requests_is_rolled_back_within_its_first_step(stage: Stage) -> None:
     wait_both_answer(stage, BAD)
     started = time.monotonic()
-    with SteadyLoad(stage, BAD).running() as load:
+    with steady_load(lambda: stage.client(BAD), BAD).running() as load:
         rolled = wait_verdict(stage, BAD, timeout=90)
         rollback_s = time.monotonic() - started
         time.sleep(2)  # Traefik has the new weights by now

@@ -1,4 +1,4 @@
-"""The runtime image as real pods on the real node (e2e/node.py), made by the real operator: the kubelet's gRPC
+"""The runtime image as real pods on the real node (devtools/node/), made by the real operator: the kubelet's gRPC
 probes turn a pod Ready only once the runtime reports SERVING; an inference through the model's ClusterIP Service
 (kube-proxy) answers what the model computes on the host; a version whose model cannot load never turns Ready and
 the model's status says why; deleting the model drains the runtime (exit 0) and removes its pod; stopping the node
@@ -27,15 +27,18 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
+from devtools import traffic
+from devtools.cluster import Kubectl, eventually, free_port
+from devtools.gateway import Traefik, gateway_manifests, install_gateway_api
+from devtools.images import Images
+from devtools.local_pod import grpc_health_check
+from devtools.models import real_model
+from devtools.node.config import NETWORK, NODE_NAME
+from devtools.node.real_node import RealNode
+from devtools.traffic import INPUT, answers_per_version, reconnecting_load, write_sample_model
 
-from e2e import traffic
-from e2e.cluster import Kubectl, eventually
-from e2e.gateway import Traefik, gateway_manifests, install_gateway_api
-from e2e.harness import OperatorProcess, condition, free_port, grpc_health_check, wait_model_ready
-from e2e.images import Images
-from e2e.node import NETWORK, NODE_NAME, RealNode
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
-from e2e.traffic import INPUT, Load, answers_per_version, write_sample_model
+from e2e.harness import OperatorProcess, condition, wait_model_ready, wait_traffic_split
+from e2e.real_models import create_real_namespace, delete_real_namespace
 from skiff_operator.render import contract
 
 # Cold CI builds the runtime image first (scripts/images.sh: minutes); cached, the module takes about a minute.
@@ -280,15 +283,7 @@ def test_service_mode_split_measured_through_the_service_matches_the_status(serv
     model["spec"]["routing"] = {"mode": "Service"}
     kube.apply(model)
     wait_model_ready(kube, served.namespace, SPLIT, timeout_s=240)
-    status = eventually(
-        lambda: (
-            (s := kube.get("inferencemodel", SPLIT, "-n", served.namespace)["status"]).get("trafficSplit")
-            == "v1=50,v2=50"
-            and s
-        ),
-        timeout=60,
-        what="status.trafficSplit v1=50,v2=50",
-    )
+    status = wait_traffic_split(kube, served.namespace, SPLIT, "v1=50,v2=50")
     assert status["traffic"]["mode"] == "Service"
     cluster_ip = kube.get("service", SPLIT, "-n", served.namespace)["spec"]["clusterIP"]
 
@@ -316,7 +311,7 @@ def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, k
     wait_model_ready(kube, served.namespace, SPLIT, timeout_s=240)
     cluster_ip = kube.get("service", SPLIT, "-n", served.namespace)["spec"]["clusterIP"]
     # Promote v2 to 100% under steady load: v1's pod goes only once v2's second pod is ready.
-    with Load(cluster_ip, SPLIT).running() as load:
+    with reconnecting_load(cluster_ip, SPLIT).running() as load:
         time.sleep(2)
         promote = {"spec": {"traffic": [{"version": "v1", "percent": 0}, {"version": "v2", "percent": 100}]}}
         kube.run("patch", "inferencemodel", SPLIT, "-n", served.namespace, "--type=merge", "-p", json.dumps(promote))
@@ -327,8 +322,7 @@ def test_promoting_a_canary_under_steady_load_fails_no_request(served: Served, k
             what="v1's pod to be gone",
         )
         time.sleep(2)
-    failed_at = Counter(failure[:8] for failure in load.failures)  # by second
-    print(f"during the promotion: {dict(load.answers)}, {len(load.failures)} failed: {dict(failed_at)}")
+    print(f"during the promotion: {load.summary()}")
     assert load.total() < load.max_requests  # the load ran until v1's pod was gone
     assert load.answers["v1"] > 0
     assert load.answers["v2"] > 0
@@ -355,15 +349,7 @@ def test_gateway_split_through_traefik_is_exact_per_request_and_matches_the_stat
         model["spec"]["routing"] = {"gateways": [{"name": "public", "sectionName": "grpc"}]}
         kube.apply(model)
         wait_model_ready(kube, served.namespace, CANARY, timeout_s=240)
-        status = eventually(
-            lambda: (
-                (s := kube.get("inferencemodel", CANARY, "-n", served.namespace)["status"]).get("trafficSplit")
-                == "v1=90,v2=10"
-                and s
-            ),
-            timeout=90,
-            what="status.trafficSplit v1=90,v2=10",
-        )
+        status = wait_traffic_split(kube, served.namespace, CANARY, "v1=90,v2=10", timeout=90)
         assert status["traffic"]["mode"] == "Gateway"
         target = f"127.0.0.1:{port}"
         seen: set[str] = set()
@@ -386,15 +372,7 @@ def test_gateway_split_through_traefik_is_exact_per_request_and_matches_the_stat
         model["spec"]["versions"].append({"name": "v3", "modelUri": "pvc://models/sample-cnn/v1", "replicas": 1})
         model["spec"]["traffic"] = [{"version": v, "percent": p} for v, p in (("v1", 70), ("v2", 20), ("v3", 10))]
         kube.apply(model)
-        eventually(
-            lambda: (
-                kube.get("inferencemodel", CANARY, "-n", served.namespace)["status"].get("trafficSplit")
-                == "v1=70,v2=20,v3=10"
-            ),
-            timeout=240,
-            interval=1,
-            what="status.trafficSplit v1=70,v2=20,v3=10 (v3 ready)",
-        )
+        wait_traffic_split(kube, served.namespace, CANARY, "v1=70,v2=20,v3=10", timeout=240, interval=1)  # v3 ready
         seen.clear()
 
         def third_answers() -> bool:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from e2e.cluster import Kubectl, eventually
-from e2e.harness import OperatorProcess, condition, load_example, wait_model_ready
+from devtools.cluster import Kubectl, eventually
+from devtools.models import load_example
+
+from e2e.harness import OperatorProcess, condition, wait_model_ready
 
 MODEL = "fraud-rollout"
 

@@ -19,29 +19,23 @@ from typing import Any
 
 import grpc
 import pytest
+from devtools.cluster import Kubectl, eventually
+from devtools.helm import Helm, documents
+from devtools.local_pod import local_pod, start_local_pod, stop_local_pod, wait_for_startup_probe
+from devtools.models import load_example
+from devtools.traffic import write_sample_model
 
-from e2e.cluster import Kubectl, eventually
 from e2e.harness import (
-    OperatorProcess,
-    condition,
-    load_example,
-    local_pod,
-    secret_data,
-    start_local_pod,
-    stop_local_pod,
-    wait_for_startup_probe,
-)
-from e2e.helm import Helm, documents
-from e2e.test_canary import gateway_api  # noqa: F401 - the fixture (installs the Gateway API CRDs)
-from e2e.test_install import (
     RELEASE,
     ChartOperator,
+    OperatorProcess,
     chart_deployment,
+    condition,
     forbidden_lines,
-    install,
+    install_chart,
+    secret_data,
     service_account_kubeconfig,
 )
-from e2e.test_pod_contract import export_sample_model
 from skiff_runtime.client import SkiffClient
 
 TENANT = "tenant"
@@ -255,7 +249,7 @@ def test_runtime_from_an_auth_deployment_requires_the_token_and_follows_a_rotate
     claim_root = tmp_path / "pvc-models"
     claim, path = body["spec"]["versions"][0]["modelUri"].removeprefix("pvc://").split("/", 1)
     assert claim == "models"
-    export_sample_model(claim_root / path)
+    write_sample_model(claim_root / path)
     scratch = tmp_path / "pod"
     scratch.mkdir()
     secrets = {"callers": secret_data(kube, "callers", namespace)}
@@ -512,7 +506,7 @@ def test_a_verb_removed_from_the_chart_role_is_forbidden(
     resource: str,
     verb: str,
 ) -> None:
-    install(helm, namespace, "crds.install=false", "operator.resyncSeconds=10", "admissionPolicy.enabled=false")
+    install_chart(helm, namespace, "crds.install=false", "operator.resyncSeconds=10", "admissionPolicy.enabled=false")
     role = kube.get("role", RELEASE, "-n", namespace)
     for rule in role["rules"]:
         if resource in rule["resources"]:

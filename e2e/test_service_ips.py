@@ -8,9 +8,10 @@ import ipaddress
 from pathlib import Path
 
 import pytest
+from devtools.cluster import SERVICE_CLUSTER_IP_RANGE, Kubectl, eventually, local_control_plane
+from devtools.models import load_example
 
-from e2e.cluster import SERVICE_CLUSTER_IP_RANGE, Kubectl, eventually, local_control_plane
-from e2e.harness import OperatorProcess, load_example, wait_model_ready
+from e2e.harness import OperatorProcess, wait_model_ready
 from skiff_operator.render.service import render_version_service
 from skiff_operator.spec import parse_inference_model
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e.cluster import Kubectl, eventually
+from devtools.cluster import Kubectl, eventually
+from devtools.models import inference_model, version
+
 from e2e.harness import OperatorProcess, condition, wait_model_ready
 
 MODEL = "split"
@@ -16,20 +18,14 @@ def test_service_mode_status_shows_the_pods_split_and_the_approximation(
     kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
 ) -> None:
     kube.apply(
-        {
-            "apiVersion": "skiff.dev/v1alpha1",
-            "kind": "InferenceModel",
-            "metadata": {"name": MODEL, "namespace": namespace},
-            "spec": {
-                "versions": [
-                    {"name": "v1", "modelUri": "pvc://models/split/v1", "replicas": 3},
-                    {"name": "v2", "modelUri": "pvc://models/split/v2", "replicas": 1},
-                ],
-                "traffic": [{"version": "v1", "percent": 90}, {"version": "v2", "percent": 10}],
-                "routing": {"mode": "Service"},
-                "resources": {"cpu": "100m", "memory": "128Mi"},
-            },
-        }
+        inference_model(
+            namespace,
+            MODEL,
+            [version("v1", "pvc://models/split/v1", replicas=3), version("v2", "pvc://models/split/v2", replicas=1)],
+            [("v1", 90), ("v2", 10)],
+            routing={"mode": "Service"},
+            resources={"cpu": "100m", "memory": "128Mi"},
+        )
     )
     wait_model_ready(kube, namespace, MODEL)
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from e2e.cluster import Kubectl, eventually
+from devtools.cluster import Kubectl, eventually
+from devtools.models import load_example
+
 from e2e.faults import AdmissionFaults
-from e2e.harness import OperatorProcess, condition, load_example, wait_model_ready
+from e2e.harness import OperatorProcess, condition, wait_model_ready
 
 FIRST_STATUS_BOUND_S = 15  # apply -> Ready=False with the reason; measured 1-3 s on 2 shared cores
 MODEL = "sample-cnn-cpu"

@@ -10,9 +10,10 @@ import json
 from typing import Any
 
 from cryptography import x509
+from devtools.cluster import Kubectl, eventually
+from devtools.models import inference_model, load_example, version
 
-from e2e.cluster import Kubectl, eventually
-from e2e.harness import OperatorProcess, condition, load_example, secret_data
+from e2e.harness import OperatorProcess, condition, secret_data
 from skiff_operator import certs
 
 # The pods mount the certificate and its key, never the whole Secret.
@@ -128,15 +129,12 @@ def test_self_signed_secrets_cover_every_service_and_follow_a_new_version(
 
 
 def _secret_mode_model(namespace: str, secret: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "skiff.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": "own-cert", "namespace": namespace},
-        "spec": {
-            "versions": [{"name": "v1", "modelUri": "pvc://models/sample-cnn/v1"}],
-            "tls": {"mode": "Secret", "secretName": secret},
-        },
-    }
+    return inference_model(
+        namespace,
+        "own-cert",
+        [version("v1", "pvc://models/sample-cnn/v1")],
+        tls={"mode": "Secret", "secretName": secret},
+    )
 
 
 def _tls_secret(namespace: str, name: str, data: dict[str, bytes], kind: str = "kubernetes.io/tls") -> dict[str, Any]:

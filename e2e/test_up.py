@@ -1,4 +1,4 @@
-"""`make up` / `make down` (e2e/up.py): the cluster answers, the operator reconciles an example, a second `up`
+"""`make up` / `make down` (devtools/up.py): the cluster answers, the operator reconciles an example, a second `up`
 reuses what runs (and restarts an operator that died), and after `down` no process and no file is left."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import signal
 from pathlib import Path
 
 import pytest
+from devtools import up
+from devtools.cluster import Kubectl, eventually, process_exited
+from devtools.models import load_example
 
-from e2e import up
-from e2e.cluster import Kubectl, eventually, process_exited
-from e2e.harness import load_example, wait_model_ready
+from e2e.harness import wait_model_ready
 
 
 @pytest.mark.timeout(600)

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from e2e.cluster import REPO, Kubectl
+from devtools.cluster import REPO, Kubectl
 
 INVALID_EXAMPLES: list[dict[str, Any]] = yaml.safe_load(
     (REPO / "operator" / "tests" / "invalid_examples.yaml").read_text()

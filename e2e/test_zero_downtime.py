@@ -16,17 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from devtools.cluster import Kubectl, eventually
+from devtools.images import Images
+from devtools.models import real_model
+from devtools.node.real_node import RealNode
+from devtools.traffic import Load, answered_by, reconnecting_load, write_sample_model
 
-from e2e.cluster import Kubectl, eventually
 from e2e.harness import OperatorProcess, wait_model_ready
-from e2e.images import Images
-from e2e.node import RealNode
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
-from e2e.traffic import (
-    Load,
-    answered_by,
-    write_sample_model,
-)
+from e2e.real_models import create_real_namespace, delete_real_namespace
 from skiff_operator.render import contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -65,7 +62,7 @@ class Steady:
     def under_load(self, change: Callable[[], None], done: Callable[[], bool], what: str) -> Load:
         """`change` made while four clients send requests; the load runs until `done` holds (and 2 s more: the
         last connections to a stopping pod), then its counts are returned."""
-        with Load(self.cluster_ip, MODEL).running() as load:
+        with reconnecting_load(self.cluster_ip, MODEL).running() as load:
             time.sleep(2)
             started = time.monotonic()
             change()

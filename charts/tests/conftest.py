@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-from e2e.helm import HELM_HINT, Helm, helm_binary
-from e2e.vendor import SKAFFOLD_SCHEMA
+from devtools.helm import HELM_HINT, Helm, helm_binary
+from devtools.vendor import SKAFFOLD_SCHEMA
 
 
 def missing(reason: str) -> None:
@@ -29,5 +29,5 @@ def helm() -> Helm:
 
 @pytest.fixture(scope="session")
 def skaffold_schema() -> Path:
-    """skaffold's v4beta14 JSON schema, committed under third_party/ (see e2e/vendor.py)."""
+    """skaffold's v4beta14 JSON schema, committed under third_party/ (see devtools/vendor.py)."""
     return SKAFFOLD_SCHEMA

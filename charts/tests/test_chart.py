@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.helm import CHART, CRD_SOURCE, KEEP, Helm, HelmError, documents, generated_files
+from devtools.helm import CHART, CRD_SOURCE, KEEP, Helm, HelmError, documents, generated_files
 
 ALL_RULE_RESOURCES = {
     "inferencemodels",
@@ -338,7 +338,7 @@ def test_generated_files_are_current(helm: Helm, name: str) -> None:
 
 
 def test_install_bundle_is_the_namespace_then_the_default_chart() -> None:
-    from e2e.helm import INSTALL_BUNDLE
+    from devtools.helm import INSTALL_BUNDLE
 
     docs = [d for d in yaml.safe_load_all(INSTALL_BUNDLE.read_text()) if d]
     assert docs[0]["kind"] == "Namespace"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e.helm import REPO
+from devtools.helm import REPO
 
 DOCKERFILES = {
     "operator": REPO / "operator" / "Dockerfile",

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from e2e.helm import CRD_SOURCE, REPO, Helm
+from devtools.helm import CRD_SOURCE, REPO, Helm
 
 SKAFFOLD = REPO / "skaffold.yaml"
 CHECK_JSONSCHEMA = str(Path(sys.executable).parent / "check-jsonschema")

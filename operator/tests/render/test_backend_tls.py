@@ -6,7 +6,7 @@ from __future__ import annotations
 import jsonschema
 import pytest
 import yaml
-from e2e.vendor import gateway_api_crd
+from devtools.vendor import gateway_api_crd
 
 from skiff_operator.render.backend_tls import render_backend_ca_config_map, render_backend_tls_policies
 from skiff_operator.render.tls import tls_dns_names

@@ -7,7 +7,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from e2e.vendor import gateway_api_crd
+from devtools.vendor import gateway_api_crd
 
 from skiff_operator.render.route import ParentGateway, render_grpc_route
 from skiff_operator.spec import parse_inference_model

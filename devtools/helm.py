@@ -1,7 +1,8 @@
 """helm for the chart's tests and generated files: where the binary is, how to call it, and what the chart
 generates (its CRD template, copied from crds/, and manifests/install.yaml, the chart rendered for kubectl users).
 
-`python -m e2e.helm generate` rewrites both; `python -m e2e.helm generate --check` fails when either has drifted.
+`python -m devtools.helm generate` rewrites both; `python -m devtools.helm generate --check` fails when either has
+drifted.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ CHART = REPO / "charts" / "skiff"
 CRD_SOURCE = REPO / "crds" / "skiff.dev_inferencemodels.yaml"
 CRD_TEMPLATE = CHART / "templates" / "crd.yaml"
 INSTALL_BUNDLE = REPO / "manifests" / "install.yaml"
-HELM_SCRIPT = REPO / "e2e" / "controlplane" / "helm.sh"
-HELM_HINT = "make controlplane  (or: bash e2e/controlplane/helm.sh: seconds on x86-64, minutes of compiling on arm64)"
+HELM_SCRIPT = REPO / "devtools" / "controlplane" / "helm.sh"
+HELM_HINT = (
+    "make controlplane  (or: bash devtools/controlplane/helm.sh: seconds on x86-64, minutes of compiling on arm64)"
+)
 KEEP = "helm.sh/resource-policy"
 INSTALL_NAMESPACE = "skiff-system"
 INSTALL_RELEASE = "skiff"
 
 
 def helm_binary() -> str | None:
-    """$SKIFF_HELM, else the pinned helm e2e/controlplane/helm.sh provides (its cache, or helm on PATH when its
+    """$SKIFF_HELM, else the pinned helm devtools/controlplane/helm.sh provides (its cache, or helm on PATH when its
     version matches); None when there is none yet."""
     if os.environ.get("SKIFF_HELM"):
         return os.environ["SKIFF_HELM"]
@@ -138,7 +141,7 @@ def generated_files(helm: Helm) -> dict[Path, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.helm")
+    parser = argparse.ArgumentParser(prog="python -m devtools.helm")
     parser.add_argument("command", choices=["generate"])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a generated file drifted")
     args = parser.parse_args(argv)

@@ -2,12 +2,12 @@
 
 `make up` starts kwokctl's control plane on 127.0.0.1 (simulated GPU, MIG and CPU nodes), installs the CRD,
 creates the claims the examples mount in the namespace "default" and starts `skiff-operator run --all-namespaces`
-in the background. Where this machine can run one (root, containerd; e2e/node.py), a real node joins too, with
-Traefik serving a Gateway on 127.0.0.1: a background process (`python -m e2e.up node`) holds them and removes them
+in the background. Where this machine can run one (root, containerd; devtools/node/), a real node joins too, with
+Traefik serving a Gateway on 127.0.0.1: a background process (`python -m devtools.up node`) holds them and removes them
 on `make down`. Everything lives in one state folder (.cache/up: the kubeconfig, the control plane's files, the
 pids and logs), so `make down` finds and stops all of it, and a second `make up` reuses a running one.
 
-Run: .venv/bin/python -m e2e.up [up|down|status] [--no-real-node]   (from the repository root)
+Run: .venv/bin/python -m devtools.up [up|down|status] [--no-real-node]   (from the repository root)
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from e2e.cluster import (
+from devtools.cluster import (
     BUILD_HINT,
     REPO,
     Kubectl,
@@ -36,10 +36,11 @@ from e2e.cluster import (
     controlplane_bin_dir,
     controlplane_built,
     eventually,
+    free_port,
 )
-from e2e.gateway import INSTALL_HINT as TRAEFIK_HINT
-from e2e.gateway import Traefik, gateway_manifests, install_gateway_api, traefik_binary
-from e2e.harness import OPERATOR, create_model_claims, free_port, install_crd
+from devtools.gateway import INSTALL_HINT as TRAEFIK_HINT
+from devtools.gateway import Traefik, gateway_manifests, install_gateway_api, traefik_binary
+from devtools.install import OPERATOR, create_model_claims, install_crd
 
 STATE_DIR = REPO / ".cache" / "up"
 CLUSTER_NAME = "skiff-up"
@@ -97,7 +98,7 @@ def node_pid(state_dir: Path) -> int | None:
     with contextlib.suppress(OSError, ValueError):
         pid = int((state_dir / "node.pid").read_text().strip())
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        if "e2e.up" in argv and "node" in argv:
+        if "devtools.up" in argv and "node" in argv:
             return pid
     return None
 
@@ -114,7 +115,7 @@ def node_info(state_dir: Path = STATE_DIR) -> dict[str, Any] | None:
 
 def real_node_problem_here(state_dir: Path) -> str | None:
     """Why `make up` cannot add a real node on this machine (None when it can)."""
-    from e2e.node import real_node_problem  # the node's module needs root's tools only when used
+    from devtools.node.real_node import real_node_problem  # the node's module needs root's tools only when used
 
     if traefik_binary() is None:
         return f"the gateway needs traefik; run: {TRAEFIK_HINT}"
@@ -122,10 +123,10 @@ def real_node_problem_here(state_dir: Path) -> str | None:
 
 
 def start_node_process(state_dir: Path, log: Log) -> None:
-    """`python -m e2e.up node` in its own session: builds the images when needed (its progress shown here), starts
+    """`python -m devtools.up node` in its own session: builds the images when needed (its progress shown here), starts
     the real node and Traefik and keeps them until SIGTERM (`make down`)."""
     log_path = state_dir / "node.log"
-    argv = [sys.executable, "-m", "e2e.up", "node", "--state", str(state_dir)]
+    argv = [sys.executable, "-m", "devtools.up", "node", "--state", str(state_dir)]
     process = spawn_detached(state_dir, "node", argv, dict(os.environ))
     shown = 0
     deadline = time.monotonic() + NODE_START_TIMEOUT_S
@@ -145,7 +146,7 @@ def start_node_process(state_dir: Path, log: Log) -> None:
 
 def serve_node(state_dir: Path) -> int:
     """The node process: the real node and Traefik, until SIGTERM; then both removed (the node leaves nothing)."""
-    from e2e.node import start_real_node
+    from devtools.node.real_node import start_real_node
 
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     kube = Kubectl(kubeconfig_path(state_dir))
@@ -319,7 +320,7 @@ skiff.dev/real-node and tolerate its taint run there, with the runtime image {in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.up", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devtools.up", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["up", "down", "status", "node"], nargs="?", default="up")
     parser.add_argument("--no-real-node", action="store_true", help="simulated nodes only, even as root")
     parser.add_argument("--state", type=Path, default=STATE_DIR, help=argparse.SUPPRESS)

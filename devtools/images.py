@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from e2e.cluster import REPO
+from devtools.cluster import REPO
 
 SCRIPT = REPO / "scripts" / "images.sh"
 # What scripts/images.sh needs, plus slirp4netns: the runtime container gets its own network namespace.

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import Kubectl, eventually, terminate
-from e2e.vendor import gateway_api_crd
+from devtools.cluster import Kubectl, eventually, free_port, terminate
+from devtools.vendor import gateway_api_crd
 
 GATEWAY_API_CRDS = (
     "gatewayclasses",
@@ -121,3 +121,12 @@ class Traefik:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def gateway_with_traefik(kube: Kubectl, namespace: str, name: str, log_path: Path) -> Traefik:
+    """A Gateway `name` in `namespace` on a free 127.0.0.1 port and Traefik to serve it (call its start()); the
+    Gateway API CRDs are installed first, so call this before the operator starts (it reads which are served)."""
+    install_gateway_api(kube)
+    port = free_port()
+    kube.apply(gateway_manifests(namespace, name, port))
+    return Traefik(kube, port, log_path)

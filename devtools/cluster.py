@@ -1,6 +1,6 @@
 """The cluster the e2e suite and the demo run against: a user's cluster, or a local control plane on 127.0.0.1.
 
-The local control plane is kwokctl's `binary` runtime over binaries that e2e/controlplane/build.sh builds from
+The local control plane is kwokctl's `binary` runtime over binaries that devtools/controlplane/build.sh builds from
 Go modules: etcd, kube-apiserver (RBAC and the default admission plugins on, Pod Security included),
 kube-controller-manager (garbage collector, ReplicaSets, namespaces), kube-scheduler and kwok. kwok plays the
 kubelet for simulated nodes: it keeps them Ready and marks pods bound to them Running and Ready. Nothing
@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,9 +28,9 @@ from typing import Any, TypeVar
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-BUILD_SCRIPT = REPO / "e2e" / "controlplane" / "build.sh"
-VERSIONS_FILE = REPO / "e2e" / "controlplane" / "versions.env"
-BUILD_HINT = "make controlplane  (runs e2e/controlplane/build.sh: about 8.5 min once on 2 cores, then cached)"
+BUILD_SCRIPT = REPO / "devtools" / "controlplane" / "build.sh"
+VERSIONS_FILE = REPO / "devtools" / "controlplane" / "versions.env"
+BUILD_HINT = "make controlplane  (runs devtools/controlplane/build.sh: about 8.5 min once on 2 cores, then cached)"
 CLUSTER_NAME = "skiff-e2e"
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -53,7 +54,7 @@ def _stderr(message: str) -> None:
 
 
 def pinned_versions() -> dict[str, str]:
-    """K8S_VERSION and KWOK_VERSION from e2e/controlplane/versions.env."""
+    """K8S_VERSION and KWOK_VERSION from devtools/controlplane/versions.env."""
     pairs = (line.split("=", 1) for line in VERSIONS_FILE.read_text().splitlines() if "=" in line)
     return {key.strip(): value.strip() for key, value in pairs if not key.startswith("#")}
 
@@ -240,7 +241,7 @@ AUDIT_POLICY = {
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 # The `kubernetes` Service's ClusterIP (the range's first address): what pods' in-cluster clients connect to.
 KUBERNETES_SERVICE_IP = "10.96.0.1"
-# The real node's own address (e2e/node.py, on a port-less local bridge). kube-apiserver advertises it, so the
+# The real node's own address (devtools/node/, on a port-less local bridge). kube-apiserver advertises it, so the
 # `kubernetes` Service leads pods there, where the real node forwards it to the API server on 127.0.0.1.
 REAL_NODE_IP = "10.250.0.1"
 
@@ -268,7 +269,8 @@ def kwokctl_configuration(bin_dir: Path, kubectl: str, audit_policy: Path | None
             "kubeApiserverCertSANs": [KUBERNETES_SERVICE_IP, REAL_NODE_IP],
         },
         # kube-apiserver: a realistic Service range (SERVICE_CLUSTER_IP_RANGE). kwok plays the kubelet only for the
-        # simulated nodes (annotated kwok.x-k8s.io/node=fake), so a real kubelet can join the cluster too (e2e/node.py).
+        # simulated nodes (annotated kwok.x-k8s.io/node=fake), so a real kubelet can join the cluster too
+        # (devtools/node/).
         "componentsPatches": [
             {
                 "name": "kube-apiserver",
@@ -451,6 +453,14 @@ def terminate(process: subprocess.Popen[Any], timeout: float = 15) -> None:
         process.wait(timeout=10)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 def process_exited(pid: int) -> bool:
     """The process is gone or a zombie: its sockets are closed (an empty cmdline comes earlier, before that)."""
     try:
@@ -527,11 +537,11 @@ def missing_simulated_nodes(client: Kubectl) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m e2e.cluster add-nodes --kubeconfig PATH`: adds the simulated nodes to a cluster that runs kwok
+    """`python -m devtools.cluster add-nodes --kubeconfig PATH`: adds the simulated nodes to a cluster that runs kwok
     (e.g. kind with kwok installed), so the whole e2e suite can run there with SKIFF_E2E_KUBECONFIG=PATH."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m e2e.cluster")
+    parser = argparse.ArgumentParser(prog="python -m devtools.cluster")
     parser.add_argument("command", choices=["add-nodes"])
     parser.add_argument("--kubeconfig", type=Path, required=True, help="the cluster to add the nodes to")
     args = parser.parse_args(argv)

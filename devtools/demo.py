@@ -8,7 +8,7 @@ manifests/examples/cpu.yaml, starts the runtime exactly as the operator's Deploy
 probes; volumes and ports mapped to this machine) and runs an inference through it. The cluster stays up for
 kubectl until `make down`.
 
-Run: .venv/bin/python -m e2e.demo   (from the repository root)
+Run: .venv/bin/python -m devtools.demo   (from the repository root)
 """
 
 from __future__ import annotations
@@ -29,17 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from e2e.cluster import Kubectl, build_controlplane, eventually
-from e2e.harness import (
-    create_model_claims,
-    load_example,
-    local_pod,
-    start_local_pod,
-    wait_for_startup_probe,
-)
-from e2e.real_models import real_model
-from e2e.traffic import answers_per_version, write_sample_model
-from e2e.up import STATE_DIR, instructions, node_info, sigterm_as_interrupt, up
+from devtools.cluster import Kubectl, build_controlplane, eventually
+from devtools.install import create_model_claims
+from devtools.local_pod import local_pod, start_local_pod, wait_for_startup_probe
+from devtools.models import load_example, real_model
+from devtools.traffic import answers_per_version, write_sample_model
+from devtools.up import STATE_DIR, instructions, node_info, sigterm_as_interrupt, up
 from skiff_runtime.client import SkiffClient
 
 NAMESPACE = "skiff-demo"
@@ -254,7 +249,7 @@ def run_local_pod(kube: Kubectl, workdir: Path, step: Steps) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devtools.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep-files", action="store_true", help="keep the runtime's log and model files")
     parser.add_argument("--no-real-node", action="store_true", help="simulated nodes only, even as root")
     args = parser.parse_args()

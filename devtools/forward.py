@@ -1,5 +1,5 @@
 """Forwards every TCP connection accepted on one address to another (the real node's address to the API server on
-127.0.0.1): `python e2e/forward.py LISTEN_HOST:PORT TARGET_HOST:PORT`, standard library only, until SIGTERM."""
+127.0.0.1): `python devtools/forward.py LISTEN_HOST:PORT TARGET_HOST:PORT`, standard library only, until SIGTERM."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ SHA256 = {
     "gateway-api-v1.6.1/gateway.networking.k8s.io_referencegrants.yaml": (
         "8c645e9333cfa67790cc2a53e0c00076f88b2bd4230d2b49688c78bc34f9b2c3"
     ),
-    # Traefik (e2e/gateway.py) waits for these three too before it writes any status.
+    # Traefik (devtools/gateway.py) waits for these three too before it writes any status.
     "gateway-api-v1.6.1/gateway.networking.k8s.io_httproutes.yaml": (
         "a424a0d6c953b162e71d1d97bb7e75012d8f1ac264e7274f2763d1b96ab39852"
     ),
