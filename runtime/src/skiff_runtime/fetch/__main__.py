@@ -1,0 +1,76 @@
+"""`python -m skiff_runtime.fetch`: the init step that puts a version's model into the pod before the runtime
+starts. Credentials come from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN: the
+Secret the InferenceModel names), never from arguments. On failure it writes `{"reason", "message"}` to the
+termination log (the operator reads it into status as ModelFetchFailed) and exits 1; bad arguments exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from skiff_runtime.fetch.delivery import fetch_model
+from skiff_runtime.fetch.sigv4 import Credentials
+from skiff_runtime.fetch.source import FetchError, FetchReason, Limits, S3Source, parse_source
+from skiff_runtime.fetch.transfer import S3Endpoint, Transport
+
+
+def _parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="python -m skiff_runtime.fetch", description=__doc__)
+    p.add_argument("--uri", required=True, help="s3://bucket/prefix or https://host/path (a file or an archive)")
+    p.add_argument("--dest", required=True, type=Path, help="the model directory to fill")
+    p.add_argument("--sha256", default=env("SKIFF_FETCH_SHA256") or None, help="https://: the file's sha256 (hex)")
+    p.add_argument("--s3-endpoint", default=env("SKIFF_S3_ENDPOINT"), help="scheme://host[:port]; default AWS's")
+    p.add_argument("--s3-region", default=env("AWS_REGION", "us-east-1"))
+    p.add_argument("--ca-file", default=env("SKIFF_FETCH_CA_FILE") or None, help="CA bundle for https")
+    p.add_argument("--max-bytes", type=int, default=int(env("SKIFF_FETCH_MAX_BYTES", str(Limits.max_bytes))))
+    p.add_argument("--timeout", type=float, default=float(env("SKIFF_FETCH_TIMEOUT", str(Limits.deadline_seconds))))
+    p.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))
+    return p
+
+
+def _credentials() -> Credentials | None:
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        return None
+    return Credentials(key, secret, os.environ.get("AWS_SESSION_TOKEN") or None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    limits = Limits(max_bytes=args.max_bytes, deadline_seconds=args.timeout)
+
+    def log(line: str) -> None:
+        print(f"fetch: {line}", file=sys.stderr, flush=True)
+
+    try:
+        source = parse_source(args.uri, args.sha256)
+        endpoint = None
+        if isinstance(source, S3Source):
+            url = args.s3_endpoint or f"https://s3.{args.s3_region}.amazonaws.com"
+            endpoint = S3Endpoint(url.rstrip("/"), args.s3_region, _credentials())
+        result = fetch_model(
+            args.uri,
+            source,
+            args.dest,
+            limits=limits,
+            transport=Transport(limits, args.ca_file),
+            endpoint=endpoint,
+            log=log,
+        )
+    except FetchError as error:
+        log(f"failed: {error}")
+        with contextlib.suppress(OSError):
+            args.termination_log.write_text(json.dumps({"reason": str(error.reason), "message": error.message}))
+        return 2 if error.reason is FetchReason.INVALID_URI else 1
+    print(json.dumps(asdict(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
