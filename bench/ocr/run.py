@@ -1,12 +1,12 @@
 """The OCR benchmark's first row: RapidOCR's in-process pipeline vs Skiff's ocr task in process, at 1 client.
 
-`python -m bench.ocr [--seconds S] [--warmup-seconds W] [--device cpu|gpu:0] [--json]` renders the test images
-(bench/ocr/samples.py), checks both pipelines read them alike, then, for each image, alternates the two pipelines
-in rounds of S/ROUNDS seconds (so a neighbour's load on a shared machine falls on both) and prints images/s, p50
-and p99 per pipeline and image as a markdown table (or one JSON line). Both run the same PP-OCRv4 weights with
-the same knobs (detector max side 960, one crop per recogniser call); the reference uses RapidOCR's own Paddle
-predictor config, Skiff's task the runtime's engine (predictor/paddle.py). Serving over gRPC and the
-PaddleX-style Triton server are later rows (issue 33).
+`python -m bench.ocr [--seconds S] [--warmup-seconds W] [--device cpu|gpu:0] [--intermediate-tensors auto]
+[--json]` renders the test images (bench/ocr/samples.py), checks both pipelines read them alike, then, for each
+image, alternates the two pipelines in rounds of S/ROUNDS seconds (so a neighbour's load on a shared machine falls
+on both) and prints images/s, p50 and p99 per pipeline and image as a markdown table (or one JSON line). Both run
+the same PP-OCRv4 weights with the same knobs (detector max side 960, one crop per recogniser call); the reference
+uses RapidOCR's own Paddle predictor config, Skiff's task the runtime's engine (predictor/paddle.py). Serving over
+gRPC and the PaddleX-style Triton server are later rows (issue 33).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from bench.stats import Summary, fmt, markdown_table, summarize
 ROUNDS = 4
 
 
-def pipelines(device: str) -> dict[str, Callable[[bytes], list[str]]]:
+def pipelines(device: str, intermediate_tensors: str) -> dict[str, Callable[[bytes], list[str]]]:
     """name -> a function that OCRs PNG/JPEG bytes and returns the texts."""
     from skiff_runtime.predictor.paddle import PaddleEngine
     from skiff_runtime.settings import parse_settings
@@ -47,10 +47,9 @@ def pipelines(device: str) -> dict[str, Callable[[bytes], list[str]]]:
         det_gpu_id=gpu_id, cls_gpu_id=gpu_id, rec_gpu_id=gpu_id,
     )  # fmt: skip
     weights = find_ppocr_v4_weights()
+    engine_args = ["--device", device, "--intermediate-tensors", intermediate_tensors]
     engines = {
-        name: PaddleEngine(
-            parse_settings(["--model-dir", str(folder), "--model-name", name, "--device", device], env={})
-        ).run
+        name: PaddleEngine(parse_settings(["--model-dir", str(folder), "--model-name", name, *engine_args], env={})).run
         for name, folder in weights.model_dirs.items()
     }
     task = OcrTask(Dictionary.read(weights.dictionary))
@@ -76,10 +75,11 @@ def measure(run: Callable[[bytes], list[str]], data: bytes, seconds: float) -> l
     return latencies
 
 
-def bench(seconds: float, warmup_seconds: float, device: str) -> dict[str, Any]:
+def bench(seconds: float, warmup_seconds: float, device: str, intermediate_tensors: str = "auto") -> dict[str, Any]:
     """Summaries by image then pipeline, and whether the two read every image alike."""
-    runs = pipelines(device)
-    results: dict[str, Any] = {"device": device, "seconds": seconds, "images": {}}
+    runs = pipelines(device, intermediate_tensors)
+    results: dict[str, Any] = {"device": device, "seconds": seconds, "intermediate_tensors": intermediate_tensors,
+                               "images": {}}  # fmt: skip
     for sample in samples():
         texts = {name: run(sample.png) for name, run in runs.items()}
         for run in runs.values():
@@ -105,7 +105,10 @@ def render(results: dict[str, Any]) -> str:
             rows.append([f"{image} ({cell['lines']} lines)", name, fmt(summary.throughput, 2),
                          fmt(summary.p50_ms, 1), fmt(summary.p99_ms, 1), same])  # fmt: skip
     header = ["image", "pipeline (1 client)", "images/s", "p50 ms", "p99 ms", "same text"]
-    return f"device {results['device']}, {results['seconds']} s per cell\n\n" + markdown_table(header, rows)
+    setup = f"device {results['device']}, {results['seconds']} s per cell"
+    if "intermediate_tensors" in results:
+        setup += f", Skiff's engines with --intermediate-tensors {results['intermediate_tensors']}"
+    return setup + "\n\n" + markdown_table(header, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,10 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20, help="measured seconds per image and pipeline")
     parser.add_argument("--warmup-seconds", type=float, default=4)
     parser.add_argument("--device", default="cpu", help="cpu or gpu:N")
+    parser.add_argument(
+        "--intermediate-tensors", choices=["auto", "keep", "free"], default="auto",
+        help="Skiff's engine setting (auto: what a served model gets by default)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of the table")
     args = parser.parse_args(argv)
     if missing_fonts():
         parser.error(f"fonts missing: apt-get install {' '.join(missing_fonts())}")
-    results = bench(args.seconds, args.warmup_seconds, args.device)
+    results = bench(args.seconds, args.warmup_seconds, args.device, args.intermediate_tensors)
     print(json.dumps(results) if args.json else render(results))
     return 0 if all(cell["same_text"] for cell in results["images"].values()) else 1
