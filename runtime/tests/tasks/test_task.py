@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from skiff_runtime.errors import InferenceFailed, InvalidInput, ModelLoadError
-from skiff_runtime.tasks.task import Engine, ModelCall, Steps, TaskInputError, run_task
+from skiff_runtime.tasks.task import Engine, ModelCall, Steps, TaskInputError, run_task, run_together
 from skiff_runtime.tensors import Array
 
 
@@ -34,9 +34,11 @@ class Stray(Doubler):
         return {}
 
 
-def engines(calls: list[str]) -> dict[str, Engine]:
+def engines(calls: list[str], sizes: list[int] | None = None) -> dict[str, Engine]:
     def twice(inputs: Mapping[str, Array]) -> dict[str, Array]:
         calls.append("twice")
+        if sizes is not None:
+            sizes.append(len(inputs["in"]))
         return {"out": inputs["in"] * 2}
 
     def plus1(inputs: Mapping[str, Array]) -> dict[str, Array]:
@@ -76,3 +78,32 @@ def test_a_missing_engine_is_refused_before_the_task_runs() -> None:
 def test_a_call_to_a_sub_model_the_task_does_not_name_fails() -> None:
     with pytest.raises(InferenceFailed, match="'elsewhere'"):
         run_task(Stray(), {"x": np.zeros(1)}, engines([]))
+
+
+def test_run_together_merges_calls_of_one_shape_and_keeps_each_requests_rows() -> None:
+    calls: list[str] = []
+    sizes: list[int] = []
+    requests = [
+        {"x": np.array([1.0, 2.0], np.float32)},
+        {"z": np.zeros(1, np.float32)},  # refused: its neighbours still run
+        {"x": np.array([10.0], np.float32)},
+        {"x": np.array([[1.0, 1.0]], np.float32)},  # another shape past the batch axis: its own call
+    ]
+    first, refused, third, other = run_together(Doubler(), requests, engines(calls, sizes))
+    assert isinstance(refused, TaskInputError)
+    assert isinstance(first, dict)
+    assert isinstance(third, dict)
+    assert isinstance(other, dict)
+    np.testing.assert_array_equal(first["y"], [3.0, 5.0])
+    np.testing.assert_array_equal(third["y"], [21.0])
+    np.testing.assert_array_equal(other["y"], [[3.0, 3.0]])
+    assert sorted(sizes) == [1, 3]  # the two 1-D requests shared one call of 3 rows
+    assert calls.count("twice") == 2
+
+
+def test_run_together_splits_merged_calls_at_max_batch() -> None:
+    sizes: list[int] = []
+    requests = [{"x": np.array([float(i)], np.float32)} for i in range(5)]
+    outcomes = run_together(Doubler(), requests, engines([], sizes), max_batch=2)
+    assert sizes == [2, 2, 1]
+    assert [float(o["y"][0]) for o in outcomes if isinstance(o, dict)] == [1.0, 3.0, 5.0, 7.0, 9.0]

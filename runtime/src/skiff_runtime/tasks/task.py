@@ -7,10 +7,10 @@ until it returns the task's outputs. So the same task code runs
 
 - in one call, with engines called directly: `run_task(task, inputs, engines)`, where `engines` maps each
   sub-model name to a callable `inputs -> outputs` (a worker's `Engine.run`, or a Paddle predictor in tests);
-- in a worker that serves many requests at once: it drives the generators of concurrent requests side by side and
-  merges their pending calls to one sub-model into one batch when the calls' inputs agree on every axis but the
-  first (a task pads to buckets, as OCR's recognizer pads crops to width buckets, to make that likely), runs it
-  once, and sends each generator its slice of the outputs.
+- for many requests at once: `run_together(task, requests, engines, max_batch)` drives their generators side by
+  side and merges pending calls to one sub-model into one batch when the calls' inputs agree on every axis but
+  the first (a task pads to buckets, as OCR's recognizer pads crops to width buckets, to make that likely), runs
+  it once, and sends each generator its slice of the outputs. A worker given a batch of requests runs this.
 
 A task refuses bad input with TaskInputError (an InvalidInput, so every transport answers INVALID_ARGUMENT)
 before it yields its first call, so a refused request costs no model time; budgets (bytes, pixels, boxes) are
@@ -19,11 +19,13 @@ the task's own options.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from skiff_runtime.errors import InferenceFailed, InvalidInput, ModelLoadError
+import numpy as np
+
+from skiff_runtime.errors import InferenceFailed, InvalidInput, ModelLoadError, SkiffError
 from skiff_runtime.tensors import Array
 
 
@@ -80,3 +82,73 @@ def run_task(task: Task, inputs: Mapping[str, Array], engines: Mapping[str, Engi
     except StopIteration as done:
         outputs: dict[str, Array] = done.value
         return outputs
+
+
+Outcome = dict[str, Array] | SkiffError
+
+
+def _call_key(call: ModelCall) -> tuple[object, ...]:
+    """Calls with equal keys merge: same sub-model, same input names, dtypes and shapes past the batch axis."""
+    return (call.model, *((name, a.dtype.str, a.shape[1:]) for name, a in sorted(call.inputs.items())))
+
+
+def run_together(
+    task: Task, requests: Sequence[Mapping[str, Array]], engines: Mapping[str, Engine], max_batch: int = 64
+) -> list[Outcome]:
+    """Run many requests' steps side by side, merging their calls that agree on shape into batches of at most
+    max_batch rows (engines' outputs are batched on axis 0 too). Each request gets its outputs, or the SkiffError its
+    own steps raised (a refused request never fails its neighbours); an engine's error fails the whole call."""
+    check_engines(task, engines)
+    outcomes: list[Outcome | None] = [None] * len(requests)
+    pending: dict[int, tuple[Steps, ModelCall]] = {}
+
+    def advance(index: int, steps: Steps, outputs: Mapping[str, Array] | None) -> None:
+        try:
+            call = next(steps) if outputs is None else steps.send(outputs)
+        except StopIteration as done:
+            outcomes[index] = done.value
+            return
+        except SkiffError as exc:
+            outcomes[index] = exc
+            return
+        if call.model not in task.models:
+            raise InferenceFailed(f"task {task.name!r} called sub-model {call.model!r} it does not name")
+        pending[index] = (steps, call)
+
+    for index, inputs in enumerate(requests):
+        advance(index, task.steps(inputs), None)
+    while pending:
+        groups: dict[tuple[object, ...], list[int]] = {}
+        for index, (_, call) in pending.items():
+            groups.setdefault(_call_key(call), []).append(index)
+        for members in groups.values():
+            chunk: list[int] = []
+            rows = 0
+            for index in members:
+                size = len(next(iter(pending[index][1].inputs.values())))
+                if chunk and rows + size > max_batch:
+                    _run_merged(chunk, pending, engines, advance)
+                    chunk, rows = [], 0
+                chunk.append(index)
+                rows += size
+            _run_merged(chunk, pending, engines, advance)
+    finished = [outcome for outcome in outcomes if outcome is not None]
+    assert len(finished) == len(requests)  # every request ends in outputs or its error
+    return finished
+
+
+def _run_merged(
+    members: list[int],
+    pending: dict[int, tuple[Steps, ModelCall]],
+    engines: Mapping[str, Engine],
+    advance: Callable[[int, Steps, Mapping[str, Array] | None], None],
+) -> None:
+    calls = [pending.pop(index) for index in members]
+    first = calls[0][1]
+    sizes = [len(next(iter(call.inputs.values()))) for _, call in calls]
+    merged = {name: np.concatenate([call.inputs[name] for _, call in calls]) for name in first.inputs}
+    outputs = engines[first.model](merged)
+    start = 0
+    for index, (steps, _), size in zip(members, calls, sizes, strict=True):
+        advance(index, steps, {name: value[start : start + size] for name, value in outputs.items()})
+        start += size

@@ -14,7 +14,7 @@ from PIL import Image
 from skiff_runtime.tasks.ocr.images import ImageBudget
 from skiff_runtime.tasks.ocr.pipeline import OcrOptions, OcrTask
 from skiff_runtime.tasks.ocr.recognize import Dictionary
-from skiff_runtime.tasks.task import Engine, TaskInputError, run_task
+from skiff_runtime.tasks.task import Engine, TaskInputError, run_task, run_together
 from skiff_runtime.tensors import Array
 
 pytestmark = [pytest.mark.paddle, pytest.mark.slow]
@@ -151,3 +151,26 @@ def test_a_blank_image_has_no_lines(dictionary: Dictionary, ocr_engines: dict[st
     assert out["texts"].shape == (0,)
     assert out["boxes"].shape == (0, 4, 2)
     assert out["image_index"].shape == (0,)
+
+
+def test_concurrent_requests_share_detector_and_recogniser_calls_and_read_as_alone(
+    rendered: dict[str, Sample], dictionary: Dictionary, ocr_engines: dict[str, Engine]
+) -> None:
+    chinese, card = rendered["chinese"], rendered["id-card"]
+    task = OcrTask(dictionary)
+    requests = [encoded(chinese.png), encoded(card.png), encoded(b"not an image"), encoded(chinese.png)]
+    alone = Counted(ocr_engines)
+    expected = [run_task(task, encoded(sample.png), alone.engines) for sample in (chinese, card, chinese)]
+    together = Counted(ocr_engines)
+    first, second, refused, fourth = run_together(task, requests, together.engines)
+    assert isinstance(refused, TaskInputError)
+    for outcome, want in zip((first, second, fourth), expected, strict=True):
+        assert isinstance(outcome, dict)
+        assert texts(outcome) == texts(want)
+        np.testing.assert_array_equal(outcome["boxes"], want["boxes"])
+    # The two Chinese images' detector inputs and crops have the same shapes: each of their calls is shared.
+    assert [batch for model, batch in together.calls if model == "det"] == [2, 1]
+    rec_alone = [batch for model, batch in alone.calls if model == "rec"]
+    rec_together = [batch for model, batch in together.calls if model == "rec"]
+    assert sum(rec_together) == sum(rec_alone)
+    assert len(rec_together) < len(rec_alone)
