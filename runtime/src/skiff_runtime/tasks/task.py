@@ -53,10 +53,19 @@ Engine = Callable[[Mapping[str, Array]], Mapping[str, Array]]
 class Task(Protocol):
     """A pipeline over named sub-models. Implementations are immutable and safe to share between threads."""
 
-    name: str
-    models: tuple[str, ...]
+    @property
+    def name(self) -> str:
+        """The task's name (`ocr`), as a version's spec names it."""
+        ...
 
-    def steps(self, inputs: Mapping[str, Array]) -> Steps: ...
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The sub-models it calls, by the names its ModelCalls use."""
+        ...
+
+    def steps(self, inputs: Mapping[str, Array]) -> Steps:
+        """The calls that turn inputs into outputs; TaskInputError before the first call for bad input."""
+        ...
 
 
 def check_engines(task: Task, engines: Mapping[str, Engine]) -> None:
