@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from bench.ocr.samples import FONT_PACKAGES
 from devtools import images
 from devtools.node import host
 
@@ -115,6 +116,15 @@ def test_every_program_called_is_installed_by_the_project() -> None:
 def test_the_ci_apt_line_installs_every_debian_program() -> None:
     missing = {name: package for name, package in APT.items() if package not in ci_apt_packages()}
     assert not missing, f".ci/run's apt-get install line lacks the packages of {missing}"
+
+
+def test_the_ci_apt_line_installs_the_fonts_the_ocr_tests_render_with() -> None:
+    # Fonts are files, not programs: .ci/run tests for each file and installs its package when one is missing.
+    text = (REPO / ".ci" / "run").read_text()
+    missing = {str(path): package for path, package in FONT_PACKAGES.items() if package not in ci_apt_packages()}
+    assert not missing, f".ci/run's apt-get install line lacks the font packages {missing}"
+    unchecked = [str(path) for path in FONT_PACKAGES if f"test -f {path}" not in text]
+    assert not unchecked, f".ci/run installs its packages only when a check fails; it does not check {unchecked}"
 
 
 def test_every_venv_program_is_a_pinned_dev_extra() -> None:
