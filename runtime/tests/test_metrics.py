@@ -1,14 +1,21 @@
-"""metrics: every visible GPU's NVML readings exported, labelled by index and UUID, on a fake NVML."""
+"""metrics: every visible GPU's NVML readings exported, labelled by index and UUID, on a fake NVML; latency
+buckets fine enough to tell 10% apart; the RPC kind as the .proto declares it; message sizes; the page's size."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
+from grpc_health.v1 import health_pb2  # noqa: F401  (registers grpc.health.v1's descriptors)
 from prometheus_client import generate_latest
 
-from skiff_runtime.metrics import RuntimeMetrics
+from skiff_runtime.batching.batcher import BatchStats
+from skiff_runtime.metrics import MS_BUCKETS, SECONDS_BUCKETS, SIZE_BUCKETS, RuntimeMetrics, grpc_type, log_buckets
+from skiff_runtime.proto import inference_pb2  # noqa: F401  (registers inference's descriptors)
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 @dataclass
@@ -88,3 +95,69 @@ def test_no_driver_exports_no_gpu_metrics_and_the_rest_still_scrapes() -> None:
     text = _scrape({}, NoDriver())
     assert "gpu_utilization" not in text
     assert "skiff_model_ready" in text
+
+
+def test_latency_buckets_tell_a_10_percent_difference_from_half_a_millisecond_to_a_minute() -> None:
+    ratios = [b / a for a, b in itertools.pairwise(SECONDS_BUCKETS)]
+    assert SECONDS_BUCKETS[0] == 0.0005
+    assert SECONDS_BUCKETS[-1] >= 60 > SECONDS_BUCKETS[-2]
+    assert all(1.09 < r < 1.1 for r in ratios), (min(ratios), max(ratios))
+    assert {0.005, 0.05, 0.5, 5.0} <= set(SECONDS_BUCKETS)  # round bounds the old dashboards and tests name
+    assert MS_BUCKETS[:3] == (0.5, 0.5482, 0.6011)
+    assert log_buckets(1, 10, 2) == (1.0, 3.162, 10.0)
+    assert SIZE_BUCKETS[0] == 64
+    assert SIZE_BUCKETS[-1] == 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("service", "method", "kind"),
+    [
+        ("inference.GRPCInferenceService", "ModelInfer", "unary"),  # served client-streaming, declared unary
+        ("grpc.health.v1.Health", "Check", "unary"),
+        ("grpc.health.v1.Health", "Watch", "server_stream"),
+        ("no.such.Service", "Call", "unary"),
+    ],
+)
+def test_the_grpc_type_is_the_kind_the_proto_declares(service: str, method: str, kind: str) -> None:
+    assert grpc_type(service, method) == kind
+
+
+def test_an_rpc_is_counted_with_its_type_and_its_message_sizes() -> None:
+    metrics = RuntimeMetrics("m", "1")
+    metrics.observe_rpc(INFER, "OK", 0.004, 1000, 300)
+    metrics.observe_rpc(INFER, "INVALID_ARGUMENT", 0.001, 70, None)  # refused: no response message
+    text = generate_latest(metrics.registry).decode()
+    labels = 'grpc_method="ModelInfer",grpc_service="inference.GRPCInferenceService",grpc_type="unary"'
+    assert f'grpc_server_handled_total{{grpc_code="OK",{labels}}} 1.0' in text
+    assert f"grpc_server_msg_received_bytes_sum{{{labels}}} 1070.0" in text
+    assert f"grpc_server_msg_sent_bytes_count{{{labels}}} 1.0" in text
+    assert f'grpc_server_msg_received_bytes_bucket{{{labels},le="1024.0"}} 2.0' in text
+    assert f'grpc_server_handling_seconds_bucket{{{labels},le="0.005"}} 2.0' in text
+
+
+def test_a_rest_request_is_counted_with_its_body_sizes_where_known() -> None:
+    metrics = RuntimeMetrics("m", "1")
+    metrics.observe_http("/v2/models/{model}/infer", 200, 0.01, 2048, 512)
+    metrics.observe_http("/v2/health/live", 200, 0.0001, None, 0)  # a GET has no body
+    text = generate_latest(metrics.registry).decode()
+    assert 'http_server_request_bytes_sum{route="/v2/models/{model}/infer"} 2048.0' in text
+    assert 'http_server_response_bytes_sum{route="/v2/models/{model}/infer"} 512.0' in text
+    assert 'http_server_request_bytes_count{route="/v2/health/live"}' not in text
+    assert 'http_server_response_bytes_count{route="/v2/health/live"} 1.0' in text
+
+
+def test_a_busy_runtimes_page_stays_small_enough_to_scrape() -> None:
+    """Every gRPC method and REST route a runtime answers, each seen once, with both error and success codes:
+    the page grows with series, not with traffic. Printed for docs/observability.md."""
+    metrics = RuntimeMetrics("a-model-name-of-some-length", "v1")
+    methods = [f"/inference.GRPCInferenceService/{m}" for m in ("ModelInfer", "ModelReady", "ModelMetadata")]
+    methods += ["/inference.GRPCInferenceService/ServerReady", "/tensorflow.serving.PredictionService/Predict"]
+    for method in methods:
+        for code in ("OK", "INVALID_ARGUMENT", "UNAVAILABLE"):
+            metrics.observe_rpc(method, code, 0.003, 4096, 4096)
+    for route in ("/v2/models/{model}/infer", "/v2/models/{model}/ready", "/v2/health/ready"):
+        metrics.observe_http(route, 200, 0.003, 4096, 4096)
+    metrics.observe_batch(BatchStats(requests=2, rows=4, queue_seconds=0.001, run_seconds=0.002))
+    size = len(generate_latest(metrics.registry))
+    print(f"metrics page: {size} bytes")
+    assert 100_000 < size < 256 * 1024  # the operator's rollout read takes up to 1 MiB

@@ -3,15 +3,18 @@
 Names follow the conventions users already scrape: go-grpc-prometheus's `grpc_server_*`, Paddle Serving's
 `paddle_inference_time_ms`, and NVML-backed `gpu_utilization` / `gpu_memory_used_bytes` for every visible GPU.
 Workers are processes, but batches are timed here in the front process, so no multiprocess mode is needed.
+Times use SECONDS_BUCKETS: 10^(1/25) apart (9.6%), so a 10% slower version moves p50/p99 by at least a bucket.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from google.protobuf import descriptor_pool
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -21,9 +24,45 @@ from skiff_runtime.gpus import NvmlDevice, visible_gpus
 
 log = logging.getLogger(__name__)
 
-SECONDS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
-MS_BUCKETS = tuple(b * 1000 for b in SECONDS_BUCKETS)
+
+def log_buckets(start: float, stop: float, per_decade: int) -> tuple[float, ...]:
+    """Bounds from `start` to the first at or past `stop`, `per_decade` to each factor of ten (10^(1/n) apart),
+    each at 4 significant digits, so every decade's ends are round: start*10, start*100, ... are bounds."""
+    bounds: list[float] = []
+    k = 0
+    while not bounds or bounds[-1] < stop:
+        bounds.append(float(f"{start * 10 ** (k / per_decade):.4g}"))
+        k += 1
+    return tuple(bounds)
+
+
+# 0.5 ms to 60 s at a factor of 10^(1/25) = 1.0965: 128 bounds, and 0.005, 0.05, 0.5, 5 among them.
+SECONDS_BUCKETS = log_buckets(0.0005, 60.0, 25)
+MS_BUCKETS = tuple(float(f"{b * 1000:.4g}") for b in SECONDS_BUCKETS)
+# Message sizes: 64 B to 1 GiB, a factor of 2 apart (25 bounds): enough to tell a tensor's shape changing.
+SIZE_BUCKETS = tuple(float(1 << n) for n in range(6, 31))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+# go-grpc-prometheus's names for the four kinds of RPC, by (client streams, server streams) in the .proto.
+GRPC_TYPES = {
+    (False, False): "unary",
+    (True, False): "client_stream",
+    (False, True): "server_stream",
+    (True, True): "bidi_stream",
+}
+
+
+@functools.lru_cache(maxsize=128)  # the served methods: RpcObserver sees only methods a handler was registered for
+def grpc_type(service: str, method: str) -> str:
+    """The method's kind as its .proto declares it (go-grpc-prometheus's `grpc_type`), from the protobuf
+    descriptors the generated modules registered: ModelInfer is "unary" on the wire whatever handler serves it.
+    A method no descriptor names counts as "unary" (the only kind RpcObserver times)."""
+    pool = descriptor_pool.Default()  # type: ignore[no-untyped-call]
+    try:
+        found = pool.FindMethodByName(f"{service}.{method}")
+    except KeyError:
+        return "unary"
+    return GRPC_TYPES[(found.client_streaming, found.server_streaming)]
 
 
 def _text(value: object) -> str:
@@ -88,14 +127,28 @@ class RuntimeMetrics:
         self.handled = Counter(
             "grpc_server_handled_total",
             "RPCs completed, by method and status code",
-            ["grpc_service", "grpc_method", "grpc_code"],
+            ["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
             registry=r,
         )
         self.handling = Histogram(
             "grpc_server_handling_seconds",
             "RPC handling time",
-            ["grpc_service", "grpc_method"],
+            ["grpc_type", "grpc_service", "grpc_method"],
             buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.received_bytes = Histogram(
+            "grpc_server_msg_received_bytes",
+            "Size of the request message of an RPC",
+            ["grpc_type", "grpc_service", "grpc_method"],
+            buckets=SIZE_BUCKETS,
+            registry=r,
+        )
+        self.sent_bytes = Histogram(
+            "grpc_server_msg_sent_bytes",
+            "Size of the response message of an RPC",
+            ["grpc_type", "grpc_service", "grpc_method"],
+            buckets=SIZE_BUCKETS,
             registry=r,
         )
         self.http_handled = Counter(
@@ -110,6 +163,16 @@ class RuntimeMetrics:
             ["route"],
             buckets=SECONDS_BUCKETS,
             registry=r,
+        )
+        self.http_request_bytes = Histogram(
+            "http_server_request_bytes",
+            "V2 REST request body size (Content-Length)",
+            ["route"],
+            buckets=SIZE_BUCKETS,
+            registry=r,
+        )
+        self.http_response_bytes = Histogram(
+            "http_server_response_bytes", "V2 REST response body size", ["route"], buckets=SIZE_BUCKETS, registry=r
         )
         self.inference = Histogram(
             "skiff_inference_seconds", "Engine time per batch", buckets=SECONDS_BUCKETS, registry=r
@@ -156,14 +219,30 @@ class RuntimeMetrics:
         self.batch_size.observe(stats.rows)
         self.batch_requests.observe(stats.requests)
 
-    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
+    def observe_rpc(
+        self, method: str, code: str, seconds: float, received: int | None = None, sent: int | None = None
+    ) -> None:
+        """One finished RPC (`/package.Service/Method`): its code and time, and its message sizes in bytes where
+        known (None: no message was read, or none was sent)."""
         service, _, name = method.lstrip("/").rpartition("/")
-        self.handled.labels(service, name, code).inc()
-        self.handling.labels(service, name).observe(seconds)
+        kind = grpc_type(service, name)
+        self.handled.labels(kind, service, name, code).inc()
+        self.handling.labels(kind, service, name).observe(seconds)
+        if received is not None:
+            self.received_bytes.labels(kind, service, name).observe(received)
+        if sent is not None:
+            self.sent_bytes.labels(kind, service, name).observe(sent)
 
-    def observe_http(self, route: str, status: int, seconds: float) -> None:
+    def observe_http(
+        self, route: str, status: int, seconds: float, received: int | None = None, sent: int | None = None
+    ) -> None:
+        """One finished REST request: its status and time, and its body sizes in bytes where known."""
         self.http_handled.labels(route, str(status)).inc()
         self.http_handling.labels(route).observe(seconds)
+        if received is not None:
+            self.http_request_bytes.labels(route).observe(received)
+        if sent is not None:
+            self.http_response_bytes.labels(route).observe(sent)
 
     def watch_gpus(self, env: Mapping[str, str] | None = None, nvml: Any = None) -> GpuCollector:
         """Export every visible GPU's utilization and memory (GpuCollector)."""

@@ -155,6 +155,9 @@ def test_rest_requests_are_counted_in_metrics(two_io_server) -> None:
         text = response.read().decode()
     assert 'http_server_handled_total{code="404",route="/v2/models/{model}/ready"}' in text
     assert 'http_server_handled_total{code="400",route="/v2/models/{model}/infer"}' in text
+    assert 'http_server_request_bytes_sum{route="/v2/models/{model}/infer"} 2.0' in text  # the body b"{}"
+    assert 'http_server_request_bytes_count{route="/v2/models/{model}/ready"}' not in text  # a GET: no body
+    assert 'http_server_response_bytes_count{route="/v2/models/{model}/ready"} 1.0' in text
 
 
 def test_sigterm_answers_accepted_rest_requests_and_refuses_new_ones(runtime_factory, model_dirs) -> None:

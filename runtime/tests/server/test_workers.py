@@ -98,7 +98,7 @@ def test_workers_answer_like_the_in_process_predictor(runtime_factory, model_dir
     assert not failures, f"{len(failures)} of 200 answers differ from in-process inference: {failures[:5]}"
 
     text = _metrics(runtime.metrics_port)
-    ok = 'grpc_code="OK",grpc_method="ModelInfer",grpc_service="inference.GRPCInferenceService"'
+    ok = 'grpc_code="OK",grpc_method="ModelInfer",grpc_service="inference.GRPCInferenceService",grpc_type="unary"'
     assert f"grpc_server_handled_total{{{ok}}} 200.0" in text
     assert _sample(text, "paddle_inference_time_ms_count") >= 1
     assert _sample(text, "skiff_batch_requests_sum") == 200
@@ -143,6 +143,24 @@ def test_rejected_requests_are_counted_by_code(conv_server) -> None:
         time.sleep(0.05)
         text = _metrics(conv_server.metrics_port)
     assert wanted in text
+
+
+def test_an_inference_rpc_is_counted_with_its_type_and_message_sizes(conv_server) -> None:
+    request = encode_request("conv", [Tensor("image", Datatype.FP32, _images(3))])
+    labels = 'grpc_method="ModelInfer",grpc_service="inference.GRPCInferenceService",grpc_type="unary"'
+    before = _metrics(conv_server.metrics_port)
+    with grpc.insecure_channel(conv_server.target) as channel:
+        response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+    deadline = time.monotonic() + 5  # the observer runs a moment after the answer left
+    text = _metrics(conv_server.metrics_port)
+    count = f"grpc_server_msg_sent_bytes_count{{{labels}}}"
+    while _sample(text, count) == _sample(before, count) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        text = _metrics(conv_server.metrics_port)
+    received = f"grpc_server_msg_received_bytes_sum{{{labels}}}"
+    sent = f"grpc_server_msg_sent_bytes_sum{{{labels}}}"
+    assert _sample(text, received) - _sample(before, received) == request.ByteSize()
+    assert _sample(text, sent) - _sample(before, sent) == response.ByteSize()
 
 
 def _load(target: str, seconds: float, clients: int = 4) -> dict[str, int]:

@@ -53,7 +53,8 @@ REST_EXTENSIONS = (*EXTENSIONS, "binary_tensor_data")
 # The routes open without a token (HTTP probes); decided by the matched route, never by the raw path.
 OPEN_ROUTES = frozenset({"/v2/health/live", "/v2/health/ready"})
 
-ObserveRequest = Callable[[str, int, float], None]
+# (route, HTTP status, seconds, request body bytes or None, response body bytes or None)
+ObserveRequest = Callable[[str, int, float, int | None, int | None], None]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -160,7 +161,8 @@ class RestServer:
         if self.draining:
             response.force_close()  # `Connection: close`: the client sends its next request to another pod
         if self._observe is not None:
-            self._observe(_route(request), response.status, loop.time() - started)
+            sent = response.content_length if isinstance(response, web.Response) else None
+            self._observe(_route(request), response.status, loop.time() - started, request.content_length, sent)
         return response
 
     async def live(self, request: web.Request) -> web.Response:

@@ -1,4 +1,5 @@
-"""Observes every unary RPC: its status code and time (metrics), and what is in flight (graceful drain).
+"""Observes every unary RPC: its status code, time and message sizes (metrics), and what is in flight (graceful
+drain).
 
 On SIGTERM the gRPC server stops at once (GOAWAY on every connection) and the unary calls already sent run to
 the end; once nothing is in flight and no call has reached a handler for a quiet period (bounded by the grace
@@ -17,7 +18,34 @@ from skiff_runtime.server.interceptors import Continuation, behaviour_of, is_una
 
 QUIET_PERIOD_S = 0.25
 
-ObserveRpc = Callable[[str, str, float], None]
+# (method, code, seconds, request bytes or None, response bytes or None)
+ObserveRpc = Callable[[str, str, float, int | None, int | None], None]
+
+
+def message_size(message: object) -> int | None:
+    """Bytes of a message as read or sent: raw bytes, or a protobuf message; None for anything else (no message)."""
+    if isinstance(message, bytes | bytearray | memoryview):
+        return len(message)
+    byte_size = getattr(message, "ByteSize", None)
+    return int(byte_size()) if callable(byte_size) else None
+
+
+class _Reading:
+    """The handler's context, remembering the size of the message it reads (handlers read with context.read())."""
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+        self.received: int | None = None
+
+    async def read(self) -> Any:
+        message = await self._context.read()
+        size = message_size(message)
+        if size is not None:
+            self.received = (self.received or 0) + size
+        return message
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
 
 
 class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -44,15 +72,20 @@ class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             started = self.last_arrival = loop.time()
             self.in_flight += 1
             code = "OK"
+            reading = _Reading(context)
+            sent: int | None = None
             try:
-                return await inner(request, context)
+                response = await inner(request, reading)
+                sent = message_size(response)
+                return response
             except BaseException:
                 code = _code_name(context)
                 raise
             finally:
                 self.in_flight -= 1
                 if self._observe is not None:
-                    self._observe(method, code, loop.time() - started)
+                    received = reading.received if reading.received is not None else message_size(request)
+                    self._observe(method, code, loop.time() - started, received, sent)
 
         return with_unary(handler, observed)
 
