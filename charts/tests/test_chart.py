@@ -286,7 +286,13 @@ def test_service_monitor_is_off_by_default_and_scrapes_version_services_when_on(
         render(helm, "serviceMonitor.enabled=true", 'serviceMonitor.labels={"release":"prom"}'), "ServiceMonitor"
     )
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert {k: endpoint[k] for k in ("port", "interval")} == {"port": "metrics", "interval": "30s"}
+    # the pod's model and version become every series' `model` and `version` (the dashboard filters on them)
+    assert endpoint["relabelings"] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_label_skiff_dev_model"], "targetLabel": "model"},
+        {"sourceLabels": ["__meta_kubernetes_pod_label_skiff_dev_version"], "targetLabel": "version"},
+    ]
     # The release namespace by default (the namespaces served), every namespace only when cluster-wide.
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["skiff-system"]}
     assert monitor["spec"]["selector"]["matchLabels"] == {
