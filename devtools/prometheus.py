@@ -1,8 +1,8 @@
-"""A real Prometheus (built from its Go module by devtools/prometheus-go/build.sh) for the e2e tests: the scrape job the Prometheus Operator
-would make of the chart's ServiceMonitor, a ServiceAccount with the read access that job needs, the server on
-127.0.0.1 with a free port, and its HTTP query API.
+"""A real Prometheus for the e2e tests (built from its Go module by devtools/prometheus-go/build.sh): the scrape
+job the Prometheus Operator would make of the chart's ServiceMonitor, a ServiceAccount with the read access that job
+needs, the server on 127.0.0.1 with a free port, and its HTTP query API.
 
-`scrape_job` is pure and follows the Prometheus Operator's generator (pkg/prometheus/promcfg.go): the Service's
+`scrape_jobs` is pure and follows the Prometheus Operator's generator (pkg/prometheus/promcfg.go): the Service's
 selector labels and the endpoint's port as `keep` rules over `kubernetes_sd_configs` role `endpoints`, the target
 labels `namespace`, `service`, `pod`, `container`, `endpoint` and `job`, then the ServiceMonitor's own relabelings.
 """
@@ -10,8 +10,8 @@ labels `namespace`, `service`, `pod`, `container`, `endpoint` and `job`, then th
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import time
 import urllib.error
