@@ -148,16 +148,28 @@ def test_every_error_type_has_an_http_status() -> None:
     assert http_status_for(ValueError("x")) == 500
 
 
+def _scrape(server) -> dict[str, float]:
+    """The metrics page's samples, by name and labels (the text before the value)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in lines if line and not line.startswith("#"))}
+
+
 def test_rest_requests_are_counted_in_metrics(two_io_server) -> None:
+    before = _scrape(two_io_server)  # the server is shared: other tests' requests are counted too
     _call(f"{two_io_server.http_url}/v2/models/nope/ready")
     _call(f"{two_io_server.http_url}/v2/models/two_io/infer", "POST", b"{}")
-    with urllib.request.urlopen(f"http://127.0.0.1:{two_io_server.metrics_port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    assert 'http_server_handled_total{code="404",route="/v2/models/{model}/ready"}' in text
-    assert 'http_server_handled_total{code="400",route="/v2/models/{model}/infer"}' in text
-    assert 'http_server_request_bytes_sum{route="/v2/models/{model}/infer"} 2.0' in text  # the body b"{}"
-    assert 'http_server_request_bytes_count{route="/v2/models/{model}/ready"}' not in text  # a GET: no body
-    assert 'http_server_response_bytes_count{route="/v2/models/{model}/ready"} 1.0' in text
+    after = _scrape(two_io_server)
+
+    def grew(sample: str) -> float:
+        return after.get(sample, 0.0) - before.get(sample, 0.0)
+
+    assert grew('http_server_handled_total{code="404",route="/v2/models/{model}/ready"}') == 1
+    assert grew('http_server_handled_total{code="400",route="/v2/models/{model}/infer"}') == 1
+    assert grew('http_server_request_bytes_sum{route="/v2/models/{model}/infer"}') == 2  # the body b"{}"
+    assert grew('http_server_request_bytes_count{route="/v2/models/{model}/infer"}') == 1
+    assert grew('http_server_response_bytes_count{route="/v2/models/{model}/ready"}') == 1
+    assert 'http_server_request_bytes_count{route="/v2/models/{model}/ready"}' not in after  # a GET: no body
 
 
 def test_sigterm_answers_accepted_rest_requests_and_refuses_new_ones(runtime_factory, model_dirs) -> None:
