@@ -1,7 +1,9 @@
 """The model service: validates requests and hands them to the batching stage, which runs them on the workers.
 
-Validation is the model's contract (validation.py): the codecs check every request's heads against it before
-decoding any tensor data (`contract`, `decode`), and `infer` checks every request it runs against it again.
+The service takes domain requests only (tensors.InferRequest): every transport decodes at its edge (server/servicer
+for OIP gRPC, server/rest, server/tfserving) and calls the same `admit`, `budget` and `infer`. Validation is the
+model's contract (validation.py): the codecs check every request's heads against `contract` before decoding any
+tensor data, and `infer` checks every request it runs against it again.
 
 Workers own the engines (one engine per worker, created and run on that worker only), so no predictor is
 ever shared between threads and no inference runs on the event loop. The batcher bounds the queue
@@ -25,7 +27,6 @@ from dataclasses import dataclass
 from skiff_runtime import validation
 from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
 from skiff_runtime.batching.merge import is_batchable
-from skiff_runtime.codec import decode_request_bytes
 from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, ModelNotReady, QueueFull
 from skiff_runtime.tensors import Array, InferRequest, InferResponse, ModelSignature, Tensor, datatype_of
 from skiff_runtime.workers.base import Workers
@@ -228,12 +229,6 @@ class ModelService:
             raise QueueFull(f"queue full ({limit} requests waiting or arriving, max_queue_size); retry with backoff")
         self._arriving += 1
         return Admission(self)
-
-    def decode(self, data: bytes | memoryview) -> InferRequest:
-        """Decode a serialized request against this model: its name and version checked first (NOT_FOUND), counts
-        bounded by its contract, every input's name, datatype and shape checked before any tensor data is decoded
-        (codec.decode_request_bytes)."""
-        return decode_request_bytes(data, self.contract, self.check_model)
 
     async def infer(
         self, request: InferRequest, deadline: float | None = None, admission: Admission | None = None

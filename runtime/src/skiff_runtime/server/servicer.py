@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from skiff_runtime import __version__
-from skiff_runtime.codec import encode_response_bytes
+from skiff_runtime.codec import decode_request_bytes, encode_response_bytes
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
@@ -111,12 +111,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         output copied once (codec.encode_response_bytes). The message is the only copy of the request Skiff holds
         (its tensors are views into it, until the batch is copied to a worker) and is let go before the response is
         encoded."""
-        with self.service.admit() as admission:
+        service = self.service
+        with service.admit() as admission:
             request = await read_message(context, self.receive_timeout_s, "ModelInferRequest")
-            with self.service.budget.hold(len(request)):
-                decoded = self.service.decode(request)
+            with service.budget.hold(len(request)):
+                # Decoded here, at the edge: the model named first (NOT_FOUND), every input's head checked against
+                # the model's contract before any tensor data is decoded.
+                decoded = decode_request_bytes(request, service.contract, service.check_model)
                 del request  # lives on only through the decoded tensors' views
-                response = await self.service.infer(decoded, _deadline(context), admission)
+                response = await service.infer(decoded, _deadline(context), admission)
                 del decoded
         return encode_response_bytes(response)
 
