@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from skiff_runtime import validation
 from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
-from skiff_runtime.batching.merge import is_batchable
 from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, ModelNotReady, QueueFull
+from skiff_runtime.model_config import ModelConfig, model_config
 from skiff_runtime.tensors import Array, InferRequest, InferResponse, ModelSignature, Tensor, datatype_of
 from skiff_runtime.workers.base import Workers
 
@@ -157,8 +157,12 @@ class ModelService:
 
     @property
     def batching(self) -> bool:
-        """Whether requests are merged: asked for, and possible for this model's signature."""
-        return self.limits.dynamic_batching and is_batchable(self.workers.signature)
+        """Whether requests are merged: asked for, and possible for this model's signature (`batched`)."""
+        return self.limits.dynamic_batching and self.workers.signature.batched
+
+    def model_config(self) -> ModelConfig:
+        """Triton's model configuration of this model, for every transport; ModelNotReady until loaded."""
+        return model_config(self.name, self.platform, self.signature, self.limits.max_batch_size)
 
     @property
     def queue_depth(self) -> int:

@@ -128,7 +128,6 @@ class RuntimeServer:
         self.rest = (
             RestServer(
                 self.service,
-                servicer,
                 max_body_bytes=settings.max_message_bytes,
                 receive_timeout_s=settings.receive_timeout_s,
                 token=token,
