@@ -20,11 +20,12 @@ from skiff_runtime.errors import (
     ModelNotReady,
     QueueFull,
 )
-from skiff_runtime.service import ModelService, ModelState, ServiceLimits
+from skiff_runtime.service import ModelService, ModelState
+from skiff_runtime.settings import BatchingLimits
 from skiff_runtime.tensors import Array, Datatype, ModelSignature, TensorSpec
 from skiff_runtime.workers.thread import ThreadWorker
 
-LIMITS = ServiceLimits(max_batch_size=4, max_queue_size=2)
+LIMITS = BatchingLimits(max_batch_size=4, max_queue_size=2)
 WARMUP_CALLS = 4  # every batch size the batcher can emit: 1..max_batch_size
 
 
@@ -70,7 +71,7 @@ async def test_warmup_fills_variable_dims_and_warms_once_when_max_batch_is_one()
             return {"y": np.zeros(1, dtype=np.float32)}
 
     fake = Recorder(signature)
-    svc = ModelService("m", "1", ThreadWorker(lambda: fake), ServiceLimits(max_batch_size=1))
+    svc = ModelService("m", "1", ThreadWorker(lambda: fake), BatchingLimits(max_batch_size=1))
     await svc.load()
     (call,) = fake.calls
     assert (call["ids"].shape, call["ids"].dtype) == ((1, 16), np.int64)
@@ -291,7 +292,7 @@ async def test_admission_needs_a_ready_model(engine: FakeEngine) -> None:
 
 
 async def test_request_bytes_are_held_against_the_budget_until_answered(engine: FakeEngine) -> None:
-    svc = ModelService("m", "1", ThreadWorker(lambda: engine), ServiceLimits(max_batch_size=4, max_request_bytes=100))
+    svc = ModelService("m", "1", ThreadWorker(lambda: engine), BatchingLimits(max_batch_size=4), max_request_bytes=100)
     await svc.load()
     with svc.budget.hold(60):
         assert svc.budget.held == 60

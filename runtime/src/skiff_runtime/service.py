@@ -22,12 +22,12 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from skiff_runtime import validation
-from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
+from skiff_runtime.batching.batcher import Batcher, BatchStats
 from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, ModelNotReady, QueueFull
 from skiff_runtime.model_config import ModelConfig, model_config
+from skiff_runtime.settings import DEFAULT_REQUEST_MEMORY_BYTES, BatchingLimits
 from skiff_runtime.tensors import Array, InferRequest, InferResponse, ModelSignature, Tensor, datatype_of
 from skiff_runtime.workers.base import Workers
 
@@ -41,15 +41,7 @@ class ModelState(enum.StrEnum):
     STOPPING = "STOPPING"
 
 
-@dataclass(frozen=True)
-class ServiceLimits:
-    """Per-request bound on the batch dimension, and how the batcher forms batches."""
-
-    max_batch_size: int = 32
-    max_queue_size: int = 256
-    dynamic_batching: bool = True
-    max_queue_delay_s: float = 0.0
-    max_request_bytes: int = 1 << 30
+DEFAULT_LIMITS = BatchingLimits()
 
 
 class ByteBudget:
@@ -118,8 +110,9 @@ class ModelService:
         name: str,
         version: str,
         workers: Workers,
-        limits: ServiceLimits = ServiceLimits(),
+        limits: BatchingLimits = DEFAULT_LIMITS,
         on_batch: Callable[[BatchStats], None] | None = None,
+        max_request_bytes: int = DEFAULT_REQUEST_MEMORY_BYTES,
     ) -> None:
         self.name = name
         self.version = version
@@ -131,7 +124,7 @@ class ModelService:
         self.error: str | None = None
         self._arriving = 0  # admitted requests whose message has not reached the queue yet
         self._contract: validation.ModelContract | None = None
-        self.budget = ByteBudget(limits.max_request_bytes)
+        self.budget = ByteBudget(max_request_bytes)
 
     @property
     def ready(self) -> bool:
@@ -186,14 +179,13 @@ class ModelService:
         except Exception as exc:
             self.state, self.error = ModelState.FAILED, str(exc)
             raise
-        policy = BatchingPolicy(
-            max_batch_size=self.limits.max_batch_size,
-            merge=self.batching,
-            max_queue_delay_s=self.limits.max_queue_delay_s,
-            max_queue_size=self.limits.max_queue_size,
+        self._batcher = Batcher(
+            self.workers.run,
+            self.limits,
+            self._on_batch,
+            batched=self.workers.signature.batched,
             concurrency=self.workers.count,
         )
-        self._batcher = Batcher(self.workers.run, policy, self._on_batch)
         self._batcher.start()
         if self.state is ModelState.LOADING:
             self.state = ModelState.READY

@@ -13,7 +13,8 @@ from skiff_runtime.codec import decode_response
 from skiff_runtime.errors import DeadlineExceeded, InvalidInput, ModelNotFound, QueueFull
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.server.servicer import InferenceServicer
-from skiff_runtime.service import ModelService, ServiceLimits
+from skiff_runtime.service import ModelService
+from skiff_runtime.settings import BatchingLimits
 from skiff_runtime.workers.thread import ThreadWorker
 
 
@@ -62,7 +63,7 @@ async def test_a_call_without_a_message_is_invalid_and_gives_its_place_back() ->
 @pytest.fixture
 async def service() -> AsyncIterator[ModelService]:
     engine = FakeEngine()
-    svc = ModelService("m", "1", ThreadWorker(lambda: engine), ServiceLimits(max_batch_size=4))
+    svc = ModelService("m", "1", ThreadWorker(lambda: engine), BatchingLimits(max_batch_size=4))
     await svc.load()
     yield svc
     await svc.close()
