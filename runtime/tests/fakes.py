@@ -1,5 +1,5 @@
-"""Stand-ins shared by the runtime's tests: a fake engine (and a picklable factory of one for worker processes),
-a stand-in gRPC servicer context, and the request that fits the fake engine's signature.
+"""Stand-ins shared by the runtime's tests: a fake engine, a picklable factory of one for worker processes
+(`fake_engine`), a stand-in gRPC servicer context, and the request that fits the fake engine's signature.
 
 Every test module takes its shared fakes from here; test modules never import one another.
 """
@@ -7,12 +7,17 @@ Every test module takes its shared fakes from here; test modules never import on
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import threading
+import time
 from collections.abc import Mapping
 
 import grpc
 import numpy as np
 
+from skiff_runtime.errors import ModelLoadError
+from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.tensors import Array, Datatype, InferRequest, ModelSignature, Tensor, TensorSpec
 
 SIGNATURE = ModelSignature(
@@ -105,3 +110,53 @@ class FakeContext:
 
     def time_remaining(self) -> None:
         return None
+
+
+# A batch whose first value is one of these makes the worker-process fake misbehave (warm-up batches are zeros).
+CRASH = -1.0  # the worker process exits at once (a native crash, an OOM kill)
+CRASH_ONCE = -2.0  # the first worker to see it exits; the batch then runs on another one
+HANG = -3.0  # the engine never answers
+FAIL = -4.0  # the engine raises
+SLOW = -5.0  # the engine takes SLOW_S
+SLOW_S = 0.5
+CANNOT_LOAD = "cannot-load"  # the model name the worker-process fake refuses to load
+
+
+class WorkerFakeEngine:
+    """The fake engine a worker process builds (`fake_engine`): FakeEngine's outputs, plus each row's worker pid and
+    when the run started and ended (time.monotonic, shared by every process), and the behaviours above."""
+
+    platform = "fake"
+    signature = SIGNATURE
+
+    def __init__(self, settings: RuntimeSettings) -> None:
+        self.crash_marker = settings.model_dir / "crash-once"
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        started = time.monotonic()
+        first = float(inputs["x"].flat[0]) if inputs["x"].size else 0.0
+        if first == CRASH:
+            os._exit(3)
+        if first == CRASH_ONCE:
+            with contextlib.suppress(FileNotFoundError):
+                self.crash_marker.unlink()  # only one worker claims the marker
+                os._exit(3)
+        if first == HANG:
+            time.sleep(3600)
+        if first == FAIL:
+            raise ValueError("the fake engine refuses this batch")
+        if first == SLOW:
+            time.sleep(SLOW_S)
+        rows = inputs["x"].shape[0]
+        return {
+            **fake_outputs(inputs),
+            "pid": np.full(rows, os.getpid(), dtype=np.int64),
+            "span": np.tile(np.array([started, time.monotonic()]), (rows, 1)),
+        }
+
+
+def fake_engine(settings: RuntimeSettings) -> WorkerFakeEngine:
+    """A picklable EngineFactory for workers.process.ProcessPool: no Paddle, starts in the time of an import."""
+    if settings.model_name == CANNOT_LOAD:
+        raise ModelLoadError("the fake model cannot load: serve another")
+    return WorkerFakeEngine(settings)
