@@ -1,5 +1,6 @@
 """Stand-ins shared by the runtime's tests: a fake engine, a picklable factory of one for worker processes
-(`fake_engine`), a stand-in gRPC servicer context, and the request that fits the fake engine's signature.
+(`fake_engine`), a stand-in gRPC servicer context, the request that fits the fake engine's signature, a real
+runtime's worker processes, a kubelet-style Secret volume and a throwaway certificate authority.
 
 Every test module takes its shared fakes from here; test modules never import one another.
 """
@@ -8,17 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import ipaddress
 import os
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from skiff_runtime.errors import ModelLoadError
 from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.tensors import Array, Datatype, InferRequest, ModelSignature, Tensor, TensorSpec
+
+if TYPE_CHECKING:
+    from runtime.tests.conftest import RuntimeProcess
 
 SIGNATURE = ModelSignature(
     inputs=(TensorSpec("x", Datatype.FP32, (-1, 4)),),
@@ -160,3 +173,131 @@ def fake_engine(settings: RuntimeSettings) -> WorkerFakeEngine:
     if settings.model_name == CANNOT_LOAD:
         raise ModelLoadError("the fake model cannot load: serve another")
     return WorkerFakeEngine(settings)
+
+
+# Real runtimes' worker processes and inputs for the sample conv model (runtime/tests/conftest.py exports it).
+def images(seed: int, batch: int = 1) -> np.ndarray:
+    """Random inputs for the sample conv model: (batch, 3, 32, 32) FP32."""
+    return np.random.default_rng(seed).standard_normal((batch, 3, 32, 32), dtype=np.float32)
+
+
+def child_processes(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every live child of `pid`, from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def worker_pids(runtime: RuntimeProcess) -> list[int]:
+    """The worker processes of a runtime (`spawn_main` children of its process)."""
+    return sorted(pid for pid, cmd in child_processes(runtime.proc.pid) if "spawn_main" in cmd)
+
+
+# Secret volumes and a throwaway PKI, as the kubelet and cert-manager would hand them to a runtime.
+class SecretVolume:
+    """A directory laid out as the kubelet's atomic writer lays out a Secret volume: `key -> ..data/key`,
+    `..data -> ..<timestamp>`; an update writes a new timestamped directory and renames a new `..data` over the
+    old one, then removes the old directory."""
+
+    def __init__(self, root: Path, key: str, content: bytes) -> None:
+        self.root, self.key = root, key
+        root.mkdir()
+        self._generation = 0
+        self._current = self._write(content)
+        os.symlink(self._current.name, root / "..data")
+        os.symlink(f"..data/{key}", root / key)
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.key
+
+    def _write(self, content: bytes) -> Path:
+        self._generation += 1
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y_%m_%d_%H_%M_%S")
+        directory = self.root / f"..{stamp}.{self._generation}"
+        directory.mkdir()
+        (directory / self.key).write_bytes(content)
+        return directory
+
+    def update(self, content: bytes, *, same_mtime: bool = False) -> None:
+        old = self._current
+        self._current = self._write(content)
+        if same_mtime:  # a coarse clock: only the inode tells the files apart
+            stat = os.stat(old / self.key)
+            os.utime(self._current / self.key, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        os.symlink(self._current.name, self.root / "..data_tmp")
+        os.rename(self.root / "..data_tmp", self.root / "..data")
+        (old / self.key).unlink()
+        old.rmdir()
+
+
+SERVICE_NAME = "conv.models.svc"
+
+
+@dataclass(frozen=True)
+class Issued:
+    cert: bytes
+    key: bytes
+
+
+def private_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+class Authority:
+    """A throwaway CA that issues server and client certificates."""
+
+    def __init__(self, name: str) -> None:
+        self.key = private_key()
+        now = datetime.datetime.now(datetime.UTC)
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        self.cert = (
+            x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(self.key, hashes.SHA256())
+        )  # fmt: skip
+        self.pem = self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def issue(self, common_name: str, *, server: bool) -> Issued:
+        key = private_key()
+        now = datetime.datetime.now(datetime.UTC)
+        builder = (
+            x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(self.cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(hours=1))
+        )  # fmt: skip
+        if server:
+            sans = [
+                x509.DNSName(SERVICE_NAME),
+                x509.DNSName("localhost"),
+                x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            ]
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = builder.sign(self.key, hashes.SHA256())
+        return Issued(cert.public_bytes(serialization.Encoding.PEM), pem_key(key))
+
+
+def write_atomically(directory: Path, name: str, data: bytes) -> Path:
+    """Atomic replace, as a Kubernetes Secret volume update is."""
+    path = directory / name
+    tmp = directory / f".{name}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
