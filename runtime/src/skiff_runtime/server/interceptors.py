@@ -8,6 +8,7 @@ request message is read). Interceptors wrap either kind the same way: `behaviour
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,8 +47,9 @@ def with_unary(handler: grpc.RpcMethodHandler | None, behaviour: UnaryBehaviour)
 class UnaryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Wraps the behaviour of every handler that answers once (`wrap`); streams pass through untouched."""
 
+    @abc.abstractmethod
     def wrap(self, inner: UnaryBehaviour, method: str) -> UnaryBehaviour:
-        raise NotImplementedError
+        """The behaviour that runs in place of `inner`, the handler of `method`."""
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
