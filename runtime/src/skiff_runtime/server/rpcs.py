@@ -13,14 +13,14 @@ from typing import Any
 
 import grpc
 
-from skiff_runtime.server.interceptors import Continuation, behaviour_of, is_unary, with_unary
+from skiff_runtime.server.interceptors import UnaryBehaviour, UnaryInterceptor
 
 QUIET_PERIOD_S = 0.25
 
 ObserveRpc = Callable[[str, str, float], None]
 
 
-class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class RpcObserver(UnaryInterceptor):
     """Counts unary RPCs in flight, remembers the last arrival, and reports (method, code, seconds)."""
 
     def __init__(self, observe: ObserveRpc | None = None) -> None:
@@ -28,17 +28,7 @@ class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self.last_arrival = 0.0
         self._observe = observe
 
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if not is_unary(handler):
-            return handler
-        inner = behaviour_of(handler)
-        method = handler_call_details.method
-
+    def wrap(self, inner: UnaryBehaviour, method: str) -> UnaryBehaviour:
         async def observed(request: Any, context: grpc.aio.ServicerContext) -> Any:
             loop = asyncio.get_running_loop()
             started = self.last_arrival = loop.time()
@@ -54,7 +44,7 @@ class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if self._observe is not None:
                     self._observe(method, code, loop.time() - started)
 
-        return with_unary(handler, observed)
+        return observed
 
     async def wait_idle(self, timeout_s: float, quiet_s: float = QUIET_PERIOD_S) -> bool:
         """True once nothing is in flight and nothing arrived for quiet_s; False if timeout_s passed first."""
