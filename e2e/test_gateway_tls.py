@@ -38,8 +38,7 @@ from e2e.node import RealNode
 from e2e.real_models import create_real_namespace, delete_real_namespace
 from e2e.test_real_node import INPUT, real_model
 from e2e.traffic import write_sample_model
-from skiff_operator import certs
-from skiff_operator.render import contract
+from skiff_operator import certs, contract
 from skiff_runtime.client import SkiffClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

@@ -43,7 +43,7 @@ from e2e.images import (
     missing_tools,
     pod_run_flags,
 )
-from skiff_operator.render import contract
+from skiff_operator import contract
 from skiff_operator.render.deployment import render_deployment
 from skiff_operator.spec import parse_inference_model
 

@@ -36,7 +36,7 @@ from e2e.images import Images
 from e2e.node import NETWORK, NODE_NAME, RealNode
 from e2e.real_models import create_real_namespace, delete_real_namespace, real_model
 from e2e.traffic import INPUT, Load, answers_per_version, write_sample_model
-from skiff_operator.render import contract
+from skiff_operator import contract
 
 # Cold CI builds the runtime image first (scripts/images.sh: minutes); cached, the module takes about a minute.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]

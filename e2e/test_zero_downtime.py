@@ -27,7 +27,7 @@ from e2e.traffic import (
     answered_by,
     write_sample_model,
 )
-from skiff_operator.render import contract
+from skiff_operator import contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

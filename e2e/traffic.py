@@ -18,7 +18,7 @@ import numpy as np
 import tritonclient.grpc as triton
 
 from e2e.real_models import threads_running
-from skiff_operator.render import contract
+from skiff_operator import contract
 
 # A local subchannel pool: gRPC would otherwise reuse another channel's connection to the same address (and pod).
 NEW_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]

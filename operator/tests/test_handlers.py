@@ -11,6 +11,7 @@ from typing import Any
 
 import kopf
 
+from skiff_operator.conditions import StatusEvent
 from skiff_operator.errors import ClusterUnavailable
 from skiff_operator.handlers import (
     OperatorOptions,
@@ -24,9 +25,9 @@ from skiff_operator.handlers import (
     remember_body,
     watch_children_forever,
 )
+from skiff_operator.observed import DeploymentState
 from skiff_operator.scheduler import Scheduler, SchedulerOptions
-from skiff_operator.status import DeploymentState, StatusEvent
-from tests.test_reconcile import FakeCluster
+from tests.fakes import FakeCluster
 
 
 def test_settings_are_tuned() -> None:

@@ -13,18 +13,19 @@ from typing import Any
 import kopf
 
 from skiff_operator import names
+from skiff_operator.conditions import READY, find_condition
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
+from skiff_operator.kinds import GROUP, PLURAL, VERSION, WATCHED_KINDS
 from skiff_operator.kube import Kube
 from skiff_operator.leader import LeaderElector, LeaseOptions
 from skiff_operator.model_status import Status, render_status
 from skiff_operator.reconcile import reconcile
 from skiff_operator.scheduler import Key, Scheduler, SchedulerOptions
-from skiff_operator.spec import GROUP, PLURAL, VERSION
-from skiff_operator.status import READY, find_condition, patch_changes
+from skiff_operator.status import patch_changes
 from skiff_operator.traffic_status import ROUTE_SETTLE_S
 
 _CHILD_FILTER = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
-CHILD_WATCH_KINDS = ("Pod", "Deployment", "Service")  # a change to any of these can change a model's status
+CHILD_WATCH_KINDS = WATCHED_KINDS  # a change to any of these can change a model's status (skiff_operator.kinds)
 _log = logging.getLogger("skiff_operator")
 
 

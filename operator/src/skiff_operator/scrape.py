@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skiff_operator import names
-from skiff_operator.render.contract import CONTAINER_NAME
+from skiff_operator.contract import CONTAINER_NAME
 
 # The largest reply read from a pod's metrics port. Measured: a real runtime (`skiff-runtime serve`, the conv
 # sample) after ModelInfer, ModelMetadata, ModelReady and health calls, with some errors, serves 14,061 bytes in
