@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from skiff_operator import names
 from skiff_operator.conditions import Problem, Reason, StatusEvent
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
+from skiff_operator.kinds import DEPLOYMENT
 from skiff_operator.manifests import FIRST_KINDS, LAST_KINDS, render_all
 from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.observe import ObserveCluster, observe
@@ -141,7 +142,7 @@ def rendered_names(plan: Plan, manifests: Sequence[Mapping[str, Any]]) -> set[tu
     claim keeps whatever runs now): none of these is pruned, and none may be held by another owner."""
     rendered = {(m["kind"], m["metadata"]["name"]) for m in manifests}
     model = plan.model.ref.name
-    rendered.update(("Deployment", names.deployment_name(model, v.name)) for v in plan.running.spec.versions)
+    rendered.update((DEPLOYMENT.kind, names.deployment_name(model, v.name)) for v in plan.running.spec.versions)
     return rendered
 
 

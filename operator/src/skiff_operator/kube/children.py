@@ -245,7 +245,7 @@ class Children(Client):
         query = {"fieldSelector": "involvedObject.kind=Pod,reason=FailedScheduling", "limit": str(EVENT_PAGE_SIZE)}
         found: list[PodEvent] = []
         for _ in range(EVENT_PAGES_MAX):
-            page = await self._request("GET", path, "Event", "FailedScheduling", query=query) or {}
+            page = await self._request("GET", path, EVENT.kind, "FailedScheduling", query=query) or {}
             found += [event for event in map(pod_event, page.get("items") or []) if event.pod in pods]
             token = (page.get("metadata") or {}).get("continue")
             if not token or {event.pod for event in found} >= set(pods):

@@ -9,6 +9,7 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from skiff_operator.kinds import LEASE
 from skiff_operator.kube.client import NOT_FOUND, Client, translate_error, translated_errors
 
 
@@ -21,9 +22,9 @@ class Leases(Client):
         except ApiException as error:
             if error.status == NOT_FOUND:
                 return None
-            raise translate_error(error, "Lease", name) from error
+            raise translate_error(error, LEASE.kind, name) from error
         except (aiohttp.ClientError, TimeoutError) as error:
-            raise translate_error(error, "Lease", name) from error
+            raise translate_error(error, LEASE.kind, name) from error
         found: dict[str, Any] = self._api.sanitize_for_serialization(lease)
         return found
 
@@ -32,7 +33,7 @@ class Leases(Client):
         name = manifest["metadata"]["name"]
         namespace = manifest["metadata"]["namespace"]
         body: Any = dict(manifest)  # the client serializes a dict as it is
-        async with translated_errors("Lease", name):
+        async with translated_errors(LEASE.kind, name):
             if create:
                 written = await client.CoordinationV1Api(self._api).create_namespaced_lease(namespace, body)
             else:

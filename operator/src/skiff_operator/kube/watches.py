@@ -10,6 +10,7 @@ import aiohttp
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from skiff_operator.kinds import DEPLOYMENT, POD, SERVICE
 from skiff_operator.kube.client import GONE, Client, translate_error
 
 
@@ -25,9 +26,9 @@ def list_functions(api: client.ApiClient) -> dict[str, tuple[Callable[..., Any],
     """Per watched kind: the client's list of every namespace and of one namespace (a watch streams a list)."""
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     return {
-        "Pod": (core.list_pod_for_all_namespaces, core.list_namespaced_pod),
-        "Deployment": (apps.list_deployment_for_all_namespaces, apps.list_namespaced_deployment),
-        "Service": (core.list_service_for_all_namespaces, core.list_namespaced_service),
+        POD.kind: (core.list_pod_for_all_namespaces, core.list_namespaced_pod),
+        DEPLOYMENT.kind: (apps.list_deployment_for_all_namespaces, apps.list_namespaced_deployment),
+        SERVICE.kind: (core.list_service_for_all_namespaces, core.list_namespaced_service),
     }
 
 
