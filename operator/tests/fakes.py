@@ -18,6 +18,7 @@ from skiff_operator.observed import (
     ChildStates,
     DeploymentState,
     Holder,
+    MetricsScrape,
     Occupant,
     OwnedChild,
     StoredSecret,
@@ -26,7 +27,6 @@ from skiff_operator.observed import (
     owned_by,
     owned_child,
 )
-from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.routing import GRPC_ROUTE_CRD
 from skiff_operator.spec import InferenceModel
 from tests.conftest import apply_defaults, crd_schema

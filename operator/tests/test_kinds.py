@@ -38,6 +38,11 @@ def test_every_rendered_kind_is_an_applied_row_of_the_table() -> None:
         assert row.applied, kind
 
 
+def test_each_kind_has_one_row() -> None:
+    assert len(kinds.BY_KIND) == len(kinds.BY_API_VERSION) == len(kinds.KINDS)
+    assert kinds.INFERENCE_MODEL.api_version == kinds.API_VERSION == "skiff.dev/v1alpha1"
+
+
 def test_apply_order_and_pruning_are_read_from_the_rows() -> None:
     assert {"Secret", "Certificate"} == FIRST_KINDS
     assert {"GRPCRoute"} == LAST_KINDS

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from skiff_operator.contract import METRICS_PORT
-from skiff_operator.prometheus import Counts, MetricsScrape
+from skiff_operator.observed import MetricsScrape
+from skiff_operator.prometheus import Counts
 from skiff_operator.reconcile import reconcile
 from tests.conftest import wire
 from tests.fakes import GATEWAYS, FakeCluster, canary_body, condition, deployment

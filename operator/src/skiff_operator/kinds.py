@@ -133,8 +133,6 @@ BY_API_VERSION: Mapping[tuple[str, str], Kind] = {(k.api_version, k.kind): k for
 BY_KIND: Mapping[str, Kind] = {k.kind: k for k in KINDS}
 CHILD_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if k.child)
 WATCHED_KINDS: tuple[str, ...] = tuple(k.kind for k in KINDS if k.watched)
-assert len(BY_KIND) == len(KINDS), "a kind name is in the table twice"
-assert INFERENCE_MODEL.api_version == API_VERSION
 
 
 def child_kinds(*, routes: bool, backend_tls: bool) -> tuple[Kind, ...]:

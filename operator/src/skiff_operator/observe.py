@@ -8,9 +8,8 @@ from typing import Protocol
 from skiff_operator.conditions import Problem, Reason
 from skiff_operator.errors import ApplyRejected
 from skiff_operator.model_status import Status
-from skiff_operator.observed import StoredSecret
+from skiff_operator.observed import MetricsScrape, StoredSecret
 from skiff_operator.plan import Observed
-from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.rollout import stable_versions
 from skiff_operator.routing import BACKEND_TLS_POLICY_CRD, GRPC_ROUTE_CRD, RoutingCluster
 from skiff_operator.spec import InferenceModel

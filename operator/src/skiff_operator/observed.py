@@ -1,11 +1,11 @@
 """What the operator observes of the cluster, as values: a model's children, their pods and Events, Secrets and
-who controls an object, and the parsers that read them from API objects (plain JSON, camelCase, as the API server
-returns them). Pure: skiff_operator.kube reads, this module reads what it read."""
+who controls an object, the pods' metrics (MetricsScrape), and the parsers that read them from API objects (plain
+JSON, camelCase, as the API server returns them). Pure: skiff_operator.kube reads, this module reads what it read."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ from skiff_operator import names
 from skiff_operator.conditions import ConditionStatus
 from skiff_operator.contract import CONTAINER_NAME
 from skiff_operator.kinds import DEPLOYMENT, GRPC_ROUTE, HEADLESS, SERVICE
+from skiff_operator.prometheus import Counts, add
 
 # The condition types of a Gateway API route's status.parents[] entries.
 ACCEPTED = "Accepted"
@@ -314,3 +315,20 @@ def pod_event(manifest: Mapping[str, Any]) -> PodEvent:
         reason=str(manifest.get("reason", "")),
         message=str(manifest.get("message", "")),
     )
+
+
+@dataclass(frozen=True)
+class MetricsScrape:
+    """One read of the metrics ports of a model's pods: counters per version (summed over its running pods;
+    empty for a version with none), and per version why some pod could not be read."""
+
+    counts: Mapping[str, Counts] = field(default_factory=dict)
+    problems: Mapping[str, str] = field(default_factory=dict)
+
+    def side(self, versions: Iterable[str]) -> tuple[Counts | None, str]:
+        """The counters of `versions` together, or None and why when one of them could not be read fully."""
+        wanted = list(versions)
+        problems = [f"{version}: {self.problems[version]}" for version in wanted if version in self.problems]
+        if problems:
+            return None, "; ".join(problems)
+        return add(self.counts.get(version, Counts()) for version in wanted), ""

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from skiff_operator.auth import auth_problem
 from skiff_operator.conditions import Problem
 from skiff_operator.model_status import Status
-from skiff_operator.observed import OwnedChild, StoredSecret
-from skiff_operator.prometheus import MetricsScrape
+from skiff_operator.observed import MetricsScrape, OwnedChild, StoredSecret
 from skiff_operator.rollout import (
     RolloutDecision,
     RolloutStatus,

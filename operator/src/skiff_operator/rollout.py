@@ -35,7 +35,8 @@ from skiff_operator.conditions import (
     StatusCondition,
     StatusEvent,
 )
-from skiff_operator.prometheus import Counts, MetricsScrape, quantile, subtract
+from skiff_operator.observed import MetricsScrape
+from skiff_operator.prometheus import Counts, quantile, subtract
 from skiff_operator.spec import InferenceModel, RolloutSpec, TrafficShare, Version
 from skiff_operator.status import stamp_conditions
 from skiff_operator.traffic import TOTAL, largest_remainder

@@ -13,15 +13,8 @@ from skiff_operator import names
 from skiff_operator.contract import METRICS_PORT
 from skiff_operator.kinds import DEPLOYMENT, POD, REPLICA_SET
 from skiff_operator.kube.client import Client
-from skiff_operator.prometheus import (
-    Counts,
-    ExpositionError,
-    ExpositionReader,
-    LineTooLong,
-    MetricsScrape,
-    PageTooLarge,
-    add,
-)
+from skiff_operator.observed import MetricsScrape
+from skiff_operator.prometheus import Counts, ExpositionError, ExpositionReader, LineTooLong, PageTooLarge, add
 from skiff_operator.scrape import (
     MAX_LINE_BYTES,
     MAX_PAGE_BYTES,
