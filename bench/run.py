@@ -151,15 +151,17 @@ class Bench:
         baselines run the same engine configuration."""
         from skiff_runtime.predictor.files import find_model_files
         from skiff_runtime.predictor.paddle import intermediates_bytes, keeps_intermediates, read_signature
-        from skiff_runtime.settings import Device, RuntimeSettings
+        from skiff_runtime.settings import BatchingLimits, Device, RuntimeSettings
 
         model_dir = self.cache / "models" / model
         settings = RuntimeSettings(
             model_dir=model_dir, model_name=model, device=Device.parse(self.device),
-            max_batch_size=self.args.max_batch_size,
+            batching=BatchingLimits(max_batch_size=self.args.max_batch_size),
         )  # fmt: skip
         files = find_model_files(model_dir, None)
-        return keeps_intermediates(settings, intermediates_bytes(files, read_signature(files), settings.max_batch_size))
+        return keeps_intermediates(
+            settings, intermediates_bytes(files, read_signature(files), settings.batching.max_batch_size)
+        )
 
     def baseline(self, module: str, model: str):
         cmd = [self.python, "-m", f"bench.{module}", str(self.cache / "models" / model), "--device", self.device]

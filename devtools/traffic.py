@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as triton
 
-from skiff_operator.render import contract
+from skiff_operator import contract
 
 # A local subchannel pool: gRPC would otherwise reuse another channel's connection to the same address (and pod).
 NEW_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]

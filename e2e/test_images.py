@@ -45,7 +45,7 @@ from devtools.local_pod import grpc_health_check
 from devtools.models import inference_model, load_example, version
 
 from e2e.harness import wait_model_ready
-from skiff_operator.render import contract
+from skiff_operator import contract
 from skiff_operator.render.deployment import render_deployment
 from skiff_operator.spec import parse_inference_model
 

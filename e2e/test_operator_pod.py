@@ -23,7 +23,7 @@ from devtools.node.real_node import RealNode
 from devtools.traffic import answered_by, write_sample_model
 
 from e2e.real_models import create_real_namespace, delete_real_namespace
-from skiff_operator.render import contract
+from skiff_operator import contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -39,7 +39,7 @@ from devtools.traffic import INPUT, answers_per_version, reconnecting_load, writ
 
 from e2e.harness import OperatorProcess, condition, wait_model_ready, wait_traffic_split
 from e2e.real_models import create_real_namespace, delete_real_namespace
-from skiff_operator.render import contract
+from skiff_operator import contract
 
 # Cold CI builds the runtime image first (scripts/images.sh: minutes); cached, the module takes about a minute.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]

@@ -307,7 +307,7 @@ def test_service_monitor_is_off_by_default_and_scrapes_version_services_when_on(
 
 
 def test_service_monitor_port_is_the_one_the_operator_renders() -> None:
-    from skiff_operator.render import contract
+    from skiff_operator import contract
     from skiff_operator.render.service import _PORTS
 
     assert {k: v for k, v in next(p for p in _PORTS if p["name"] == "metrics").items() if k in ("name", "port")} == {

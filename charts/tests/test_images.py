@@ -224,7 +224,7 @@ def test_operator_image_entrypoint_and_default_command() -> None:
 
 @pytest.mark.parametrize("image", RUNTIMES)
 def test_runtime_image_contract(image: str) -> None:
-    from skiff_operator.render import contract
+    from skiff_operator import contract
     from skiff_runtime.allocator import ENV as ALLOCATOR_ENV
 
     final = final_stage(DOCKERFILES[image])

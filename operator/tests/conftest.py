@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from skiff_operator.model_status import Status, parse_status, render_status
+from skiff_operator.observed import MetricsScrape
 from skiff_operator.plan import Observed, Plan, make_plan
-from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.spec import InferenceModel
 from skiff_operator.tls import TLSObserved
 

@@ -10,8 +10,7 @@ from typing import Any
 
 from skiff_operator.reconcile import reconcile
 from tests.conftest import wire
-from tests.test_reconcile import condition
-from tests.test_tls import TLSFakeCluster
+from tests.fakes import TLSFakeCluster, condition
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 Body = Callable[..., dict[str, Any]]

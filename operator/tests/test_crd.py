@@ -16,9 +16,11 @@ import pytest
 import yaml
 from celpy import celtypes
 
+from skiff_operator import kinds
 from skiff_operator import spec as spec_module
 from skiff_operator.spec import parse_inference_model
-from tests.conftest import apply_defaults, crd_schema, example_paths, load_crd
+from tests.conftest import crd_schema, example_paths, load_crd
+from tests.fakes import defaulted
 
 INVALID = yaml.safe_load((Path(__file__).parent / "invalid_examples.yaml").read_text())
 
@@ -85,11 +87,6 @@ def cel_failures(schema: dict[str, Any], value: Any) -> list[str]:
     return failures
 
 
-def defaulted(body: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = apply_defaults(crd_schema(), copy.deepcopy(body))
-    return result
-
-
 def all_rules() -> list[dict[str, str]]:
     return [rule for _, sub in walk(crd_schema()) for rule in sub.get("x-kubernetes-validations", [])]
 
@@ -111,12 +108,12 @@ def error_field(error: jsonschema.ValidationError) -> str:
 def test_crd_identity() -> None:
     crd = load_crd()
     assert crd["metadata"]["name"] == "inferencemodels.skiff.dev"
-    assert crd["spec"]["group"] == spec_module.GROUP
+    assert crd["spec"]["group"] == kinds.GROUP
     assert crd["spec"]["scope"] == "Namespaced"
     names = crd["spec"]["names"]
-    assert (names["kind"], names["plural"], names["shortNames"]) == (spec_module.KIND, spec_module.PLURAL, ["im"])
+    assert (names["kind"], names["plural"], names["shortNames"]) == (kinds.KIND, kinds.PLURAL, ["im"])
     (version,) = crd["spec"]["versions"]
-    assert version["name"] == spec_module.VERSION
+    assert version["name"] == kinds.VERSION
     assert version["served"] is True
     assert version["storage"] is True
     assert version["subresources"] == {"status": {}}

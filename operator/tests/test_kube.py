@@ -18,14 +18,11 @@ from skiff_operator.kube import (
     EVENT_PAGES_MAX,
     DeadlineApiClient,
     Kube,
-    deployment_state,
     fingerprint,
     manifest_digest,
-    owned_by,
-    pod_event,
-    pod_state,
     translate_error,
 )
+from skiff_operator.observed import deployment_state, owned_by, pod_event, pod_state
 from skiff_operator.spec import parse_inference_model
 from tests.conftest import stored_body
 
@@ -143,7 +140,7 @@ def test_connection_errors_are_retryable() -> None:
 
 
 def test_secret_data_is_decoded_and_bad_base64_reads_as_missing() -> None:
-    from skiff_operator.kube import secret_data
+    from skiff_operator.observed import secret_data
 
     assert secret_data({"tls.crt": "UEVN", "tls.key": "not base64!"}) == {"tls.crt": b"PEM", "tls.key": b""}
     assert secret_data(None) == {}
@@ -240,7 +237,7 @@ async def test_whether_a_crd_is_served_is_read_once_per_cache_period(monkeypatch
     await site.start()
     port = runner.addresses[0][1]
     clock = [1000.0]
-    monkeypatch.setattr("skiff_operator.kube.monotonic", lambda: clock[0])
+    monkeypatch.setattr("skiff_operator.kube.children.monotonic", lambda: clock[0])
     name = "grpcroutes.gateway.networking.k8s.io"
     async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
         kube = Kube(api)

@@ -11,7 +11,7 @@ from skiff_operator.manifests import render_all
 from skiff_operator.reconcile import reconcile
 from skiff_operator.spec import parse_inference_model
 from tests.conftest import FIRST_PASS, OPERATOR_NAMESPACE, example_paths, first_plan, stored_body, wire
-from tests.test_tls import TLSFakeCluster
+from tests.fakes import TLSFakeCluster
 
 
 def _comparable(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -11,11 +11,12 @@ from typing import Any
 import jsonschema
 import pytest
 
+from skiff_operator.conditions import Reason, StatusCondition
 from skiff_operator.model_status import CLEARED, WIRE_NAMES, Status, parse_status, render_status
 from skiff_operator.rollout import BaselineStatus, Role, RolloutStatus, SideStatus, Verdict
 from skiff_operator.routing import Mode
 from skiff_operator.spec import TLSMode
-from skiff_operator.status import Reason, StatusCondition, VersionStatus
+from skiff_operator.status import VersionStatus
 from skiff_operator.tls import TLSStatus
 from skiff_operator.traffic import HoldReason
 from skiff_operator.traffic_status import TrafficStatus, TrafficVersionStatus

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from skiff_operator.ownership import (
-    Holder,
-    Occupant,
-    StoredSecret,
-    controller_of,
-    name_conflict_message,
-    occupant,
-    refused_secret_message,
-)
+from skiff_operator.observed import Holder, Occupant, StoredSecret, controller_of, occupant
+from skiff_operator.ownership import name_conflict_message, refused_secret_message
 
 UID = "uid-1"
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from skiff_operator.conditions import Problem, Reason
+from skiff_operator.manifests import render_all
 from skiff_operator.plan import Held, Observed, Plan, make_plan
 from skiff_operator.routing import Mode
 from skiff_operator.spec import TLSMode, parse_inference_model
-from skiff_operator.status import Problem, Reason
-from skiff_operator.tls import TLSObserved, TLSState
+from skiff_operator.tls import CASecret, ServerSecret, TLSObserved, TLSState
 from tests.conftest import FIRST_PASS
 
 Body = Callable[..., dict[str, Any]]
@@ -22,7 +23,7 @@ def test_a_tls_problem_holds_before_an_auth_problem(make_body: Body) -> None:
     assert isinstance(plan, Held)
     assert plan.problem.reason is Reason.TLS_SECRET_MISSING
     assert plan.tls is not None
-    assert plan.tls.manifests == ()  # the user's Secret is never written
+    assert plan.tls.writes == ()  # the user's Secret is never written
 
 
 def test_a_missing_token_secret_holds_the_children_but_tls_still_writes(make_body: Body) -> None:
@@ -31,20 +32,24 @@ def test_a_missing_token_secret_holds_the_children_but_tls_still_writes(make_bod
     assert isinstance(plan, Held)
     assert plan.problem.reason is Reason.AUTH_SECRET_MISSING
     assert plan.tls is not None
-    assert [m["metadata"]["name"] for m in plan.tls.manifests] == ["demo-tls-ca", "demo-tls"]
+    assert [(type(w), w.name) for w in plan.tls.writes] == [(CASecret, "demo-tls-ca"), (ServerSecret, "demo-tls")]
+    # The decision carries no manifest: render_all renders it, and a held plan renders only these.
+    assert [m["metadata"]["name"] for m in render_all(plan)] == ["demo-tls-ca", "demo-tls"]
 
 
 def test_a_refused_read_holds_before_spec_auth(make_body: Body) -> None:
     model = parse_inference_model(make_body(auth={"tokenSecretName": "tokens"}))
     assert make_plan(model, Observed(TLSObserved(), blocker=REFUSED), FIRST_PASS) == Held(
-        REFUSED, TLSState(TLSMode.DISABLED)
+        REFUSED, TLSState(TLSMode.DISABLED), model
     )
 
 
 def test_unreadable_tls_is_held_with_the_read_error(make_body: Body) -> None:
     refused = Problem(Reason.APPLY_FAILED, "secrets is forbidden")
-    plan = make_plan(parse_inference_model(make_body()), Observed(None, blocker=refused), FIRST_PASS)
-    assert plan == Held(refused, None)
+    model = parse_inference_model(make_body())
+    plan = make_plan(model, Observed(None, blocker=refused), FIRST_PASS)
+    assert plan == Held(refused, None, model)
+    assert render_all(plan) == []
 
 
 def test_a_first_plan_routes_nothing_until_a_version_is_ready(make_body: Body) -> None:

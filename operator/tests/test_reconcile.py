@@ -4,157 +4,25 @@ from __future__ import annotations
 
 import copy
 import datetime
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from skiff_operator.errors import ApplyRejected, ClusterUnavailable
-from skiff_operator.ownership import Occupant, controller_of, occupant
-from skiff_operator.prometheus import MetricsScrape
+from skiff_operator.errors import ClusterUnavailable
+from skiff_operator.observed import (
+    DeploymentState,
+)
 from skiff_operator.reconcile import REJECTED_RETRY_S, reconcile
-from skiff_operator.route_status import route_state
-from skiff_operator.routing import GRPC_ROUTE_CRD, GRPC_ROUTE_KIND, OwnedChild
-from skiff_operator.spec import InferenceModel
-from skiff_operator.status import ChildStates, DeploymentState
 from tests.conftest import wire
+from tests.fakes import FakeCluster, condition
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 Body = Callable[..., dict[str, Any]]
 
 
-class FakeCluster:
-    """Server-side apply semantics in miniature: the last applied manifest per (kind, name) is what exists."""
-
-    def __init__(self, claims: Collection[str] = ("models",)) -> None:
-        self.claims = set(claims)
-        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
-        self.apply_count = 0
-        self.deployment_states: dict[str, DeploymentState] = {}
-        self.reject: str | None = None
-        self.down = False
-        self.failing: ClusterUnavailable | None = None  # raised by every apply while set
-        self.gateway_api = False  # whether the GRPCRoute CRD is served
-        # A gateway controller: None writes nothing on routes; "at once" accepts each route generation as it is
-        # applied; "later" only when gateway_reports() is called (what the gateway had written so far comes back).
-        self.gateway: str | None = None
-        self.gateway_verdict = ("True", "Accepted")
-        self.deleted: list[tuple[str, str]] = []
-        self.lookups: list[tuple[str, str]] = []  # names find_occupants was asked about
-        self.metrics = MetricsScrape()  # what the pods' metrics ports show (spec.rollout)
-        self.operator_namespace: str | None = None
-
-    async def missing_claims(self, namespace: str, claims: Collection[str]) -> frozenset[str]:
-        if self.down:
-            raise ClusterUnavailable("apiserver: HTTP 503")
-        return frozenset(claims) - self.claims
-
-    async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        if self.reject == manifest["kind"]:
-            raise ApplyRejected(manifest["kind"], manifest["metadata"]["name"], "HTTP 422: spec.template: Invalid")
-        if self.failing is not None:
-            raise self.failing
-        self.apply_count += 1
-        key = (manifest["kind"], manifest["metadata"]["name"])
-        stored = copy.deepcopy(dict(manifest))
-        if manifest["kind"] == GRPC_ROUTE_KIND and self.gateway is not None:
-            stored = self._route_generation(self.objects.get(key), stored)
-        self.objects[key] = stored
-        if manifest["kind"] == GRPC_ROUTE_KIND and self.gateway == "at once":
-            self.gateway_reports()
-        return copy.deepcopy(self.objects[key])
-
-    @staticmethod
-    def _route_generation(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-        """The API server's part: metadata.generation moves when the spec changes; the status stays as it was."""
-        before = old["metadata"].get("generation", 0) if old is not None else 0
-        changed = old is None or old.get("spec") != new.get("spec")
-        new["metadata"]["generation"] = before + 1 if changed else before
-        if old is not None and "status" in old:
-            new["status"] = old["status"]
-        return new
-
-    def gateway_reports(self) -> None:
-        """The gateway's part: its verdict (gateway_verdict) on every GRPCRoute's current generation, per parent."""
-        status, reason = self.gateway_verdict
-        for (kind, _), route in self.objects.items():
-            if kind != GRPC_ROUTE_KIND:
-                continue
-            generation = route["metadata"].get("generation", 0)
-            route["status"] = {
-                "parents": [
-                    {
-                        "parentRef": ref,
-                        "controllerName": "example.com/gateway",
-                        "conditions": [
-                            {"type": "Accepted", "status": status, "reason": reason, "observedGeneration": generation},
-                            {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs",
-                             "observedGeneration": generation},
-                        ],
-                    }
-                    for ref in route["spec"]["parentRefs"]
-                ]
-            }  # fmt: skip
-
-    async def read_children(self, model: InferenceModel, applied: Sequence[Mapping[str, Any]] = ()) -> ChildStates:
-        return ChildStates(deployments=dict(self.deployment_states))
-
-    async def scrape_metrics(self, model: InferenceModel, versions: Collection[str]) -> MetricsScrape:
-        return self.metrics
-
-    async def crd_serves(self, name: str, version: str) -> bool:
-        return self.gateway_api and (name, version) == (GRPC_ROUTE_CRD, "v1")
-
-    async def list_owned(
-        self, model: InferenceModel, *, routes: bool, backend_tls: bool = False
-    ) -> tuple[OwnedChild, ...]:
-        """What exists and the model controls: Deployments, Services, NetworkPolicies, PodDisruptionBudgets (and
-        GRPCRoutes, and BackendTLSPolicies and ConfigMaps)."""
-        owned = []
-        listed = {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget"}
-        listed |= {GRPC_ROUTE_KIND} if routes else set()
-        listed |= {"BackendTLSPolicy", "ConfigMap"} if backend_tls else set()
-        for (kind, name), manifest in sorted(self.objects.items()):
-            if kind not in listed:
-                continue
-            labels = manifest["metadata"].get("labels") or {}
-            if controller_of(manifest).uid != model.ref.uid or labels.get("skiff.dev/model") != model.ref.name:
-                continue  # the API server's label selector, then kube.owned_by
-            version = labels.get("skiff.dev/version")
-            state = self.deployment_states.get(version or "") if kind == "Deployment" else None
-            owned.append(
-                OwnedChild(
-                    kind,
-                    name,
-                    version,
-                    ready_replicas=state.ready_replicas if state else 0,
-                    progress_deadline_exceeded=bool(state and state.progress_deadline_exceeded),
-                    headless=kind == "Service" and manifest["spec"].get("clusterIP") == "None",
-                    route=route_state(manifest) if kind == GRPC_ROUTE_KIND else None,
-                )
-            )
-        return tuple(owned)
-
-    async def find_occupants(
-        self, namespace: str, uid: str, wanted: Collection[tuple[str, str]]
-    ) -> tuple[Occupant, ...]:
-        self.lookups.extend(sorted(wanted))
-        found = [occupant(kind, self.objects[(kind, name)], uid) for kind, name in sorted(wanted)
-                 if (kind, name) in self.objects]  # fmt: skip
-        return tuple(o for o in found if o is not None)
-
-    async def delete_child(self, namespace: str, child: OwnedChild) -> None:
-        self.deleted.append((child.kind, child.name))
-        self.objects.pop((child.kind, child.name), None)
-
-
 def ready(replicas: int) -> DeploymentState:
     return DeploymentState(1, 1, replicas, replicas, replicas, replicas, new_replica_set_available=True)
-
-
-def condition(status: dict[str, Any], kind: str) -> tuple[str, str]:
-    found = next(c for c in status["conditions"] if c["type"] == kind)
-    return found["status"], found["reason"]
 
 
 async def test_reconcile_applies_every_child(make_body: Body) -> None:

@@ -11,8 +11,7 @@ from typing import Any
 from skiff_operator.reconcile import reconcile
 from skiff_operator.routing import GRPC_ROUTE_CRD
 from tests.conftest import wire
-from tests.test_reconcile import condition
-from tests.test_tls import TLSFakeCluster, user_secret
+from tests.fakes import TLSFakeCluster, condition, user_secret
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 Body = Callable[..., dict[str, Any]]

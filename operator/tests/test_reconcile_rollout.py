@@ -8,12 +8,12 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from skiff_operator.prometheus import Counts, MetricsScrape
+from skiff_operator.contract import METRICS_PORT
+from skiff_operator.observed import MetricsScrape
+from skiff_operator.prometheus import Counts
 from skiff_operator.reconcile import reconcile
-from skiff_operator.render.contract import METRICS_PORT
 from tests.conftest import wire
-from tests.test_reconcile import FakeCluster, condition
-from tests.test_routing import GATEWAYS, canary_body, deployment
+from tests.fakes import GATEWAYS, FakeCluster, canary_body, condition, deployment
 
 T0 = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 Body = Callable[..., dict[str, Any]]

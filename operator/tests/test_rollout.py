@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from skiff_operator.conditions import Reason
 from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.prometheus import Counts
 from skiff_operator.rollout import (
@@ -23,7 +24,6 @@ from skiff_operator.rollout import (
     rollout_traffic,
 )
 from skiff_operator.spec import Analysis, RolloutSpec, RolloutStep, TrafficShare
-from skiff_operator.status import Reason
 
 T0 = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 BOUNDS = ("0.005", "0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "+Inf")

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from skiff_operator.route_status import ROUTE_ACCEPTED, applied_route, route_acceptance, route_events, route_state
-from skiff_operator.routing import OwnedChild, PreviousTraffic, RoutingPlan, plan_routing
+from skiff_operator.conditions import Condition, Reason, StatusCondition
+from skiff_operator.observed import OwnedChild, route_state
+from skiff_operator.route_status import ROUTE_ACCEPTED, applied_route, route_acceptance, route_events
+from skiff_operator.routing import PreviousTraffic, RoutingPlan, plan_routing
 from skiff_operator.spec import parse_inference_model
-from skiff_operator.status import Condition, Reason, StatusCondition
 from skiff_operator.traffic_status import summarize_traffic
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)

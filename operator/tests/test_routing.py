@@ -11,10 +11,10 @@ import pytest
 
 from skiff_operator.manifests import render_routing
 from skiff_operator.model_status import parse_status
+from skiff_operator.observed import OwnedChild
 from skiff_operator.reconcile import reconcile
 from skiff_operator.routing import (
     Mode,
-    OwnedChild,
     PreviousTraffic,
     choose_mode,
     plan_routing,
@@ -26,31 +26,14 @@ from skiff_operator.routing import (
     version_traffic,
 )
 from skiff_operator.spec import GatewayRef, Routing, RoutingMode, parse_inference_model
-from skiff_operator.status import DeploymentState
 from skiff_operator.summary import ROUTE_RECHECK_MIN_S
 from skiff_operator.traffic import HoldReason
 from skiff_operator.traffic_status import previous_traffic
 from tests.conftest import wire
-from tests.test_reconcile import FakeCluster, condition
+from tests.fakes import GATEWAYS, FakeCluster, canary_body, condition, deployment
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 Body = Callable[..., dict[str, Any]]
-GATEWAYS = [{"name": "public", "namespace": "infra", "sectionName": "grpc"}]
-
-
-def canary_body(make_body: Body, v1: int, v2: int | None, **extra: Any) -> dict[str, Any]:
-    versions = [{"name": "v1", "modelUri": "pvc://models/m/v1", "replicas": 3}]
-    traffic = [{"version": "v1", "percent": v1}]
-    if v2 is not None:
-        versions.append({"name": "v2", "modelUri": "pvc://models/m/v2", "replicas": 1})
-        traffic.append({"version": "v2", "percent": v2})
-    return make_body(name="fraud", versions=versions, traffic=traffic, **extra)
-
-
-def deployment(ready: int, *, deadline: bool = False) -> DeploymentState:
-    return DeploymentState(1, 1, ready, ready, ready, ready, progress_deadline_exceeded=deadline)
-
-
 # -- mode selection ----------------------------------------------------------------------------------------------
 
 GW = (GatewayRef("public", "infra"),)

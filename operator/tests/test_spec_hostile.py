@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skiff_operator.manifests import render_all
+from skiff_operator.observed import MetricsScrape
 from skiff_operator.plan import Observed, make_plan
-from skiff_operator.prometheus import MetricsScrape
 from skiff_operator.spec import (
     MAX_AFFINITY_DEPTH,
     MAX_WORKERS,

@@ -16,7 +16,7 @@ from skiff_operator.spec import (
     parse_inference_model,
     parse_spec,
 )
-from tests.test_crd import defaulted
+from tests.fakes import defaulted
 
 VERSIONS = [{"name": "v1", "modelUri": "pvc://m/1"}, {"name": "v2", "modelUri": "pvc://m/2"}]
 TRAFFIC = [{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}]

@@ -9,20 +9,11 @@ from typing import Any
 import jsonschema
 import pytest
 
+from skiff_operator.conditions import Problem, Reason, StatusCondition, StatusEvent
 from skiff_operator.model_status import parse_status
+from skiff_operator.observed import ChildStates, DeploymentState, PodEvent, PodState
 from skiff_operator.spec import InferenceModel, parse_inference_model
-from skiff_operator.status import (
-    ChildStates,
-    DeploymentState,
-    PodEvent,
-    PodState,
-    Problem,
-    Reason,
-    StatusCondition,
-    StatusEvent,
-    patch_changes,
-    transition_events,
-)
+from skiff_operator.status import patch_changes, transition_events
 from skiff_operator.summary import summarize_blocked, summarize_status
 from tests.conftest import crd_schema, stored_body, wire
 

@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 
-from skiff_operator.status import Reason, StatusCondition
+from skiff_operator.conditions import Reason, StatusCondition
 from skiff_operator.summary import ROUTE_RECHECK_MAX_S, ROUTE_RECHECK_MIN_S, route_recheck_after_s
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)

@@ -7,19 +7,18 @@ import base64
 import copy
 import datetime
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from skiff_operator import certs
-from skiff_operator.ownership import Holder, StoredSecret, controller_of
 from skiff_operator.reconcile import reconcile
 from skiff_operator.spec import parse_inference_model
 from skiff_operator.tls import observe_tls, plan_tls
 from tests.conftest import wire
-from tests.test_reconcile import FakeCluster, condition
+from tests.fakes import TLSFakeCluster, condition, user_secret
 
 NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 TLS_ITEMS = [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]  # never the whole Secret
@@ -29,49 +28,6 @@ TWO_VERSIONS = {
     "versions": [{"name": "v1", "modelUri": "pvc://models/a"}, {"name": "v2", "modelUri": "pvc://models/b"}],
     "traffic": [{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}],
 }
-
-
-class TLSFakeCluster(FakeCluster):
-    """FakeCluster plus Secrets (applied ones and the user's) and installed CRDs."""
-
-    def __init__(self, crds: tuple[str, ...] = ()) -> None:
-        super().__init__()
-        self.crds = set(crds)
-        self.reads: list[str] = []
-
-    def put_secret(
-        self, name: str, data: Mapping[str, bytes], kind: str = "Opaque", annotations: Mapping[str, str] = {}
-    ) -> None:
-        """A Secret the user (or cert-manager, with its annotation) made: no controller."""
-        encoded = {key: base64.b64encode(value).decode() for key, value in data.items()}
-        metadata = {"name": name, "annotations": dict(annotations)}
-        self.objects[("Secret", name)] = {"kind": "Secret", "metadata": metadata, "type": kind, "data": encoded}
-
-    async def read_secret(self, namespace: str, name: str) -> StoredSecret | None:
-        self.reads.append(name)
-        secret = self.objects.get(("Secret", name))
-        if secret is None:
-            return None
-        return StoredSecret(
-            data={key: base64.b64decode(value) for key, value in secret.get("data", {}).items()},
-            type=secret.get("type", "Opaque"),
-            holder=controller_of(secret),
-            annotations=secret["metadata"].get("annotations") or {},
-        )
-
-    async def read_controller(self, api_version: str, kind: str, namespace: str, name: str) -> Holder | None:
-        found = self.objects.get((kind, name))
-        return None if found is None else controller_of(found)
-
-    async def crd_serves(self, name: str, version: str) -> bool:
-        return name in self.crds
-
-    def secret(self, name: str) -> dict[str, bytes]:
-        data = self.objects[("Secret", name)]["data"]
-        return {key: base64.b64decode(value) for key, value in data.items()}
-
-    def certificate(self, name: str = "demo-tls") -> x509.Certificate:
-        return x509.load_pem_x509_certificate(self.secret(name)["tls.crt"])
 
 
 def dns_names(cert: x509.Certificate) -> set[str]:
@@ -193,12 +149,6 @@ async def test_missing_user_secret_holds_the_deployment_with_a_readable_conditio
         "dnsNames": None,
     }
     assert [e.reason for e in outcome.events] == ["TLSSecretMissing"]
-
-
-def user_secret(now: datetime.datetime, lifetime: datetime.timedelta) -> dict[str, bytes]:
-    ca = certs.issue_ca("user CA", now - datetime.timedelta(days=400))
-    server = certs.issue_server_certificate(ca, ["demo.ml.svc"], now - datetime.timedelta(days=1), lifetime)
-    return {"tls.crt": server.cert_pem, "tls.key": server.key_pem, "ca.crt": ca.cert_pem}
 
 
 async def test_bad_user_secrets_are_invalid_and_never_quote_the_key(make_body: Body) -> None:

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from skiff_operator.routing import Mode, OwnedChild, PreviousTraffic, RoutingPlan, plan_routing
+from skiff_operator.conditions import Condition, Reason, StatusCondition
+from skiff_operator.observed import OwnedChild
+from skiff_operator.routing import Mode, PreviousTraffic, RoutingPlan, plan_routing
 from skiff_operator.spec import parse_inference_model
-from skiff_operator.status import Condition, Reason, StatusCondition
 from skiff_operator.traffic_status import accepted_since, gateway_readiness, pod_split, split_approximation
 
 Body = Callable[..., dict[str, Any]]

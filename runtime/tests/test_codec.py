@@ -16,11 +16,13 @@ from skiff_runtime.codec import (
     decode_request,
     decode_request_bytes,
     decode_response,
+    encode_model_config,
     encode_request,
     encode_response,
     encode_response_bytes,
 )
 from skiff_runtime.errors import InvalidInput
+from skiff_runtime.model_config import model_config
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.tensors import (
     NUMPY_DTYPES,
@@ -667,3 +669,16 @@ def test_the_contract_sees_every_head_before_any_tensor_data_is_decoded() -> Non
     assert contract.seen == [([TensorHead("features", Datatype.FP32, (2, 4))], ())]
     with pytest.raises(InvalidInput, match="raw contents hold 3 bytes"):
         decode_request_bytes(message.SerializeToString())  # without a contract the data is decoded, and fails
+
+
+def test_the_model_config_message_carries_the_built_configuration() -> None:
+    config = model_config(
+        "m",
+        "paddle_inference",
+        ModelSignature((TensorSpec("s", Datatype.BYTES, (-1, 1)),), (TensorSpec("y", Datatype.FP32, (-1, 3)),)),
+        max_batch_size=4,
+    )
+    message = encode_model_config(config)
+    assert (message.name, message.backend, message.max_batch_size) == ("m", "paddle", 4)
+    assert [(t.name, t.data_type, list(t.dims)) for t in message.input] == [("s", pb.TYPE_STRING, [1])]
+    assert [(t.name, t.data_type, list(t.dims)) for t in message.output] == [("y", pb.TYPE_FP32, [3])]

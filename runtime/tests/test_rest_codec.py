@@ -10,7 +10,14 @@ import pytest
 
 from skiff_runtime.codec import encode_tensor_bytes
 from skiff_runtime.errors import InvalidInput
-from skiff_runtime.rest_codec import MAX_JSON_BYTES, decode_infer_body, encode_infer_body, parse_header_length
+from skiff_runtime.model_config import model_config
+from skiff_runtime.rest_codec import (
+    MAX_JSON_BYTES,
+    decode_infer_body,
+    encode_infer_body,
+    model_config_body,
+    parse_header_length,
+)
 from skiff_runtime.tensors import Datatype, InferResponse, ModelSignature, Tensor, TensorSpec
 from skiff_runtime.validation import ModelContract
 
@@ -163,3 +170,16 @@ def test_non_utf8_bytes_outputs_must_be_asked_for_as_binary() -> None:
     s = Tensor("s", Datatype.BYTES, np.array([b"\xff"], dtype=object))
     with pytest.raises(InvalidInput, match="binary_data true"):
         encode_infer_body(InferResponse("m", "1", "", (s,)), lambda name: False)
+
+
+def test_the_model_config_body_is_the_built_configuration_as_json() -> None:
+    signature = ModelSignature((TensorSpec("x", Datatype.FP32, (-1, 4)),), (TensorSpec("y", Datatype.INT64, (2,)),))
+    body = model_config_body(model_config("m", "paddle_inference", signature, max_batch_size=8))
+    assert json.loads(json.dumps(body)) == {
+        "name": "m",
+        "platform": "paddle_inference",
+        "backend": "paddle",
+        "max_batch_size": 0,  # the output has no batch dimension
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]}],
+        "output": [{"name": "y", "data_type": "TYPE_INT64", "dims": [2]}],
+    }

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import numpy as np
 import pytest
+from runtime.tests.fakes import SIGNATURE, FakeEngine, x_request
 
 from skiff_runtime.errors import (
     DeadlineExceeded,
@@ -19,68 +20,13 @@ from skiff_runtime.errors import (
     ModelNotReady,
     QueueFull,
 )
-from skiff_runtime.service import ModelService, ModelState, ServiceLimits
-from skiff_runtime.tensors import Array, Datatype, InferRequest, ModelSignature, Tensor, TensorSpec
+from skiff_runtime.service import ModelService, ModelState
+from skiff_runtime.settings import BatchingLimits
+from skiff_runtime.tensors import Array, Datatype, ModelSignature, TensorSpec
 from skiff_runtime.workers.thread import ThreadWorker
 
-SIGNATURE = ModelSignature(
-    inputs=(TensorSpec("x", Datatype.FP32, (-1, 4)),),
-    outputs=(
-        TensorSpec("out", Datatype.FP32, (-1, 4)),
-        TensorSpec("total", Datatype.FP64, (-1,)),
-        TensorSpec("rows", Datatype.INT64, (-1,)),
-    ),
-)
-LIMITS = ServiceLimits(max_batch_size=4, max_queue_size=2)
+LIMITS = BatchingLimits(max_batch_size=4, max_queue_size=2)
 WARMUP_CALLS = 4  # every batch size the batcher can emit: 1..max_batch_size
-
-
-class FakeEngine:
-    """Records every call; when `gate` is set to an Event, each run waits for it (on the inference thread)."""
-
-    platform = "fake"
-
-    def __init__(self, signature: ModelSignature = SIGNATURE) -> None:
-        self.signature = signature
-        self.calls: list[dict[str, Array]] = []
-        self.threads: set[str] = set()
-        self.gate: threading.Event | None = None
-        self.entered = threading.Event()
-        self.error: Exception | None = None
-        self.drop_output: str | None = None
-
-    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
-        self.calls.append(dict(inputs))
-        self.threads.add(threading.current_thread().name)
-        self.entered.set()
-        if self.gate is not None:
-            assert self.gate.wait(timeout=5), "test never released the engine"
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise error
-        x = inputs["x"]
-        outputs = {
-            "out": x * 2,
-            "total": x.sum(axis=1, dtype=np.float64),
-            "rows": np.arange(x.shape[0], dtype=np.int64),
-        }
-        if self.drop_output:
-            del outputs[self.drop_output]
-        return outputs
-
-    def block(self) -> threading.Event:
-        self.gate = threading.Event()
-        self.entered.clear()
-        return self.gate
-
-    def release(self) -> None:
-        if self.gate is not None:
-            self.gate.set()
-
-
-def x_request(batch: int = 2, *, name: str = "m", version: str = "", outputs: tuple[str, ...] = ()) -> InferRequest:
-    x = np.arange(batch * 4, dtype=np.float32).reshape(batch, 4)
-    return InferRequest(name, version, "req-1", (Tensor("x", Datatype.FP32, x),), requested_outputs=outputs)
 
 
 @pytest.fixture
@@ -125,7 +71,7 @@ async def test_warmup_fills_variable_dims_and_warms_once_when_max_batch_is_one()
             return {"y": np.zeros(1, dtype=np.float32)}
 
     fake = Recorder(signature)
-    svc = ModelService("m", "1", ThreadWorker(lambda: fake), ServiceLimits(max_batch_size=1))
+    svc = ModelService("m", "1", ThreadWorker(lambda: fake), BatchingLimits(max_batch_size=1))
     await svc.load()
     (call,) = fake.calls
     assert (call["ids"].shape, call["ids"].dtype) == ((1, 16), np.int64)
@@ -346,7 +292,7 @@ async def test_admission_needs_a_ready_model(engine: FakeEngine) -> None:
 
 
 async def test_request_bytes_are_held_against_the_budget_until_answered(engine: FakeEngine) -> None:
-    svc = ModelService("m", "1", ThreadWorker(lambda: engine), ServiceLimits(max_batch_size=4, max_request_bytes=100))
+    svc = ModelService("m", "1", ThreadWorker(lambda: engine), BatchingLimits(max_batch_size=4), max_request_bytes=100)
     await svc.load()
     with svc.budget.hold(60):
         assert svc.budget.held == 60
@@ -360,19 +306,3 @@ async def test_request_bytes_are_held_against_the_budget_until_answered(engine: 
     with svc.admit():  # room again
         pass
     await svc.close()
-
-
-async def test_decode_checks_the_signature_before_the_data(service: ModelService) -> None:
-    from skiff_runtime.proto import inference_pb2 as pb
-
-    message = pb.ModelInferRequest(model_name="m")
-    contents = pb.InferTensorContents(fp32_contents=[1.0])  # 1 element for 20: never looked at
-    message.inputs.add(name="x", datatype="FP32", shape=[5, 4], contents=contents)
-    with pytest.raises(InvalidInput, match=r"batch size 5 is outside 1\.\.4"):
-        service.decode(message.SerializeToString())
-    message.inputs[0].shape[:] = [2, 4]
-    message.inputs[0].contents.fp32_contents.extend([0.0] * 7)
-    assert service.decode(message.SerializeToString()).inputs[0].data.shape == (2, 4)
-    message.model_name = "other"
-    with pytest.raises(ModelNotFound):
-        service.decode(message.SerializeToString())

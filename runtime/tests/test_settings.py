@@ -9,6 +9,7 @@ import pytest
 
 from skiff_runtime.settings import (
     OPTIONS,
+    BatchingLimits,
     Device,
     IntermediateTensors,
     Option,
@@ -21,17 +22,32 @@ from skiff_runtime.settings import (
 )
 
 REQUIRED_ARGS = ["--model-dir", "/models/m", "--model-name", "m"]
-FIELDS = {f.name: f for f in dataclasses.fields(RuntimeSettings)}
+# Every settings field an option fills: RuntimeSettings' own, and those of its groups (BatchingLimits).
+SECTIONS = {"batching": BatchingLimits}
+FIELDS = {
+    **{f.name: f for f in dataclasses.fields(RuntimeSettings) if f.name not in SECTIONS},
+    **{f.name: f for group in SECTIONS.values() for f in dataclasses.fields(group)},
+}
 
 
 def fields_of(settings: RuntimeSettings) -> dict[str, object]:
-    return {name: getattr(settings, name) for name in FIELDS}
+    return {option.name: option.value_in(settings) for option in OPTIONS}
 
 
 def test_every_option_has_a_settings_field_and_every_field_an_option() -> None:
     names = [option.name for option in OPTIONS]
     assert len(names) == len(set(names))
     assert set(names) == set(FIELDS)
+    for option in OPTIONS:
+        holder = SECTIONS[option.section] if option.section else RuntimeSettings
+        assert option.name in {f.name for f in dataclasses.fields(holder)}, option
+
+
+def test_the_batching_options_fill_the_one_batching_limits_type() -> None:
+    settings = parse_settings([*REQUIRED_ARGS, "--max-batch-size", "8", "--max-queue-delay-us", "500"], env={})
+    assert settings.batching == BatchingLimits(max_batch_size=8, max_queue_delay_us=500)
+    assert settings.batching.max_queue_delay_s == 0.0005
+    assert parse_settings(REQUIRED_ARGS, env={}).batching == BatchingLimits()
 
 
 def test_required_options_are_exactly_the_fields_without_defaults() -> None:
@@ -72,7 +88,7 @@ def test_env_beats_defaults_and_flags_beat_env() -> None:
     assert settings.model_name == "from-env"
     assert settings.grpc_port == 7001
     assert settings.device == Device("cpu")
-    assert settings.max_batch_size == 4
+    assert settings.batching.max_batch_size == 4
     assert settings.health_port == 8002
 
 

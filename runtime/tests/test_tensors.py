@@ -127,3 +127,16 @@ def test_tensor_shape_is_a_tuple_of_python_ints() -> None:
     tensor = Tensor("x", Datatype.FP32, np.zeros((2, 3), dtype=np.float32))
     assert tensor.shape == (2, 3)
     assert all(type(d) is int for d in tensor.shape)
+
+
+def _signature(input_shape: tuple[int, ...], output_shape: tuple[int, ...]) -> ModelSignature:
+    return ModelSignature(
+        (TensorSpec("x", Datatype.FP32, input_shape),), (TensorSpec("y", Datatype.FP32, output_shape),)
+    )
+
+
+def test_a_signature_is_batched_only_with_a_batch_dimension_on_every_input_and_output() -> None:
+    assert _signature((-1, 4), (-1,)).batched
+    assert not _signature((1, 4), (-1,)).batched
+    assert not _signature((-1, 4), (4,)).batched  # an output without one: not merged, not reported batched
+    assert not _signature((-1, 4), ()).batched

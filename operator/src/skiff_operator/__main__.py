@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import kopf
 
-from skiff_operator.handlers import OperatorOptions, build_registry
+from skiff_operator.controller import OperatorOptions
+from skiff_operator.handlers import build_registry
 from skiff_operator.leader import LeaseOptions, default_identity
 
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

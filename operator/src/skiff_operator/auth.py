@@ -3,9 +3,10 @@ token; until it does, the Deployments stay as they are (their pods could not sta
 
 from __future__ import annotations
 
-from skiff_operator.ownership import StoredSecret, refused_secret_message
+from skiff_operator.conditions import Problem, Reason
+from skiff_operator.observed import StoredSecret
+from skiff_operator.ownership import refused_secret_message
 from skiff_operator.spec import InferenceModel
-from skiff_operator.status import Problem, Reason
 
 
 def auth_problem(model: InferenceModel, secret: StoredSecret | None) -> Problem | None:

@@ -1,6 +1,9 @@
-"""Errors the cluster adapter raises, as domain types that import nothing from a client library."""
+"""The operator's errors as domain types that import nothing from a client library: what the cluster adapter raises
+(ApplyRejected, ClusterUnavailable) and what the spec's parse raises (SpecError)."""
 
 from __future__ import annotations
+
+from skiff_operator.conditions import Reason
 
 
 class ApplyRejected(Exception):
@@ -19,3 +22,12 @@ class ClusterUnavailable(Exception):
     def __init__(self, detail: str, retry_after_s: float = 10.0) -> None:
         super().__init__(detail)
         self.retry_after_s = retry_after_s
+
+
+class SpecError(ValueError):
+    """A spec that cannot be rendered; `reason` becomes the Ready condition's reason."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message

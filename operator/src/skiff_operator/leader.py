@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
+from skiff_operator.kinds import LEASE
 
-LEASE_API_VERSION = "coordination.k8s.io/v1"
+LEASE_API_VERSION = LEASE.api_version
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def lease_manifest(
         metadata["resourceVersion"] = record.resource_version
     return {
         "apiVersion": LEASE_API_VERSION,
-        "kind": "Lease",
+        "kind": LEASE.kind,
         "metadata": metadata,
         "spec": {
             "holderIdentity": options.identity,
@@ -118,7 +119,7 @@ def released_manifest(options: LeaseOptions, record: LeaseRecord) -> dict[str, A
     """The Lease handed back: no holder, so a standby acquires it at its next look."""
     return {
         "apiVersion": LEASE_API_VERSION,
-        "kind": "Lease",
+        "kind": LEASE.kind,
         "metadata": {"name": options.name, "namespace": options.namespace, "resourceVersion": record.resource_version},
         "spec": {"holderIdentity": None, "leaseDurationSeconds": 1, "leaseTransitions": record.transitions},
     }

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from skiff_operator.kinds import Order, kinds_in_order
 from skiff_operator.plan import Held, Plan
 from skiff_operator.render.backend_tls import render_backend_ca_config_map, render_backend_tls_policies
 from skiff_operator.render.deployment import render_deployment
@@ -12,15 +13,16 @@ from skiff_operator.render.disruption_budget import render_disruption_budget
 from skiff_operator.render.network_policy import render_network_policy
 from skiff_operator.render.route import ParentGateway, render_grpc_route
 from skiff_operator.render.service import render_model_service, render_version_service
-from skiff_operator.render.tls import CERTIFICATE_KIND
-from skiff_operator.routing import GRPC_ROUTE_KIND, Mode, RoutingPlan
-from skiff_operator.spec import InferenceModel
+from skiff_operator.render.tls import render_ca_secret, render_certificate, render_tls_secret
+from skiff_operator.routing import Mode, RoutingPlan
+from skiff_operator.spec import InferenceModel, Version
+from skiff_operator.tls import CASecret, CertificateRequest, ServerSecret, TLSWrite
 
 # Applied before the rest (the pods mount the Secrets; cert-manager writes one from the Certificate), and checked
-# for ownership by skiff_operator.tls against what it read.
-FIRST_KINDS = frozenset({"Secret", CERTIFICATE_KIND})
-# Applied after the rest: a GRPCRoute may send traffic only once what it points at exists.
-LAST_KINDS = frozenset({GRPC_ROUTE_KIND})
+# for ownership by skiff_operator.tls against what it read; and applied after the rest (a GRPCRoute may send
+# traffic only once what it points at exists). The order is a column of skiff_operator.kinds.
+FIRST_KINDS = kinds_in_order(Order.FIRST)
+LAST_KINDS = kinds_in_order(Order.LAST)
 
 
 def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
@@ -30,23 +32,70 @@ def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
     BackendTLSPolicies (Gateway mode with TLS), the model Service, the GRPCRoute (Gateway mode), and the
     NetworkPolicy (unless turned off). A held plan renders the TLS step's objects only."""
     if isinstance(plan, Held):
-        return list(plan.tls.manifests) if plan.tls is not None else []
+        return render_tls(plan.model, plan.tls.writes) if plan.tls is not None else []
     running = plan.running
-    manifests: list[dict[str, Any]] = list(plan.tls.manifests)
+    manifests = render_tls(plan.model, plan.tls.writes)
     for version in running.spec.versions:
-        # Without its volume a pod would sit in ContainerCreating; keep whatever runs now and report instead.
-        if version.model_uri.claim not in plan.missing_claims:
-            manifests.append(render_deployment(running, version))
-        manifests.append(render_version_service(running, version, headless=plan.headless_versions))
-        budget = render_disruption_budget(running, version)
-        if budget is not None:
-            manifests.append(budget)
+        manifests += [m for render in VERSION_RENDERERS if (m := render(plan, version)) is not None]
     manifests += render_backend_tls(plan.model, plan.routing)
     manifests += render_routing(running, plan.routing)
     policy = render_network_policy(plan.policy_model)
     if policy is not None:
         manifests.append(policy)
     return manifests
+
+
+def render_tls(model: InferenceModel, writes: Sequence[TLSWrite]) -> list[dict[str, Any]]:
+    """The Secrets and the Certificate the TLS step decided to write (skiff_operator.tls), in its order."""
+    return [TLS_RENDERERS[type(write)](model, write) for write in writes]
+
+
+def _ca_secret(model: InferenceModel, write: TLSWrite) -> dict[str, Any]:
+    assert isinstance(write, CASecret)
+    return render_ca_secret(model, write.data)
+
+
+def _server_secret(model: InferenceModel, write: TLSWrite) -> dict[str, Any]:
+    assert isinstance(write, ServerSecret)
+    return render_tls_secret(model, write.server, write.ca_bundle)
+
+
+def _certificate(model: InferenceModel, write: TLSWrite) -> dict[str, Any]:
+    assert isinstance(write, CertificateRequest)
+    return render_certificate(model, write.dns_names)
+
+
+# One row per decision the TLS step makes.
+TLS_RENDERERS: Mapping[type, Callable[[InferenceModel, TLSWrite], dict[str, Any]]] = {
+    CASecret: _ca_secret,
+    ServerSecret: _server_secret,
+    CertificateRequest: _certificate,
+}
+
+
+def _deployment(plan: Plan, version: Version) -> dict[str, Any] | None:
+    """Without its volume a pod would sit in ContainerCreating: a version whose claim is missing keeps whatever
+    runs now (and status reports it)."""
+    if version.model_uri.claim in plan.missing_claims:
+        return None
+    return render_deployment(plan.running, version)
+
+
+def _version_service(plan: Plan, version: Version) -> dict[str, Any] | None:
+    return render_version_service(plan.running, version, headless=plan.headless_versions)
+
+
+def _disruption_budget(plan: Plan, version: Version) -> dict[str, Any] | None:
+    return render_disruption_budget(plan.running, version)
+
+
+# Per version, in apply order: each renders one child of the version (None: none this pass). A new per-version
+# child kind is a row here and its row in skiff_operator.kinds.
+VERSION_RENDERERS: tuple[Callable[[Plan, Version], dict[str, Any] | None], ...] = (
+    _deployment,
+    _version_service,
+    _disruption_budget,
+)
 
 
 def render_backend_tls(model: InferenceModel, routing: RoutingPlan) -> list[dict[str, Any]]:

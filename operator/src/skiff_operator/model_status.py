@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from skiff_operator.conditions import Reason, StatusCondition
 from skiff_operator.rollout import ROLLOUT_REASONS, BaselineStatus, Role, RolloutStatus, SideStatus, Verdict
 from skiff_operator.routing import Mode
 from skiff_operator.spec import TLSMode
-from skiff_operator.status import NULL_WHEN_NONE, Reason, StatusCondition, VersionStatus
+from skiff_operator.status import NULL_WHEN_NONE, VersionStatus
 from skiff_operator.tls import TLSStatus
 from skiff_operator.traffic import HoldReason
 from skiff_operator.traffic_status import TrafficStatus, TrafficVersionStatus

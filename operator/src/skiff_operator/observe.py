@@ -5,16 +5,14 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Protocol
 
+from skiff_operator.conditions import Problem, Reason
 from skiff_operator.errors import ApplyRejected
 from skiff_operator.model_status import Status
-from skiff_operator.ownership import StoredSecret
+from skiff_operator.observed import MetricsScrape, StoredSecret
 from skiff_operator.plan import Observed
-from skiff_operator.prometheus import MetricsScrape
-from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_CRD
 from skiff_operator.rollout import stable_versions
-from skiff_operator.routing import GRPC_ROUTE_CRD, RoutingCluster
+from skiff_operator.routing import BACKEND_TLS_POLICY_CRD, GRPC_ROUTE_CRD, RoutingCluster
 from skiff_operator.spec import InferenceModel
-from skiff_operator.status import Problem, Reason
 from skiff_operator.tls import TLSCluster, TLSObserved, observe_tls
 
 

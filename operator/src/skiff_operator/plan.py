@@ -6,9 +6,9 @@ import datetime
 from dataclasses import dataclass
 
 from skiff_operator.auth import auth_problem
+from skiff_operator.conditions import Problem
 from skiff_operator.model_status import Status
-from skiff_operator.ownership import StoredSecret
-from skiff_operator.prometheus import MetricsScrape
+from skiff_operator.observed import MetricsScrape, OwnedChild, StoredSecret
 from skiff_operator.rollout import (
     RolloutDecision,
     RolloutStatus,
@@ -16,9 +16,8 @@ from skiff_operator.rollout import (
     decide_model_rollout,
     with_rollout_traffic,
 )
-from skiff_operator.routing import OwnedChild, RoutingPlan, plan_routing, routed_model, version_services_headless
+from skiff_operator.routing import RoutingPlan, plan_routing, routed_model, version_services_headless
 from skiff_operator.spec import InferenceModel
-from skiff_operator.status import Problem
 from skiff_operator.tls import TLSObserved, TLSState, plan_tls
 from skiff_operator.traffic_status import previous_traffic
 
@@ -64,6 +63,7 @@ class Held:
 
     problem: Problem
     tls: TLSState | None  # None when TLS could not be read
+    model: InferenceModel  # the TLS step's writes are rendered for it
 
 
 def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime) -> Plan | Held:
@@ -72,13 +72,13 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
     keys here: skiff_operator.tls)."""
     if observed.tls is None:
         assert observed.blocker is not None  # observe() sets one when TLS could not be read
-        return Held(observed.blocker, None)
+        return Held(observed.blocker, None, model)
     tls = plan_tls(model, observed.tls, now)
     if tls.problem is not None:
-        return Held(tls.problem, tls)
+        return Held(tls.problem, tls, model)
     problem = observed.blocker or auth_problem(model, observed.auth_secret)
     if problem is not None:
-        return Held(problem, tls)
+        return Held(problem, tls, model)
     previous = observed.status
     stored = previous.rollout if previous is not None and isinstance(previous.rollout, RolloutStatus) else None
     rollout = (

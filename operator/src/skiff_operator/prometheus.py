@@ -191,20 +191,3 @@ def _count(value: str, number: int) -> int:
 
 def _unescape(value: str) -> str:
     return value.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
-
-
-@dataclass(frozen=True)
-class MetricsScrape:
-    """One read of the metrics ports of a model's pods: counters per version (summed over its running pods;
-    empty for a version with none), and per version why some pod could not be read."""
-
-    counts: Mapping[str, Counts] = field(default_factory=dict)
-    problems: Mapping[str, str] = field(default_factory=dict)
-
-    def side(self, versions: Iterable[str]) -> tuple[Counts | None, str]:
-        """The counters of `versions` together, or None and why when one of them could not be read fully."""
-        wanted = list(versions)
-        problems = [f"{version}: {self.problems[version]}" for version in wanted if version in self.problems]
-        if problems:
-            return None, "; ".join(problems)
-        return add(self.counts.get(version, Counts()) for version in wanted), ""

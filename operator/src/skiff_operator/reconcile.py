@@ -10,16 +10,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skiff_operator import names
+from skiff_operator.conditions import Problem, Reason, StatusEvent
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
+from skiff_operator.kinds import DEPLOYMENT
 from skiff_operator.manifests import FIRST_KINDS, LAST_KINDS, render_all
 from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.observe import ObserveCluster, observe
+from skiff_operator.observed import ChildStates, OwnedChild
 from skiff_operator.ownership import name_conflict_message
 from skiff_operator.plan import Held, Plan, make_plan
 from skiff_operator.route_status import applied_route
-from skiff_operator.routing import OwnedChild, prune, services_to_recreate
+from skiff_operator.routing import prune, services_to_recreate
 from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
-from skiff_operator.status import ChildStates, Problem, Reason, StatusEvent
 from skiff_operator.summary import Summary, summarize, summarize_problem
 from skiff_operator.tls import TLSState
 from skiff_operator.traffic_status import ROUTE_SETTLE_S
@@ -92,9 +94,7 @@ async def _reconcile_once(
     try:
         model = parse_inference_model(body)
     except SpecError as error:
-        known = {reason.value for reason in Reason}
-        reason = Reason(error.reason) if error.reason in known else Reason.INVALID_SPEC
-        return _held(summarize_problem(generation, Problem(reason, error.message), None, previous, now))
+        return _held(summarize_problem(generation, Problem(error.reason, error.message), None, previous, now))
 
     observed = await observe(model, previous, cluster)  # 1. one read
     plan = make_plan(model, observed, now)  # 2. pure
@@ -142,7 +142,7 @@ def rendered_names(plan: Plan, manifests: Sequence[Mapping[str, Any]]) -> set[tu
     claim keeps whatever runs now): none of these is pruned, and none may be held by another owner."""
     rendered = {(m["kind"], m["metadata"]["name"]) for m in manifests}
     model = plan.model.ref.name
-    rendered.update(("Deployment", names.deployment_name(model, v.name)) for v in plan.running.spec.versions)
+    rendered.update((DEPLOYMENT.kind, names.deployment_name(model, v.name)) for v in plan.running.spec.versions)
     return rendered
 
 

@@ -26,13 +26,23 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from skiff_operator.prometheus import Counts, MetricsScrape, quantile, subtract
+from skiff_operator.conditions import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    EventType,
+    Reason,
+    StatusCondition,
+    StatusEvent,
+)
+from skiff_operator.observed import MetricsScrape
+from skiff_operator.prometheus import Counts, quantile, subtract
 from skiff_operator.spec import InferenceModel, RolloutSpec, TrafficShare, Version
-from skiff_operator.status import Condition, Reason, StatusCondition, StatusEvent, stamp_conditions
+from skiff_operator.status import stamp_conditions
 from skiff_operator.traffic import TOTAL, largest_remainder
 
 P99 = 0.99
-ROLLED_BACK = "RolledBack"  # the condition type: True with the numbers that failed
+ROLLED_BACK = ConditionType.ROLLED_BACK  # the condition type: True with the numbers that failed
 
 
 class Verdict(enum.StrEnum):
@@ -67,16 +77,16 @@ class Role(enum.StrEnum):
 
 
 # Which transitions are worth an Event, and of which type (the others show in status only).
-EVENT_TYPES: Mapping[Reason, str] = {
-    Reason.ROLLOUT_STARTED: "Normal",
-    Reason.STEP_PASSED: "Normal",
-    Reason.LOW_TRAFFIC: "Normal",
-    Reason.ROLLOUT_PAUSED: "Normal",
-    Reason.PROMOTED: "Normal",
-    Reason.METRICS_UNAVAILABLE: "Warning",
-    Reason.ERROR_RATIO_EXCEEDED: "Warning",
-    Reason.LATENCY_RATIO_EXCEEDED: "Warning",
-    Reason.ABORTED: "Warning",
+EVENTS: Mapping[Reason, tuple[EventType, Reason]] = {
+    Reason.ROLLOUT_STARTED: (EventType.NORMAL, Reason.ROLLOUT_STARTED),
+    Reason.STEP_PASSED: (EventType.NORMAL, Reason.ROLLOUT_STEP_PASSED),
+    Reason.LOW_TRAFFIC: (EventType.NORMAL, Reason.ROLLOUT_LOW_TRAFFIC),
+    Reason.ROLLOUT_PAUSED: (EventType.NORMAL, Reason.ROLLOUT_PAUSED_EVENT),
+    Reason.PROMOTED: (EventType.NORMAL, Reason.ROLLOUT_PROMOTED),
+    Reason.METRICS_UNAVAILABLE: (EventType.WARNING, Reason.ROLLOUT_METRICS_UNAVAILABLE),
+    Reason.ERROR_RATIO_EXCEEDED: (EventType.WARNING, Reason.ROLLOUT_ERROR_RATIO_EXCEEDED),
+    Reason.LATENCY_RATIO_EXCEEDED: (EventType.WARNING, Reason.ROLLOUT_LATENCY_RATIO_EXCEEDED),
+    Reason.ABORTED: (EventType.WARNING, Reason.ROLLOUT_ABORTED),
 }
 ROLLED_BACK_REASONS = frozenset({Reason.ERROR_RATIO_EXCEEDED, Reason.LATENCY_RATIO_EXCEEDED, Reason.ABORTED})
 _FINAL = frozenset({Verdict.PROMOTED, Verdict.ROLLED_BACK})
@@ -308,13 +318,13 @@ def _step_label(state: RolloutState, steps: int) -> str:
 
 
 def _events(previous: RolloutState | None, state: RolloutState) -> tuple[StatusEvent, ...]:
-    """An Event when the reason or the step changes, for the reasons in EVENT_TYPES."""
+    """An Event when the reason or the step changes, for the reasons in EVENTS (its type and Event reason)."""
     if previous is not None and (previous.reason, previous.step) == (state.reason, state.step):
         return ()
-    kind = EVENT_TYPES.get(state.reason)
-    if kind is None:
+    event = EVENTS.get(state.reason)
+    if event is None:
         return ()
-    reason = f"Rollout{state.reason}" if not state.reason.startswith("Rollout") else str(state.reason)
+    kind, reason = event
     return (StatusEvent(kind, reason, state.message),)
 
 
@@ -370,7 +380,9 @@ def summarize_rollout(
         return None, tuple(conditions)
     state = decision.state
     rolled_back = state.verdict is Verdict.ROLLED_BACK
-    condition = Condition(ROLLED_BACK, "True" if rolled_back else "False", state.reason, state.message)
+    condition = Condition(
+        ROLLED_BACK, ConditionStatus.TRUE if rolled_back else ConditionStatus.FALSE, state.reason, state.message
+    )
     stamped = stamp_conditions([condition], previous_conditions, model.ref.generation, now)
     kept = tuple(c for c in conditions if c.type != ROLLED_BACK)
     return rollout_status(state, len(model.spec.rollout.steps)), (*kept, *stamped)

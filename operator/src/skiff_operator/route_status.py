@@ -10,11 +10,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skiff_operator.routing import GRPC_ROUTE_KIND, GatewayCondition, ParentState, RouteState, RoutingPlan, route_name
+from skiff_operator.conditions import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    EventType,
+    Reason,
+    StatusCondition,
+    StatusEvent,
+    find_condition,
+)
+from skiff_operator.kinds import GRPC_ROUTE
+from skiff_operator.observed import GatewayCondition, RouteState, parent_label, route_state
+from skiff_operator.routing import RoutingPlan, route_name
 from skiff_operator.spec import InferenceModel
-from skiff_operator.status import Condition, Reason, StatusCondition, StatusEvent, find_condition
 
-ROUTE_ACCEPTED = "RouteAccepted"
+ROUTE_ACCEPTED = ConditionType.ROUTE_ACCEPTED
 _ACCEPTED = "Accepted"
 _RESOLVED_REFS = "ResolvedRefs"
 
@@ -31,53 +42,16 @@ _HINTS = {
 }
 
 
-def parent_label(namespace: str, name: str, section: str | None) -> str:
-    """How a route parent is named in messages and matched: namespace/name[/listener]."""
-    return f"{namespace}/{name}" + (f"/{section}" if section else "")
-
-
-def route_state(manifest: Mapping[str, Any]) -> RouteState:
-    """A GRPCRoute as the API returns it -> its generation and each gateway's Accepted and ResolvedRefs."""
-    metadata = manifest.get("metadata") or {}
-    namespace = str(metadata.get("namespace", ""))
-    parents = []
-    for entry in (manifest.get("status") or {}).get("parents") or []:
-        ref = entry.get("parentRef") or {}
-        conditions = {c.get("type"): c for c in entry.get("conditions") or [] if isinstance(c, Mapping)}
-        parents.append(
-            ParentState(
-                gateway=parent_label(
-                    str(ref.get("namespace") or namespace), str(ref.get("name", "")), ref.get("sectionName")
-                ),
-                controller=str(entry.get("controllerName", "")),
-                accepted=_condition(conditions.get(_ACCEPTED)),
-                resolved_refs=_condition(conditions.get(_RESOLVED_REFS)),
-            )
-        )
-    return RouteState(int(metadata.get("generation") or 0), tuple(parents))
-
-
-def _condition(raw: Mapping[str, Any] | None) -> GatewayCondition | None:
-    if raw is None:
-        return None
-    return GatewayCondition(
-        str(raw.get("status", "Unknown")),
-        str(raw.get("reason", "")),
-        str(raw.get("message", "")),
-        int(raw.get("observedGeneration") or 0),
-    )
-
-
 def applied_route(model: InferenceModel, plan: RoutingPlan, stored: Sequence[Mapping[str, Any]]) -> RouteState | None:
     """The model's GRPCRoute as this pass's apply left it (its generation after the apply, what the gateways
     have written so far), else as listed before the apply; None when no route is rendered or none was seen."""
     name = route_name(model, plan)
     if name is None:
         return None
-    applied = next((m for m in stored if m.get("kind") == GRPC_ROUTE_KIND and _name(m) == name), None)
+    applied = next((m for m in stored if m.get("kind") == GRPC_ROUTE.kind and _name(m) == name), None)
     if applied is not None:
         return route_state(applied)
-    owned = next((c for c in plan.owned if c.kind == GRPC_ROUTE_KIND and c.name == name), None)
+    owned = next((c for c in plan.owned if c.kind == GRPC_ROUTE.kind and c.name == name), None)
     return owned.route if owned is not None else None
 
 
@@ -102,24 +76,29 @@ def route_acceptance(model: InferenceModel, plan: RoutingPlan, state: RouteState
         parent = reports.get(gateway)
         if parent is None or parent.accepted is None or parent.accepted.observed_generation < state.generation:
             pending.append(gateway)
-        elif parent.accepted.status != "True":
+        elif parent.accepted.status != ConditionStatus.TRUE:
             refused.append((Reason.ROUTE_NOT_ACCEPTED, _refusal(name, gateway, "did not accept", parent.accepted)))
-        elif parent.resolved_refs is not None and parent.resolved_refs.status == "False":
+        elif parent.resolved_refs is not None and parent.resolved_refs.status == ConditionStatus.FALSE:
             verb = "accepted but cannot resolve the backends of"
             refused.append((Reason.ROUTE_REFS_NOT_RESOLVED, _refusal(name, gateway, verb, parent.resolved_refs)))
         else:
             accepted.append(gateway)
     if refused:
-        return Condition(ROUTE_ACCEPTED, "False", refused[0][0], "; ".join(message for _, message in refused))
+        return Condition(
+            ROUTE_ACCEPTED, ConditionStatus.FALSE, refused[0][0], "; ".join(message for _, message in refused)
+        )
     if pending:
         generation = f" generation {state.generation}" if state.generation else ""
         message = (
             f"waiting for {', '.join(pending)} to accept GRPCRoute {name}{generation} (its status.parents); if this "
             "lasts, check that a gateway controller runs for the Gateway's GatewayClass"
         )
-        return Condition(ROUTE_ACCEPTED, "Unknown", Reason.ROUTE_PENDING, message)
+        return Condition(ROUTE_ACCEPTED, ConditionStatus.UNKNOWN, Reason.ROUTE_PENDING, message)
     return Condition(
-        ROUTE_ACCEPTED, "True", Reason.ROUTE_ACCEPTED, f"GRPCRoute {name} accepted by {', '.join(accepted)}"
+        ROUTE_ACCEPTED,
+        ConditionStatus.TRUE,
+        Reason.ROUTE_ACCEPTED,
+        f"GRPCRoute {name} accepted by {', '.join(accepted)}",
     )
 
 
@@ -136,8 +115,8 @@ def route_events(previous: Sequence[StatusCondition], condition: Condition | Non
         return []
     before = find_condition(previous, ROUTE_ACCEPTED)
     old = (before.status, str(before.reason)) if before else (None, None)
-    if condition.status == "False" and old != (condition.status, str(condition.reason)):
-        return [StatusEvent("Warning", str(condition.reason), condition.message)]
-    if condition.status == "True" and old[0] == "False":
-        return [StatusEvent("Normal", str(condition.reason), condition.message)]
+    if condition.status == ConditionStatus.FALSE and old != (condition.status, str(condition.reason)):
+        return [StatusEvent(EventType.WARNING, condition.reason, condition.message)]
+    if condition.status == ConditionStatus.TRUE and old[0] == ConditionStatus.FALSE:
+        return [StatusEvent(EventType.NORMAL, condition.reason, condition.message)]
     return []

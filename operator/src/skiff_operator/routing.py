@@ -18,23 +18,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skiff_operator import names
-from skiff_operator.ownership import Occupant
-from skiff_operator.render.backend_tls import BACKEND_TLS_POLICY_CRD, BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND
-from skiff_operator.render.disruption_budget import DISRUPTION_BUDGET_KIND
-from skiff_operator.render.network_policy import NETWORK_POLICY_KIND
-from skiff_operator.render.route import GATEWAY_GROUP
-from skiff_operator.render.service import HEADLESS
+from skiff_operator.kinds import BACKEND_TLS_POLICY, DEPLOYMENT, GRPC_ROUTE, HEADLESS, SERVICE, Pruned, kinds_pruned
+from skiff_operator.observed import Occupant, OwnedChild
 from skiff_operator.spec import InferenceModel, Routing, RoutingMode, TLSMode, TrafficShare
 from skiff_operator.traffic import TOTAL, TrafficDecision, VersionTraffic, apportion_replicas, decide_traffic
 
-GRPC_ROUTE_CRD = f"grpcroutes.{GATEWAY_GROUP}"
-GRPC_ROUTE_KIND = "GRPCRoute"
-# Children deleted once no longer rendered (the routing mode changed, TLS or the NetworkPolicy was turned off, a
-# version left the route).
-PRUNED_WHEN_NOT_RENDERED = frozenset({GRPC_ROUTE_KIND, NETWORK_POLICY_KIND, BACKEND_TLS_POLICY_KIND, CONFIG_MAP_KIND})
-# Per-version children deleted once no longer rendered while their version stays in the spec (a version down to one
-# replica), and with their version's Deployment once it left the spec and drained (the budget guards it meanwhile).
-PRUNED_WITH_THEIR_VERSION = frozenset({DISRUPTION_BUDGET_KIND})
+GRPC_ROUTE_CRD = GRPC_ROUTE.crd_name
+BACKEND_TLS_POLICY_CRD = BACKEND_TLS_POLICY.crd_name
+# The child kinds by pruning rule (skiff_operator.kinds): deleted once no longer rendered (the routing mode changed,
+# TLS or the NetworkPolicy was turned off, a version left the route), and per-version children deleted once no
+# longer rendered while their version stays in the spec, or with their version's Deployment once it drained.
+PRUNED_WHEN_NOT_RENDERED = kinds_pruned(Pruned.UNRENDERED)
+PRUNED_WITH_THEIR_VERSION = kinds_pruned(Pruned.UNRENDERED_OR_WITH_VERSION)
 
 
 class Mode(enum.StrEnum):
@@ -76,48 +71,6 @@ def _gateway_label(namespace: str | None, name: str) -> str:
 
 
 @dataclass(frozen=True)
-class GatewayCondition:
-    """A condition of a Gateway API object as its controller wrote it."""
-
-    status: str
-    reason: str
-    message: str
-    observed_generation: int
-
-
-@dataclass(frozen=True)
-class ParentState:
-    """One entry of a GRPCRoute's status.parents: a gateway's verdict on the route."""
-
-    gateway: str  # "namespace/name", with "/listener" when the parentRef names one
-    controller: str
-    accepted: GatewayCondition | None
-    resolved_refs: GatewayCondition | None
-
-
-@dataclass(frozen=True)
-class RouteState:
-    """A GRPCRoute's metadata.generation and status.parents."""
-
-    generation: int
-    parents: tuple[ParentState, ...] = ()
-
-
-@dataclass(frozen=True)
-class OwnedChild:
-    """A Deployment, Service, GRPCRoute, NetworkPolicy, PodDisruptionBudget, BackendTLSPolicy or ConfigMap
-    controlled by the model (as kube.list_owned reads it)."""
-
-    kind: str
-    name: str
-    version: str | None  # the skiff.dev/version label; None for model-wide objects
-    ready_replicas: int = 0
-    progress_deadline_exceeded: bool = False  # Deployment condition Progressing, reason ProgressDeadlineExceeded
-    headless: bool = False  # a Service with spec.clusterIP None
-    route: RouteState | None = None  # a GRPCRoute: what the gateways wrote in its status
-
-
-@dataclass(frozen=True)
 class PreviousTraffic:
     """status.traffic as the previous reconcile wrote it."""
 
@@ -134,7 +87,7 @@ def version_traffic(
     """The traffic inputs of every version (in the spec, or removed but still running or still routed), and
     since when each version that wants traffic has had no ready pod (its own progress-deadline clock, which
     also covers a version whose Deployment cannot be created)."""
-    deployments = {c.version: c for c in owned if c.kind == "Deployment" and c.version is not None}
+    deployments = {c.version: c for c in owned if c.kind == DEPLOYMENT.kind and c.version is not None}
     result: list[VersionTraffic] = []
     since: dict[str, datetime.datetime] = {}
     for version in model.spec.versions:
@@ -380,12 +333,12 @@ def services_to_recreate(owned: Sequence[OwnedChild], manifests: Sequence[Mappin
     """Existing Services whose ClusterIP-or-headless differs from the rendered one: spec.clusterIP cannot change
     once set, so they are deleted and applied anew (an upgrade from ClusterIP version Services, a mode change)."""
     rendered = {
-        m["metadata"]["name"]: m["spec"].get("clusterIP") == HEADLESS for m in manifests if m["kind"] == "Service"
+        m["metadata"]["name"]: m["spec"].get("clusterIP") == HEADLESS for m in manifests if m["kind"] == SERVICE.kind
     }
     return [
         child
         for child in owned
-        if child.kind == "Service" and child.name in rendered and rendered[child.name] != child.headless
+        if child.kind == SERVICE.kind and child.name in rendered and rendered[child.name] != child.headless
     ]
 
 

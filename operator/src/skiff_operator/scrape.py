@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from skiff_operator import names
-from skiff_operator.render.contract import CONTAINER_NAME
+from skiff_operator.contract import CONTAINER_NAME
+from skiff_operator.kinds import DEPLOYMENT
 
 # The largest reply read from a pod's metrics port. Measured: a real runtime (`skiff-runtime serve`, the conv
 # sample) after ModelInfer, ModelMetadata, ModelReady and health calls, with some errors, serves 14,061 bytes in
@@ -131,7 +132,7 @@ def owned_through(
     replica_set_owner = replica_set_owners.get(str(owner["uid"]))
     return (
         replica_set_owner is not None
-        and replica_set_owner.get("kind") == "Deployment"
+        and replica_set_owner.get("kind") == DEPLOYMENT.kind
         and replica_set_owner.get("uid") == deployment_uid
     )
 

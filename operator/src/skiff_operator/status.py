@@ -1,22 +1,29 @@
-"""The condition and version parts of an InferenceModel's status, from the observed children; the one Reason enum."""
+"""The condition and version parts of an InferenceModel's status, from the observed children."""
 
 from __future__ import annotations
 
 import datetime
-import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from skiff_operator import names
-from skiff_operator.render import contract
+from skiff_operator import contract, names
+from skiff_operator.conditions import (
+    DEGRADED,
+    PROGRESSING,
+    READY,
+    Condition,
+    ConditionStatus,
+    EventType,
+    Problem,
+    Reason,
+    StatusCondition,
+    StatusEvent,
+    find_condition,
+)
+from skiff_operator.observed import ChildStates, DeploymentState
 from skiff_operator.spec import InferenceModel, Version
-
-READY = "Ready"
-PROGRESSING = "Progressing"
-DEGRADED = "Degraded"
-CONDITION_TYPES = (READY, PROGRESSING, DEGRADED)
 
 # Container waiting reasons that mean the pod will not start without a change from the user.
 _IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
@@ -27,154 +34,16 @@ MAX_POD_MESSAGE = 1024
 _CRASH_REASONS = frozenset({"CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError"})
 
 
-class Reason(enum.StrEnum):
-    """Condition (and Event) reasons, one closed set for every module; docs/operator.md and docs/canary.md explain
-    each."""
-
-    ALL_VERSIONS_READY = "AllVersionsReady"
-    ROLLING_OUT = "RollingOut"
-    ROLLOUT_COMPLETE = "RolloutComplete"
-    AS_EXPECTED = "AsExpected"
-    SCALED_TO_ZERO = "ScaledToZero"
-    REPLICAS_UNAVAILABLE = "ReplicasUnavailable"
-    PVC_NOT_FOUND = "PVCNotFound"
-    INSUFFICIENT_GPU = "InsufficientGPU"
-    UNSCHEDULABLE = "Unschedulable"
-    IMAGE_PULL_FAILED = "ImagePullFailed"
-    CRASH_LOOP = "CrashLoopBackOff"
-    GPU_UNAVAILABLE = "GPUUnavailable"  # the runtime exited: its GPU is not usable (its termination message says why)
-    ROLLOUT_STUCK = "RolloutStuck"
-    INVALID_SPEC = "InvalidSpec"
-    INVALID_MODEL_URI = "InvalidModelUri"
-    UNSUPPORTED_MODEL_URI = "UnsupportedModelUri"
-    APPLY_FAILED = "ApplyFailed"
-    # spec.tls (skiff_operator.tls)
-    TLS_SECRET_MISSING = "TLSSecretMissing"  # noqa: S105 - a reason, not a password
-    TLS_SECRET_INVALID = "TLSSecretInvalid"  # noqa: S105
-    CERT_MANAGER_NOT_INSTALLED = "CertManagerNotInstalled"
-    CERTIFICATE_PENDING = "CertificatePending"
-    # ownership and what a model may reference (skiff_operator.ownership)
-    NAME_CONFLICT = "NameConflict"
-    SECRET_REFUSED = "SecretRefused"  # noqa: S105 - a reason, not a password
-    # spec.auth (skiff_operator.auth)
-    AUTH_SECRET_MISSING = "AuthSecretMissing"  # noqa: S105
-    AUTH_SECRET_INVALID = "AuthSecretInvalid"  # noqa: S105
-    # traffic (skiff_operator.traffic_status); TRAFFIC_SHIFTED and VERSION_DELETED are Event reasons
-    CANARY_NOT_READY = "CanaryNotReady"
-    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
-    DRAINING = "Draining"
-    GATEWAY_API_MISSING = "GatewayAPIMissing"
-    BACKEND_TLS_UNAVAILABLE = "BackendTLSUnavailable"  # Gateway mode with TLS: no BackendTLSPolicy can be made
-    # SplitApproximated: whether whole pods can give spec.traffic (Service mode) or a route splits per request
-    REPLICA_ROUNDING = "ReplicaRounding"
-    REPLICAS_GIVE_SPLIT = "ReplicasGiveSplit"
-    PER_REQUEST_SPLIT = "PerRequestSplit"
-    TRAFFIC_SHIFTED = "TrafficShifted"
-    VERSION_DELETED = "VersionDeleted"
-    # RouteAccepted, and Degraded when a gateway refuses the route (skiff_operator.route_status)
-    ROUTE_ACCEPTED = "RouteAccepted"
-    ROUTE_PENDING = "RoutePending"
-    ROUTE_SETTLING = "RouteSettling"  # Ready only: accepted, the gateway's data plane given time to follow
-    ROUTE_NOT_ACCEPTED = "RouteNotAccepted"
-    ROUTE_REFS_NOT_RESOLVED = "RouteRefsNotResolved"
-    # status.rollout, its Events and RolledBack (skiff_operator.rollout; docs/canary.md explains each)
-    ROLLOUT_STARTED = "RolloutStarted"
-    IN_STEP = "InStep"
-    STEP_PASSED = "StepPassed"
-    LOW_TRAFFIC = "LowTraffic"
-    METRICS_UNAVAILABLE = "MetricsUnavailable"
-    COUNTERS_RESET = "CountersReset"
-    ROLLOUT_PAUSED = "Paused"
-    PROMOTED = "Promoted"
-    ERROR_RATIO_EXCEEDED = "ErrorRatioExceeded"
-    LATENCY_RATIO_EXCEEDED = "LatencyRatioExceeded"
-    ABORTED = "Aborted"
-
-
 # Problems that stop a rollout until something changes (Progressing=False), rather than slow it down.
 _STALLING = frozenset({Reason.PVC_NOT_FOUND, Reason.ROLLOUT_STUCK})
 # Problems that are a wait for another controller, not a fault: Progressing=True, Degraded=False.
 _WAITING = frozenset({Reason.CERTIFICATE_PENDING})
 
 
-@dataclass(frozen=True)
-class DeploymentState:
-    """What status needs from one Deployment."""
-
-    generation: int
-    observed_generation: int
-    replicas: int  # all pods, old and new
-    updated_replicas: int
-    ready_replicas: int
-    available_replicas: int
-    progress_deadline_exceeded: bool = False  # Progressing=False, reason ProgressDeadlineExceeded
-    new_replica_set_available: bool = False  # Progressing reason NewReplicaSetAvailable: a rollout completed
-
-
-@dataclass(frozen=True)
-class PodState:
-    """What status needs from one pod of a version."""
-
-    name: str
-    version: str
-    phase: str
-    unschedulable_message: str | None = None  # PodScheduled=False, reason Unschedulable
-    waiting_reason: str | None = None  # the runtime container's state.waiting.reason
-    waiting_message: str | None = None
-    terminated_message: str | None = None  # the runtime's termination message while it is not running
-
-
-@dataclass(frozen=True)
-class PodEvent:
-    """A Kubernetes Event about a pod (e.g. FailedScheduling)."""
-
-    pod: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class ChildStates:
-    """Everything observed about the model's children, keyed by version name."""
-
-    deployments: Mapping[str, DeploymentState] = field(default_factory=dict)
-    pods: tuple[PodState, ...] = ()
-    events: tuple[PodEvent, ...] = ()
-    missing_claims: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Problem:
-    reason: Reason
-    message: str
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A condition as a reconcile decides it, before it is stamped (`stamp_conditions`)."""
-
-    type: str
-    status: str  # "True" | "False" | "Unknown"
-    reason: Reason
-    message: str
-
-
 # Field metadata of a status part: None is written as null rather than left out. Status is merge-patched, so null
 # removes a value an earlier reconcile wrote (a route left from Gateway mode); skiff_operator.model_status reads it.
 NULL_WHEN_NONE = "written_as_null"
 WRITTEN_AS_NULL = MappingProxyType({NULL_WHEN_NONE: True})
-
-
-@dataclass(frozen=True)
-class StatusCondition:
-    """One entry of status.conditions."""
-
-    type: str
-    status: str  # "True" | "False" | "Unknown"
-    reason: Reason | str  # a Reason; read back from an older operator's status, possibly a word this one dropped
-    message: str
-    last_transition_time: datetime.datetime | None  # None: read back from a status without a readable time
-    observed_generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -205,15 +74,6 @@ class VersionSummary:
         return self.rolled_out and self.desired >= 1 and self.ready >= self.desired
 
 
-@dataclass(frozen=True)
-class StatusEvent:
-    """A Kubernetes Event to post on the InferenceModel for a meaningful transition."""
-
-    type: str  # "Normal" | "Warning"
-    reason: str
-    message: str
-
-
 def summarize_versions(model: InferenceModel, children: ChildStates) -> tuple[VersionSummary, ...]:
     return tuple(_summarize_version(model, version, children) for version in model.spec.versions)
 
@@ -224,31 +84,37 @@ def summarize_conditions(versions: Sequence[VersionSummary]) -> tuple[Condition,
     not_serving = [v for v in receiving if not v.serving]
 
     if not receiving:
-        ready = Condition(READY, "False", Reason.SCALED_TO_ZERO, "no version has replicas to receive traffic")
+        ready = Condition(
+            READY, ConditionStatus.FALSE, Reason.SCALED_TO_ZERO, "no version has replicas to receive traffic"
+        )
     elif not not_serving:
-        ready = Condition(READY, "True", Reason.ALL_VERSIONS_READY, _progress(receiving))
+        ready = Condition(READY, ConditionStatus.TRUE, Reason.ALL_VERSIONS_READY, _progress(receiving))
     else:
         first = next((v.problem for v in not_serving if v.problem is not None), None)
         reason = first.reason if first else Reason.ROLLING_OUT
         message = first.message if first else f"waiting for {_progress(not_serving)}"
-        ready = Condition(READY, "False", reason, message)
+        ready = Condition(READY, ConditionStatus.FALSE, reason, message)
 
     rolling = [v for v in versions if not v.rolled_out]
     stalled = [v.problem for v in versions if v.problem is not None and v.problem.reason in _STALLING]
     if stalled:
-        progressing = Condition(PROGRESSING, "False", stalled[0].reason, stalled[0].message)
+        progressing = Condition(PROGRESSING, ConditionStatus.FALSE, stalled[0].reason, stalled[0].message)
     elif rolling:
-        progressing = Condition(PROGRESSING, "True", Reason.ROLLING_OUT, f"rolling out {_progress(rolling)}")
+        progressing = Condition(
+            PROGRESSING, ConditionStatus.TRUE, Reason.ROLLING_OUT, f"rolling out {_progress(rolling)}"
+        )
     else:
-        progressing = Condition(PROGRESSING, "False", Reason.ROLLOUT_COMPLETE, "every version is rolled out")
+        progressing = Condition(
+            PROGRESSING, ConditionStatus.FALSE, Reason.ROLLOUT_COMPLETE, "every version is rolled out"
+        )
 
     if problems:
         first_problem = problems[0].problem
         assert first_problem is not None
         message = "; ".join(v.problem.message for v in problems if v.problem is not None)
-        degraded = Condition(DEGRADED, "True", first_problem.reason, message)
+        degraded = Condition(DEGRADED, ConditionStatus.TRUE, first_problem.reason, message)
     else:
-        degraded = Condition(DEGRADED, "False", Reason.AS_EXPECTED, "no problems observed")
+        degraded = Condition(DEGRADED, ConditionStatus.FALSE, Reason.AS_EXPECTED, "no problems observed")
     return ready, progressing, degraded
 
 
@@ -281,14 +147,14 @@ def blocked_conditions(problem: Problem) -> tuple[Condition, ...]:
     controller (a certificate being issued) is progressing and not degraded instead."""
     if problem.reason in _WAITING:
         return (
-            Condition(READY, "False", problem.reason, problem.message),
-            Condition(PROGRESSING, "True", problem.reason, problem.message),
-            Condition(DEGRADED, "False", Reason.AS_EXPECTED, "no problems observed"),
+            Condition(READY, ConditionStatus.FALSE, problem.reason, problem.message),
+            Condition(PROGRESSING, ConditionStatus.TRUE, problem.reason, problem.message),
+            Condition(DEGRADED, ConditionStatus.FALSE, Reason.AS_EXPECTED, "no problems observed"),
         )
     return (
-        Condition(READY, "False", problem.reason, problem.message),
-        Condition(PROGRESSING, "False", problem.reason, problem.message),
-        Condition(DEGRADED, "True", problem.reason, problem.message),
+        Condition(READY, ConditionStatus.FALSE, problem.reason, problem.message),
+        Condition(PROGRESSING, ConditionStatus.FALSE, problem.reason, problem.message),
+        Condition(DEGRADED, ConditionStatus.TRUE, problem.reason, problem.message),
     )
 
 
@@ -329,24 +195,20 @@ def stamp_conditions(
     return tuple(stamped)
 
 
-def find_condition(conditions: Sequence[StatusCondition], kind: str) -> StatusCondition | None:
-    return next((c for c in conditions if c.type == kind), None)
-
-
 def transition_events(previous: Sequence[StatusCondition], current: Sequence[StatusCondition]) -> list[StatusEvent]:
     """Events worth posting: Ready changed status or reason, or Degraded turned True or changed reason."""
     events: list[StatusEvent] = []
     ready, old_ready = find_condition(current, READY), find_condition(previous, READY)
     degraded, old_degraded = find_condition(current, DEGRADED), find_condition(previous, DEGRADED)
-    is_degraded = degraded is not None and degraded.status == "True"
+    is_degraded = degraded is not None and degraded.status == ConditionStatus.TRUE
     if ready is not None and _changed(ready, old_ready):
         # Not ready only because pods are starting is normal; not ready because something is wrong is a warning.
-        kind = "Warning" if ready.status != "True" and is_degraded else "Normal"
-        events.append(StatusEvent(kind, str(ready.reason), ready.message))
+        kind = EventType.WARNING if ready.status != ConditionStatus.TRUE and is_degraded else EventType.NORMAL
+        events.append(StatusEvent(kind, Reason(ready.reason), ready.message))
     degraded_changed = degraded is not None and _changed(degraded, old_degraded)
     already_told = bool(events) and degraded is not None and events[-1].reason == str(degraded.reason)
     if is_degraded and degraded is not None and degraded_changed and not already_told:
-        events.append(StatusEvent("Warning", str(degraded.reason), degraded.message))
+        events.append(StatusEvent(EventType.WARNING, Reason(degraded.reason), degraded.message))
     return events
 
 

@@ -7,22 +7,24 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from skiff_operator.model_status import CLEARED, Status
-from skiff_operator.plan import Plan
-from skiff_operator.rollout import summarize_rollout
-from skiff_operator.route_status import ROUTE_ACCEPTED, route_events
-from skiff_operator.routing import OwnedChild, RouteState
-from skiff_operator.spec import InferenceModel
-from skiff_operator.status import (
+from skiff_operator.conditions import (
     READY,
-    ChildStates,
+    ConditionStatus,
     Problem,
     Reason,
     StatusCondition,
     StatusEvent,
+    find_condition,
+)
+from skiff_operator.model_status import CLEARED, Status
+from skiff_operator.observed import ChildStates, OwnedChild, RouteState
+from skiff_operator.plan import Plan
+from skiff_operator.rollout import summarize_rollout
+from skiff_operator.route_status import ROUTE_ACCEPTED, route_events
+from skiff_operator.spec import InferenceModel
+from skiff_operator.status import (
     VersionSummary,
     blocked_conditions,
-    find_condition,
     model_endpoint,
     stamp_conditions,
     summarize_conditions,
@@ -161,9 +163,9 @@ def route_recheck_after_s(
     if ready is None or route is None:
         return None
     waited = max(0.0, (now - (route.last_transition_time or now)).total_seconds())
-    if str(ready.reason) == Reason.ROUTE_SETTLING and route.status == "True":
+    if str(ready.reason) == Reason.ROUTE_SETTLING and route.status == ConditionStatus.TRUE:
         return max(ROUTE_RECHECK_MIN_S, settle_s - waited)
-    if str(ready.reason) not in _WAITING_FOR_GATEWAY or route.status == "True":
+    if str(ready.reason) not in _WAITING_FOR_GATEWAY or route.status == ConditionStatus.TRUE:
         return None
     return min(ROUTE_RECHECK_MAX_S, max(ROUTE_RECHECK_MIN_S, waited / 2))
 

@@ -1,5 +1,6 @@
 """TLS in a reconcile: read the Secrets spec.tls.mode uses (`observe_tls`), decide what the pods mount and which
-Secrets or Certificate to write (`plan_tls`, no I/O); skiff_operator.manifests renders them first.
+Secrets or Certificate to write (`plan_tls`, no I/O: a `TLSWrite` decision each); skiff_operator.manifests renders
+them first.
 
 Level-based like the rest of the reconcile: every run reads what exists, decides, and applies only what must
 change. SelfSigned issues a certificate only when `certs.decide_renewal` says so (missing, past 2/3 of its
@@ -13,36 +14,72 @@ import dataclasses
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from skiff_operator import certs, names
+from skiff_operator.conditions import EventType, Problem, Reason, StatusEvent
+from skiff_operator.kinds import CERTIFICATE, SECRET
+from skiff_operator.observed import Holder, Occupant, StoredSecret
 from skiff_operator.ownership import (
     CERTIFICATE_NAME_ANNOTATION,
-    Holder,
-    Occupant,
-    StoredSecret,
     foreign_holder,
     name_conflict_message,
     refused_secret_message,
 )
-from skiff_operator.render.tls import (
-    CERT_MANAGER_API_VERSION,
-    CERTIFICATE_CRD,
-    CERTIFICATE_CRD_VERSION,
-    ca_dns_subtrees,
-    render_ca_secret,
-    render_certificate,
-    render_tls_secret,
-    tls_dns_names,
-)
 from skiff_operator.spec import InferenceModel, TLSMode
-from skiff_operator.status import WRITTEN_AS_NULL, Problem, Reason, StatusEvent
+from skiff_operator.status import WRITTEN_AS_NULL
 
-CERTIFICATE_ISSUED = "CertificateIssued"
-CERTIFICATE_RENEWED = "CertificateRenewed"
-CA_ROTATION_STARTED = "CARotationStarted"
-CA_ROTATED = "CARotated"
+CERTIFICATE_CRD = CERTIFICATE.crd_name
+CERTIFICATE_CRD_VERSION = CERTIFICATE.version
 CERT_MANAGER_INSTALL = "https://cert-manager.io/docs/installation/"
+
+
+@dataclass(frozen=True)
+class CASecret:
+    """SelfSigned: write the CA chain's Secret (Opaque: ca.crt, ca.key, and while it rotates next.crt, next.key,
+    previous.crt) with `data`."""
+
+    name: str
+    data: Mapping[str, bytes]
+    kind: str = SECRET.kind
+
+
+@dataclass(frozen=True)
+class ServerSecret:
+    """SelfSigned: write the newly issued server certificate's Secret (kubernetes.io/tls: tls.crt, tls.key and
+    ca.crt, the CA bundle clients trust)."""
+
+    name: str
+    server: certs.KeyPair
+    ca_bundle: bytes
+    kind: str = SECRET.kind
+
+
+@dataclass(frozen=True)
+class CertificateRequest:
+    """CertManager: apply the Certificate that has cert-manager issue `dns_names` into the Secret `name`."""
+
+    name: str
+    dns_names: tuple[str, ...]
+    kind: str = CERTIFICATE.kind
+
+
+# What the TLS step decided to write; skiff_operator.manifests.render_tls renders each (render/tls.py).
+TLSWrite = CASecret | ServerSecret | CertificateRequest
+
+
+def tls_dns_names(model: InferenceModel) -> list[str]:
+    """The certificate's SAN set: the model Service short, namespaced, .svc and .svc.cluster.local, each version
+    Service .svc and .svc.cluster.local (inside the CA's NameConstraints, `ca_dns_subtrees`)."""
+    name = model.ref.name
+    versions = [names.version_service_name(name, v.name) for v in model.spec.versions]
+    return certs.service_dns_names(names.model_service_name(name), versions, model.ref.namespace)
+
+
+def ca_dns_subtrees(model: InferenceModel) -> list[str]:
+    """The DNS subtrees the model's SelfSigned CA may sign for: fixed for the model's lifetime, so adding a
+    version never needs a new CA."""
+    return certs.permitted_dns_subtrees(names.model_service_name(model.ref.name), model.ref.namespace)
 
 
 class TLSCluster(Protocol):
@@ -75,13 +112,13 @@ class TLSState:
     certificate: certs.CertificateInfo | None = None
     problem: Problem | None = None
     events: tuple[StatusEvent, ...] = ()
-    manifests: tuple[dict[str, Any], ...] = ()
-    ca_bundle: bytes | None = None  # ca.crt of the Secret the pods mount, as it is once `manifests` are applied
+    writes: tuple[TLSWrite, ...] = ()
+    ca_bundle: bytes | None = None  # ca.crt of the Secret the pods mount, as it is once `writes` are applied
 
     @property
     def applied(self) -> tuple[str, ...]:
         """The "Kind/name" of what this step writes."""
-        return tuple(f"{m['kind']}/{m['metadata']['name']}" for m in self.manifests)
+        return tuple(f"{w.kind}/{w.name}" for w in self.writes)
 
 
 async def observe_tls(model: InferenceModel, cluster: TLSCluster) -> TLSObserved:
@@ -98,7 +135,9 @@ async def observe_tls(model: InferenceModel, cluster: TLSCluster) -> TLSObserved
         secret_name = names.tls_secret_name(model.ref.name)
         served = await cluster.crd_serves(CERTIFICATE_CRD, CERTIFICATE_CRD_VERSION)
         if served:
-            certificate = await cluster.read_controller(CERT_MANAGER_API_VERSION, "Certificate", namespace, secret_name)
+            certificate = await cluster.read_controller(
+                CERTIFICATE.api_version, CERTIFICATE.kind, namespace, secret_name
+            )
             wanted = [secret_name]
     if tls.mode is not TLSMode.DISABLED and tls.client_ca_secret_name:
         wanted.append(tls.client_ca_secret_name)
@@ -150,11 +189,11 @@ def _self_signed(model: InferenceModel, observed: TLSObserved, now: datetime.dat
     secret_name = names.tls_secret_name(model.ref.name)
     ca_name = names.tls_ca_secret_name(model.ref.name)
     events: list[StatusEvent] = []
-    manifests: list[dict[str, Any]] = []
+    writes: list[TLSWrite] = []
 
     stored_ca = observed.secrets.get(ca_name)
     stored_server = observed.secrets.get(secret_name)
-    conflict = _conflict(model, [("Secret", ca_name, stored_ca), ("Secret", secret_name, stored_server)])
+    conflict = _conflict(model, [(SECRET.kind, ca_name, stored_ca), (SECRET.kind, secret_name, stored_server)])
     if conflict is not None:
         return TLSState(TLSMode.SELF_SIGNED, secret_name, problem=conflict)
     # A common name is at most 64 characters: the model's (at most 42), not the namespace's (up to 63).
@@ -162,7 +201,7 @@ def _self_signed(model: InferenceModel, observed: TLSObserved, now: datetime.dat
     common_name = f"{model.ref.name} skiff CA"
     chain, step = certs.rotate_ca(stored_chain, common_name, now, permitted=ca_dns_subtrees(model))
     if stored_ca is None or chain.secret_data() != dict(stored_ca.data):
-        manifests.append(render_ca_secret(model, chain.secret_data()))
+        writes.append(CASecret(ca_name, chain.secret_data()))
     events += _ca_events(step, chain, ca_name, secret_name)
     ca, bundle = chain.current, chain.bundle()
 
@@ -179,14 +218,14 @@ def _self_signed(model: InferenceModel, observed: TLSObserved, now: datetime.dat
     certificate = stored.get(certs.TLS_CERT_KEY, b"")
     if decision.renew:
         server = certs.issue_server_certificate(ca, wanted, now)
-        manifests.append(render_tls_secret(model, server, bundle))
+        writes.append(ServerSecret(secret_name, server, bundle))
         certificate = server.cert_pem
         info = certs.read_certificate(certificate)
         issued = decision.reason is certs.RenewReason.MISSING
         events.append(
             StatusEvent(
-                "Normal",
-                CERTIFICATE_ISSUED if issued else CERTIFICATE_RENEWED,
+                EventType.NORMAL,
+                Reason.CERTIFICATE_ISSUED if issued else Reason.CERTIFICATE_RENEWED,
                 f"{'issued' if issued else 'renewed'} the certificate in Secret {secret_name} "
                 f"({decision.reason}: {decision.message}) for {len(info.dns_names)} DNS names, "
                 f"valid until {_timestamp(info.not_after)}",
@@ -197,7 +236,7 @@ def _self_signed(model: InferenceModel, observed: TLSObserved, now: datetime.dat
         secret_name,
         certs.read_certificate(certificate),
         events=tuple(events),
-        manifests=tuple(manifests),
+        writes=tuple(writes),
         ca_bundle=bundle,
     )
 
@@ -206,13 +245,17 @@ def _ca_events(step: certs.CAStep, chain: certs.CAChain, ca_name: str, secret_na
     """What a client that trusts the `ca.crt` of `secret_name` must know about a CA change."""
     until = _timestamp(certs.read_certificate(chain.current.cert_pem).not_after)
     if step is certs.CAStep.ISSUED:
-        return [StatusEvent("Normal", CERTIFICATE_ISSUED, f"issued CA in Secret {ca_name}, valid until {until}")]
+        return [
+            StatusEvent(
+                EventType.NORMAL, Reason.CERTIFICATE_ISSUED, f"issued CA in Secret {ca_name}, valid until {until}"
+            )
+        ]
     if step is certs.CAStep.ANNOUNCED and chain.next is not None:
         switch = certs.read_certificate(chain.next.cert_pem).not_before + certs.CLOCK_SKEW + certs.CA_OVERLAP
         return [
             StatusEvent(
-                "Normal",
-                CA_ROTATION_STARTED,
+                EventType.NORMAL,
+                Reason.CA_ROTATION_STARTED,
                 f"the CA in Secret {ca_name} is due for renewal (two thirds of its lifetime, or made without this "
                 f"model's NameConstraints): its successor is now in ca.crt of Secret "
                 f"{secret_name}, next to it; clients must trust that bundle before {_timestamp(switch)}, when the "
@@ -222,8 +265,8 @@ def _ca_events(step: certs.CAStep, chain: certs.CAChain, ca_name: str, secret_na
     if step is certs.CAStep.PROMOTED:
         return [
             StatusEvent(
-                "Normal",
-                CA_ROTATED,
+                EventType.NORMAL,
+                Reason.CA_ROTATED,
                 f"the new CA in Secret {ca_name} (valid until {until}) signs from now on; the old one stays in ca.crt "
                 f"of Secret {secret_name} until no certificate it signed can be valid",
             )
@@ -283,13 +326,13 @@ def _cert_manager(model: InferenceModel, observed: TLSObserved, now: datetime.da
     foreign_secret = secret is not None and secret.annotations.get(CERTIFICATE_NAME_ANNOTATION) != secret_name
     taken = []
     if certificate is not None and foreign_holder(certificate, model.ref.uid):
-        taken.append(Occupant("Certificate", secret_name, certificate))
+        taken.append(Occupant(CERTIFICATE.kind, secret_name, certificate))
     if foreign_secret and secret is not None:
-        taken.append(Occupant("Secret", secret_name, secret.holder))
+        taken.append(Occupant(SECRET.kind, secret_name, secret.holder))
     if taken:
         problem = Problem(Reason.NAME_CONFLICT, name_conflict_message(taken))
         return TLSState(TLSMode.CERT_MANAGER, secret_name, problem=problem)
-    manifests = (render_certificate(model),)
+    writes = (CertificateRequest(secret_name, tuple(tls_dns_names(model))),)
     stored = secret.data if secret else {}
     # Only what the pods need: a chain through an intermediate would fail a direct check against ca.crt.
     problems = certs.check_tls_secret({k: v for k, v in stored.items() if k != certs.CA_CERT_KEY}, now)
@@ -304,13 +347,13 @@ def _cert_manager(model: InferenceModel, observed: TLSObserved, now: datetime.da
                 f"waiting for cert-manager to issue Certificate {secret_name} (issuer {issuer.kind.value} "
                 f"{issuer.name}) into Secret {secret_name}: {'; '.join(problems)}",
             ),
-            manifests=manifests,
+            writes=writes,
         )
     return TLSState(
         TLSMode.CERT_MANAGER,
         secret_name,
         certs.read_certificate(stored[certs.TLS_CERT_KEY]),
-        manifests=manifests,
+        writes=writes,
         ca_bundle=stored.get(certs.CA_CERT_KEY),
     )
 

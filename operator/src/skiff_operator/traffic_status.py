@@ -8,32 +8,27 @@ import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from skiff_operator.route_status import route_acceptance
-from skiff_operator.routing import (
-    Mode,
-    OwnedChild,
-    PreviousTraffic,
-    RouteState,
-    RoutingPlan,
-    route_name,
-    service_targets,
-)
-from skiff_operator.spec import InferenceModel
-from skiff_operator.status import (
+from skiff_operator.conditions import (
     DEGRADED,
     PROGRESSING,
     READY,
-    WRITTEN_AS_NULL,
     Condition,
+    ConditionStatus,
+    ConditionType,
+    EventType,
     Reason,
     StatusCondition,
     StatusEvent,
     find_condition,
-    stamp_conditions,
 )
+from skiff_operator.observed import OwnedChild, RouteState
+from skiff_operator.route_status import route_acceptance
+from skiff_operator.routing import Mode, PreviousTraffic, RoutingPlan, route_name, service_targets
+from skiff_operator.spec import InferenceModel
+from skiff_operator.status import WRITTEN_AS_NULL, stamp_conditions
 from skiff_operator.traffic import TOTAL, HoldReason, largest_remainder
 
-SPLIT_APPROXIMATED = "SplitApproximated"
+SPLIT_APPROXIMATED = ConditionType.SPLIT_APPROXIMATED
 # How long Ready waits, by default, after every named gateway accepted the route's current generation: a gateway
 # may report acceptance before its data plane routes it. Traefik writes the route's status, then hands the new
 # configuration to its router, which applies one provider's configurations at most once per
@@ -112,19 +107,19 @@ def split_approximation(model: InferenceModel, mode: Mode) -> Condition:
     order = [v.name for v in model.spec.versions]
     if mode is Mode.GATEWAY:
         message = f"desired {format_split(desired, order)}, split per request by the GRPCRoute"
-        return Condition(SPLIT_APPROXIMATED, "False", Reason.PER_REQUEST_SPLIT, message)
+        return Condition(SPLIT_APPROXIMATED, ConditionStatus.FALSE, Reason.PER_REQUEST_SPLIT, message)
     targets = service_targets(model)
     given = pod_split(targets)
     pods = sum(targets.values())
     gap = max((abs(given.get(name, 0) - desired.get(name, 0)) for name in order), default=0)
     message = f"desired {format_split(desired, order)}, {pods} pods give {format_split(given, order)}"
     if gap == 0:
-        return Condition(SPLIT_APPROXIMATED, "False", Reason.REPLICAS_GIVE_SPLIT, message)
+        return Condition(SPLIT_APPROXIMATED, ConditionStatus.FALSE, Reason.REPLICAS_GIVE_SPLIT, message)
     message += (
         f": off by up to {gap} percentage points; more replicas give a closer split, "
         "a GRPCRoute (spec.routing, Gateway mode) an exact one"
     )
-    return Condition(SPLIT_APPROXIMATED, "True", Reason.REPLICA_ROUNDING, message)
+    return Condition(SPLIT_APPROXIMATED, ConditionStatus.TRUE, Reason.REPLICA_ROUNDING, message)
 
 
 def traffic_status(model: InferenceModel, plan: RoutingPlan) -> TrafficStatus:
@@ -192,10 +187,10 @@ def accepted_since(
 ) -> datetime.datetime | None:
     """Since when RouteAccepted has been True, as its lastTransitionTime says (this pass's time, in whole seconds
     as stamp_conditions writes it, when it turns True now); None while it is not True."""
-    if route is None or route.status != "True":
+    if route is None or route.status != ConditionStatus.TRUE:
         return None
     before = find_condition(previous, route.type)
-    if before is not None and before.status == "True" and before.last_transition_time is not None:
+    if before is not None and before.status == ConditionStatus.TRUE and before.last_transition_time is not None:
         return before.last_transition_time
     return now.astimezone(datetime.UTC).replace(microsecond=0)
 
@@ -215,7 +210,7 @@ def gateway_readiness(
     generation, and `settle_s` to have passed since (`since`: accepted_since) for the gateway's data plane to
     follow; until then Ready=False says which. None leaves Ready as the versions decided it (Service mode, no
     route rendered, or Ready already False for a version)."""
-    if ready is None or ready.status != "True" or route is None:
+    if ready is None or ready.status != ConditionStatus.TRUE or route is None:
         return None
     name = route_name(model, plan)
     held = [hold for hold in plan.decision.holds if hold.reason is not HoldReason.REMOVED]
@@ -231,16 +226,16 @@ def gateway_readiness(
             f"GRPCRoute {name} routes {format_split(plan.decision.applied, order)}, not the desired "
             f"{format_split(desired, order)}" + "".join(f"; {hold.message}" for hold in held)
         )
-        return Condition(READY, "False", reason, message)
-    if route.status != "True":
-        return Condition(READY, "False", route.reason, route.message)
+        return Condition(READY, ConditionStatus.FALSE, reason, message)
+    if route.status != ConditionStatus.TRUE:
+        return Condition(READY, ConditionStatus.FALSE, route.reason, route.message)
     if since is not None and now is not None and (now - since).total_seconds() < settle_s:
         message = (
             f"{route.message} at {since.strftime('%H:%M:%SZ')}; Ready {settle_s:g}s after that, for the gateway to "
             "route it (skiff-operator --route-settle-seconds)"
         )
-        return Condition(READY, "False", Reason.ROUTE_SETTLING, message)
-    return Condition(READY, "True", Reason.ALL_VERSIONS_READY, f"{ready.message}; {route.message}")
+        return Condition(READY, ConditionStatus.FALSE, Reason.ROUTE_SETTLING, message)
+    return Condition(READY, ConditionStatus.TRUE, Reason.ALL_VERSIONS_READY, f"{ready.message}; {route.message}")
 
 
 def traffic_conditions(
@@ -258,11 +253,11 @@ def traffic_conditions(
         problems.append((Reason.GATEWAY_API_MISSING, plan.choice.problem))
     if plan.backend_tls_problem is not None:
         problems.append((Reason.BACKEND_TLS_UNAVAILABLE, plan.backend_tls_problem))
-    if route is not None and route.status == "False":
+    if route is not None and route.status == ConditionStatus.FALSE:
         problems.append((route.reason, route.message))
     if HoldReason.PROGRESS_DEADLINE_EXCEEDED in by_reason:
         message = "; ".join(by_reason[HoldReason.PROGRESS_DEADLINE_EXCEEDED])
-        result.append(Condition(PROGRESSING, "False", Reason.PROGRESS_DEADLINE_EXCEEDED, message))
+        result.append(Condition(PROGRESSING, ConditionStatus.FALSE, Reason.PROGRESS_DEADLINE_EXCEEDED, message))
         problems.append((Reason.PROGRESS_DEADLINE_EXCEEDED, message))
     elif progressing is not None and str(progressing.reason) in _REPLACEABLE_PROGRESS:
         for reason, condition_reason in (
@@ -270,13 +265,15 @@ def traffic_conditions(
             (HoldReason.REMOVED, Reason.DRAINING),
         ):
             if reason in by_reason:
-                result.append(Condition(PROGRESSING, "True", condition_reason, "; ".join(by_reason[reason])))
+                result.append(
+                    Condition(PROGRESSING, ConditionStatus.TRUE, condition_reason, "; ".join(by_reason[reason]))
+                )
                 break
     if problems:
         messages = [message for _, message in problems]
-        if degraded is not None and degraded.status == "True" and degraded.message:
+        if degraded is not None and degraded.status == ConditionStatus.TRUE and degraded.message:
             messages.append(degraded.message)
-        result.append(Condition(DEGRADED, "True", problems[0][0], "; ".join(messages)))
+        result.append(Condition(DEGRADED, ConditionStatus.TRUE, problems[0][0], "; ".join(messages)))
     return result
 
 
@@ -294,9 +291,9 @@ def traffic_events(
         old = format_split(previous.applied, [n for n in order if n in previous.applied], " ") or "none"
         new = format_split(plan.decision.applied, [n for n in order if n in plan.decision.applied], " ")
         mode = f" ({plan.choice.mode} mode)"
-        events.append(StatusEvent("Normal", Reason.TRAFFIC_SHIFTED, f"{old} -> {new}{mode}"))
+        events.append(StatusEvent(EventType.NORMAL, Reason.TRAFFIC_SHIFTED, f"{old} -> {new}{mode}"))
     for version in sorted({child.version for child in deleted if child.version}):
         objects = ", ".join(f"{c.kind}/{c.name}" for c in deleted if c.version == version)
         message = f"version {version} was removed from the spec and has drained; deleted {objects}"
-        events.append(StatusEvent("Normal", Reason.VERSION_DELETED, message))
+        events.append(StatusEvent(EventType.NORMAL, Reason.VERSION_DELETED, message))
     return events

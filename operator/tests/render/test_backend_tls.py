@@ -9,8 +9,8 @@ import yaml
 from devtools.vendor import gateway_api_crd
 
 from skiff_operator.render.backend_tls import render_backend_ca_config_map, render_backend_tls_policies
-from skiff_operator.render.tls import tls_dns_names
 from skiff_operator.spec import InferenceModel, parse_inference_model
+from skiff_operator.tls import tls_dns_names
 from tests.conftest import stored_body
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

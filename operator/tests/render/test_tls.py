@@ -13,14 +13,9 @@ import pytest
 from skiff_operator import certs
 from skiff_operator.manifests import render_all
 from skiff_operator.render.deployment import CONFIG_HASH_ANNOTATION, render_deployment
-from skiff_operator.render.tls import (
-    ca_dns_subtrees,
-    render_ca_secret,
-    render_certificate,
-    render_tls_secret,
-    tls_dns_names,
-)
+from skiff_operator.render.tls import render_ca_secret, render_certificate, render_tls_secret
 from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
+from skiff_operator.tls import ca_dns_subtrees, tls_dns_names
 from tests.conftest import first_plan
 
 Body = Callable[..., dict[str, Any]]
@@ -161,7 +156,7 @@ def test_self_signed_secrets_are_owned_and_typed(make_body: Body) -> None:
 def test_certificate_asks_cert_manager_for_the_san_set(make_body: Body) -> None:
     issuer = {"name": "corp", "kind": "ClusterIssuer"}
     parsed = model(make_body(name="bert", tls={"mode": "CertManager", "issuerRef": issuer}))
-    certificate = render_certificate(parsed)
+    certificate = render_certificate(parsed, tls_dns_names(parsed))
     assert certificate["apiVersion"] == "cert-manager.io/v1"
     assert certificate["metadata"]["name"] == "bert-tls"
     assert certificate["spec"]["secretName"] == "bert-tls"

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from google.protobuf.message import DecodeError
 
 from skiff_runtime.errors import InvalidInput, shown
+from skiff_runtime.model_config import ConfigTensor, ModelConfig
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.tensors import (
     NUMPY_DTYPES,
@@ -539,3 +540,19 @@ def decode_response(message: pb.ModelInferResponse) -> dict[str, Array]:
         datatype = parse_datatype(tensor.datatype, tensor.name)
         result[tensor.name] = _decode_raw(tensor.name, datatype, _check_shape(tensor.name, tensor.shape), raw)
     return result
+
+
+def encode_model_config(config: ModelConfig) -> pb.ModelConfig:
+    """The gRPC ModelConfig message of a model configuration (model_config.py builds it)."""
+
+    def tensors(items: Sequence[ConfigTensor], kind: type[Any]) -> list[Any]:
+        return [kind(name=t.name, data_type=pb.DataType.Value(t.data_type), dims=t.dims) for t in items]
+
+    return pb.ModelConfig(
+        name=config.name,
+        platform=config.platform,
+        backend=config.backend,
+        max_batch_size=config.max_batch_size,
+        input=tensors(config.inputs, pb.ModelInput),
+        output=tensors(config.outputs, pb.ModelOutput),
+    )

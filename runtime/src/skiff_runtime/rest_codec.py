@@ -24,6 +24,7 @@ from skiff_runtime.codec import (
     encode_tensor_bytes,
 )
 from skiff_runtime.errors import InvalidInput, shown
+from skiff_runtime.model_config import ConfigTensor, ModelConfig
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.tensors import (
     NUMPY_DTYPES,
@@ -280,6 +281,22 @@ def model_metadata(name: str, version: str, platform: str, signature: ModelSigna
         "platform": platform,
         "inputs": tensors(signature.inputs),
         "outputs": tensors(signature.outputs),
+    }
+
+
+def model_config_body(config: ModelConfig) -> dict[str, Any]:
+    """GET /v2/models/{name}/config: the same configuration as gRPC ModelConfig, as Triton's HTTP API shows it."""
+
+    def tensors(items: Sequence[ConfigTensor]) -> list[dict[str, Any]]:
+        return [{"name": t.name, "data_type": t.data_type, "dims": list(t.dims)} for t in items]
+
+    return {
+        "name": config.name,
+        "platform": config.platform,
+        "backend": config.backend,
+        "max_batch_size": config.max_batch_size,
+        "input": tensors(config.inputs),
+        "output": tensors(config.outputs),
     }
 
 

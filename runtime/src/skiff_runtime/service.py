@@ -1,7 +1,9 @@
 """The model service: validates requests and hands them to the batching stage, which runs them on the workers.
 
-Validation is the model's contract (validation.py): the codecs check every request's heads against it before
-decoding any tensor data (`contract`, `decode`), and `infer` checks every request it runs against it again.
+The service takes domain requests only (tensors.InferRequest): every transport decodes at its edge (server/servicer
+for OIP gRPC, server/rest, server/tfserving) and calls the same `admit`, `budget` and `infer`. Validation is the
+model's contract (validation.py): the codecs check every request's heads against `contract` before decoding any
+tensor data, and `infer` checks every request it runs against it again.
 
 Workers own the engines (one engine per worker, created and run on that worker only), so no predictor is
 ever shared between threads and no inference runs on the event loop. The batcher bounds the queue
@@ -20,13 +22,12 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from skiff_runtime import validation
-from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
-from skiff_runtime.batching.merge import is_batchable
-from skiff_runtime.codec import decode_request_bytes
+from skiff_runtime.batching.batcher import Batcher, BatchStats
 from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, ModelNotReady, QueueFull
+from skiff_runtime.model_config import ModelConfig, model_config
+from skiff_runtime.settings import DEFAULT_REQUEST_MEMORY_BYTES, BatchingLimits
 from skiff_runtime.tensors import Array, InferRequest, InferResponse, ModelSignature, Tensor, datatype_of
 from skiff_runtime.workers.base import Workers
 
@@ -40,15 +41,7 @@ class ModelState(enum.StrEnum):
     STOPPING = "STOPPING"
 
 
-@dataclass(frozen=True)
-class ServiceLimits:
-    """Per-request bound on the batch dimension, and how the batcher forms batches."""
-
-    max_batch_size: int = 32
-    max_queue_size: int = 256
-    dynamic_batching: bool = True
-    max_queue_delay_s: float = 0.0
-    max_request_bytes: int = 1 << 30
+DEFAULT_LIMITS = BatchingLimits()
 
 
 class ByteBudget:
@@ -117,8 +110,9 @@ class ModelService:
         name: str,
         version: str,
         workers: Workers,
-        limits: ServiceLimits = ServiceLimits(),
+        limits: BatchingLimits = DEFAULT_LIMITS,
         on_batch: Callable[[BatchStats], None] | None = None,
+        max_request_bytes: int = DEFAULT_REQUEST_MEMORY_BYTES,
     ) -> None:
         self.name = name
         self.version = version
@@ -130,7 +124,7 @@ class ModelService:
         self.error: str | None = None
         self._arriving = 0  # admitted requests whose message has not reached the queue yet
         self._contract: validation.ModelContract | None = None
-        self.budget = ByteBudget(limits.max_request_bytes)
+        self.budget = ByteBudget(max_request_bytes)
 
     @property
     def ready(self) -> bool:
@@ -156,8 +150,12 @@ class ModelService:
 
     @property
     def batching(self) -> bool:
-        """Whether requests are merged: asked for, and possible for this model's signature."""
-        return self.limits.dynamic_batching and is_batchable(self.workers.signature)
+        """Whether requests are merged: asked for, and possible for this model's signature (`batched`)."""
+        return self.limits.dynamic_batching and self.workers.signature.batched
+
+    def model_config(self) -> ModelConfig:
+        """Triton's model configuration of this model, for every transport; ModelNotReady until loaded."""
+        return model_config(self.name, self.platform, self.signature, self.limits.max_batch_size)
 
     @property
     def queue_depth(self) -> int:
@@ -181,14 +179,13 @@ class ModelService:
         except Exception as exc:
             self.state, self.error = ModelState.FAILED, str(exc)
             raise
-        policy = BatchingPolicy(
-            max_batch_size=self.limits.max_batch_size,
-            merge=self.batching,
-            max_queue_delay_s=self.limits.max_queue_delay_s,
-            max_queue_size=self.limits.max_queue_size,
+        self._batcher = Batcher(
+            self.workers.run,
+            self.limits,
+            self._on_batch,
+            batched=self.workers.signature.batched,
             concurrency=self.workers.count,
         )
-        self._batcher = Batcher(self.workers.run, policy, self._on_batch)
         self._batcher.start()
         if self.state is ModelState.LOADING:
             self.state = ModelState.READY
@@ -228,12 +225,6 @@ class ModelService:
             raise QueueFull(f"queue full ({limit} requests waiting or arriving, max_queue_size); retry with backoff")
         self._arriving += 1
         return Admission(self)
-
-    def decode(self, data: bytes | memoryview) -> InferRequest:
-        """Decode a serialized request against this model: its name and version checked first (NOT_FOUND), counts
-        bounded by its contract, every input's name, datatype and shape checked before any tensor data is decoded
-        (codec.decode_request_bytes)."""
-        return decode_request_bytes(data, self.contract, self.check_model)
 
     async def infer(
         self, request: InferRequest, deadline: float | None = None, admission: Admission | None = None

@@ -141,6 +141,22 @@ def _port(text: str) -> int:
 
 
 @dataclass(frozen=True)
+class BatchingLimits:
+    """How requests queue and batch: the largest batch a request may carry and the batcher may form, whether
+    concurrent requests merge, how long a batch may wait to fill, and how many requests may wait. The one type of
+    these limits: the options fill it (`RuntimeSettings.batching`), the service and the batcher read it."""
+
+    max_batch_size: int = 32
+    dynamic_batching: bool = True
+    max_queue_delay_us: int = 0
+    max_queue_size: int = 256
+
+    @property
+    def max_queue_delay_s(self) -> float:
+        return self.max_queue_delay_us / 1e6
+
+
+@dataclass(frozen=True)
 class RuntimeSettings:
     """Everything `skiff-runtime serve` needs; built by parse_settings from flags and SKIFF_* variables."""
 
@@ -167,10 +183,7 @@ class RuntimeSettings:
     trt_calibration_dir: Path | None = None
     workers: int = 0
     worker_nice: int = 10
-    max_batch_size: int = 32
-    dynamic_batching: bool = True
-    max_queue_delay_us: int = 0
-    max_queue_size: int = 256
+    batching: BatchingLimits = field(default_factory=BatchingLimits)
     max_message_mb: int = 32
     max_request_memory_mb: int = 0
     receive_timeout_s: float = 30.0
@@ -217,12 +230,14 @@ class RuntimeSettings:
 
 @dataclass(frozen=True)
 class Option:
-    """One row of the option table: the settings field, its parser and its help text."""
+    """One row of the option table: the settings field, its parser and its help text. A field of a group of
+    settings (`section`, e.g. "batching") is that group's field: `RuntimeSettings.batching.max_batch_size`."""
 
     name: str
     parse: Callable[[str], Any]
     help: str
     required: bool = False
+    section: str | None = None
 
     @property
     def flag(self) -> str:
@@ -231,6 +246,10 @@ class Option:
     @property
     def env(self) -> str:
         return ENV_PREFIX + self.name.upper()
+
+    def value_in(self, settings: RuntimeSettings) -> Any:
+        """This option's value in `settings`."""
+        return getattr(getattr(settings, self.section) if self.section else settings, self.name)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -287,10 +306,25 @@ OPTIONS: tuple[Option, ...] = (
         "niceness added to worker processes so the front (gRPC, admission, batching) keeps answering under "
         "full load (default 10; 0 = off)",
     ),
-    Option("max_batch_size", _positive, "largest batch a request may carry and the batcher may form (default 32)"),
-    Option("dynamic_batching", _bool, "merge concurrent requests into batches (default true)"),
-    Option("max_queue_delay_us", _non_negative, "how long a batch may wait to fill, in microseconds (default 0)"),
-    Option("max_queue_size", _positive, "requests waiting for the engine before RESOURCE_EXHAUSTED (default 256)"),
+    Option(
+        "max_batch_size",
+        _positive,
+        "largest batch a request may carry and the batcher may form (default 32)",
+        section="batching",
+    ),
+    Option("dynamic_batching", _bool, "merge concurrent requests into batches (default true)", section="batching"),
+    Option(
+        "max_queue_delay_us",
+        _non_negative,
+        "how long a batch may wait to fill, in microseconds (default 0)",
+        section="batching",
+    ),
+    Option(
+        "max_queue_size",
+        _positive,
+        "requests waiting for the engine before RESOURCE_EXHAUSTED (default 256)",
+        section="batching",
+    ),
     Option("max_message_mb", _positive, "largest gRPC message in MiB, both directions (default 32)"),
     Option(
         "max_request_memory_mb",
@@ -364,6 +398,7 @@ class SettingsError(ValueError):
 def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, str]) -> RuntimeSettings:
     """Flags win over SKIFF_* variables, which win over the dataclass defaults."""
     kwargs: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {"batching": {}}
     for option in OPTIONS:
         raw = values.get(option.name)
         source = option.flag
@@ -374,10 +409,11 @@ def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, 
                 raise SettingsError(f"{option.flag} (or {option.env}) is required: {option.help}")
             continue
         try:
-            kwargs[option.name] = option.parse(raw)
+            value = option.parse(raw)
         except ValueError as exc:
             raise SettingsError(f"{source}={raw!r}: {exc}") from None
-    settings = RuntimeSettings(**kwargs)
+        (sections[option.section] if option.section else kwargs)[option.name] = value
+    settings = RuntimeSettings(**kwargs, batching=BatchingLimits(**sections["batching"]))
     if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
         raise SettingsError("--tls-cert-file and --tls-key-file (SKIFF_TLS_CERT_FILE/SKIFF_TLS_KEY_FILE) go together")
     int8 = settings.device.kind == "gpu" and settings.tensorrt_precision is TensorRTPrecision.INT8

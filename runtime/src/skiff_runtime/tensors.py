@@ -113,6 +113,12 @@ class ModelSignature:
     def output(self, name: str) -> TensorSpec | None:
         return next((t for t in self.outputs if t.name == name), None)
 
+    @property
+    def batched(self) -> bool:
+        """Every input and output has a variable leading (batch) dimension: the one rule for "batched", by which
+        the batcher may merge requests and the model configuration reports dims without the batch dimension."""
+        return all(t.shape and t.shape[0] == -1 for t in self.inputs + self.outputs)
+
 
 @dataclass(frozen=True)
 class Tensor:

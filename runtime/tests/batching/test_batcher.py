@@ -9,9 +9,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
-from skiff_runtime.batching.batcher import Batcher, BatchingPolicy, BatchStats
+from skiff_runtime.batching.batcher import Batcher, BatchStats
 from skiff_runtime.batching.merge import merge_inputs
 from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, QueueFull
+from skiff_runtime.settings import BatchingLimits
 from skiff_runtime.tensors import Array
 
 pytestmark = pytest.mark.looptime
@@ -48,9 +49,12 @@ def rows(n: int, value: float = 1.0, width: int = 2, dtype: type = np.float32) -
     return {"x": np.full((n, width), value, dtype=dtype)}
 
 
-async def start(engine: Engine, **policy: object) -> tuple[Batcher, list[BatchStats]]:
+async def start(
+    engine: Engine, *, concurrency: int = 1, max_queue_delay_s: float = 0.0, **limits: object
+) -> tuple[Batcher, list[BatchStats]]:
     stats: list[BatchStats] = []
-    batcher = Batcher(engine.run, BatchingPolicy(**policy), stats.append)  # type: ignore[arg-type]
+    batching = BatchingLimits(max_queue_delay_us=round(max_queue_delay_s * 1e6), **limits)  # type: ignore[arg-type]
+    batcher = Batcher(engine.run, batching, stats.append, concurrency=concurrency)
     batcher.start()
     return batcher, stats
 
@@ -115,7 +119,17 @@ async def test_incompatible_requests_go_to_separate_batches(other: dict[str, Arr
 
 async def test_without_merging_each_request_runs_alone() -> None:
     engine = Engine()
-    batcher, _ = await start(engine, merge=False, max_queue_delay_s=0.005)
+    batcher, _ = await start(engine, dynamic_batching=False, max_queue_delay_s=0.005)
+    await asyncio.gather(*(batcher.submit(rows(1)) for _ in range(3)))
+    assert [parts for _, parts in engine.batches] == [[1], [1], [1]]
+    await batcher.close()
+
+
+async def test_a_model_that_is_not_batched_runs_each_request_alone_with_batching_on() -> None:
+    engine = Engine()
+    batcher = Batcher(engine.run, BatchingLimits(max_queue_delay_us=5000), batched=False)
+    assert not batcher.merges
+    batcher.start()
     await asyncio.gather(*(batcher.submit(rows(1)) for _ in range(3)))
     assert [parts for _, parts in engine.batches] == [[1], [1], [1]]
     await batcher.close()
@@ -170,7 +184,7 @@ async def test_a_failing_batch_fails_its_requests_only() -> None:
 
 async def test_concurrency_bounds_the_batches_in_flight() -> None:
     engine = Engine(run_seconds=0.010)
-    batcher, _ = await start(engine, concurrency=2, merge=False)
+    batcher, _ = await start(engine, concurrency=2, dynamic_batching=False)
     await asyncio.gather(*(batcher.submit(rows(1)) for _ in range(6)))
     assert engine.max_in_flight == 2
     assert [round(t, 3) for t, _ in engine.batches] == [0.0, 0.0, 0.01, 0.01, 0.02, 0.02]

@@ -1,4 +1,4 @@
-"""Pure batch merging: which signatures merge, keys, concatenation along axis 0 (into new arrays or given ones), and
+"""Pure batch merging: keys, concatenation along axis 0 (into new arrays or given ones), and
 splitting outputs back into views."""
 
 from __future__ import annotations
@@ -9,13 +9,11 @@ import pytest
 from skiff_runtime.batching.merge import (
     batch_key,
     batch_size,
-    is_batchable,
     merge_inputs,
     merge_into,
     merged_shapes,
     split_outputs,
 )
-from skiff_runtime.tensors import Datatype, ModelSignature, TensorSpec
 
 
 def test_key_separates_dtype_and_non_batch_shape_but_not_batch_size() -> None:
@@ -54,19 +52,6 @@ def test_merge_into_given_arrays_writes_the_same_batch_in_place(
     for name, array in merge_inputs(requests).items():
         np.testing.assert_array_equal(out[name], array)
         assert not np.shares_memory(out[name], requests[0][name])
-
-
-def _signature(input_shape: tuple[int, ...], output_shape: tuple[int, ...]) -> ModelSignature:
-    return ModelSignature(
-        (TensorSpec("x", Datatype.FP32, input_shape),), (TensorSpec("y", Datatype.FP32, output_shape),)
-    )
-
-
-def test_only_signatures_with_a_batch_dimension_everywhere_merge() -> None:
-    assert is_batchable(_signature((-1, 4), (-1,)))
-    assert not is_batchable(_signature((1, 4), (-1,)))
-    assert not is_batchable(_signature((-1, 4), (4,)))
-    assert not is_batchable(_signature((-1, 4), ()))
 
 
 def test_split_returns_views_per_request() -> None:

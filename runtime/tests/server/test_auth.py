@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import datetime
-import os
 import threading
 import time
 import urllib.error
@@ -14,48 +12,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from runtime.tests.fakes import SecretVolume
 
 from skiff_runtime.client import SkiffClient
 from skiff_runtime.server.auth import TokenFile, parse_tokens
 
 TOKENS = ("old-token-1", "new-token-2")
-
-
-class SecretVolume:
-    """A directory laid out as the kubelet's atomic writer lays out a Secret volume: `key -> ..data/key`,
-    `..data -> ..<timestamp>`; an update writes a new timestamped directory and renames a new `..data` over the
-    old one, then removes the old directory."""
-
-    def __init__(self, root: Path, key: str, content: bytes) -> None:
-        self.root, self.key = root, key
-        root.mkdir()
-        self._generation = 0
-        self._current = self._write(content)
-        os.symlink(self._current.name, root / "..data")
-        os.symlink(f"..data/{key}", root / key)
-
-    @property
-    def path(self) -> Path:
-        return self.root / self.key
-
-    def _write(self, content: bytes) -> Path:
-        self._generation += 1
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y_%m_%d_%H_%M_%S")
-        directory = self.root / f"..{stamp}.{self._generation}"
-        directory.mkdir()
-        (directory / self.key).write_bytes(content)
-        return directory
-
-    def update(self, content: bytes, *, same_mtime: bool = False) -> None:
-        old = self._current
-        self._current = self._write(content)
-        if same_mtime:  # a coarse clock: only the inode tells the files apart
-            stat = os.stat(old / self.key)
-            os.utime(self._current / self.key, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-        os.symlink(self._current.name, self.root / "..data_tmp")
-        os.rename(self.root / "..data_tmp", self.root / "..data")
-        (old / self.key).unlink()
-        old.rmdir()
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from runtime.tests.server.test_workers import _images, _workers
+from runtime.tests.fakes import images, worker_pids
 
 from skiff_runtime.client import SkiffClient
 from skiff_runtime.codec import encode_request
@@ -57,9 +57,9 @@ def test_probe_fails_while_no_worker_can_run_a_batch(probe: str, runtime_factory
     runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", "1", "--batch-timeout-s", "1")
     runtime.wait_serving()
     assert _probe(probe, runtime.health_target, "conv").returncode == SERVING
-    (worker,) = _workers(runtime)
+    (worker,) = worker_pids(runtime)
     os.kill(worker, signal.SIGSTOP)  # hangs like an engine stuck in native code
-    request = encode_request("conv", [Tensor("image", Datatype.FP32, _images(0))])
+    request = encode_request("conv", [Tensor("image", Datatype.FP32, images(0))])
     with grpc.insecure_channel(runtime.target) as channel, pytest.raises(grpc.RpcError) as caught:
         pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -71,5 +71,5 @@ def test_probe_fails_while_no_worker_can_run_a_batch(probe: str, runtime_factory
         assert time.monotonic() < deadline, Path(runtime.log_path).read_text()
         time.sleep(0.2)
     with SkiffClient(runtime.target) as client:
-        assert client.infer("conv", {"image": _images(0)})["fetch_name_0"].shape == (1, 10)
+        assert client.infer("conv", {"image": images(0)})["fetch_name_0"].shape == (1, 10)
     assert runtime.terminate() == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from runtime.tests.server.test_receive import Context
+from runtime.tests.fakes import FakeContext
 
 from skiff_runtime.server.interceptors import refusing
 
@@ -27,7 +27,7 @@ async def test_a_refusal_keeps_the_kind_and_serializers_and_aborts_with_the_code
     refused = refusing(handler, grpc.StatusCode.UNAUTHENTICATED, "send a token")
     assert getattr(refused, kind) is not None
     assert (refused.request_deserializer, refused.response_serializer) == (bytes.upper, bytes.lower)
-    context = Context()
+    context = FakeContext()
     with pytest.raises(grpc.aio.AbortError):
         await getattr(refused, kind)(None, context)
     assert context.aborted == (grpc.StatusCode.UNAUTHENTICATED, "send a token")
@@ -37,4 +37,4 @@ async def test_an_unknown_method_is_refused_as_unary() -> None:
     refused = refusing(None, grpc.StatusCode.UNAUTHENTICATED, "send a token")
     assert refused.unary_unary is not None
     with pytest.raises(grpc.aio.AbortError):
-        await refused.unary_unary(None, Context())
+        await refused.unary_unary(None, FakeContext())

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from runtime.tests.fakes import images
 
 from skiff_runtime.client import SkiffClient
 from skiff_runtime.proto import inference_pb2 as pb
@@ -18,10 +18,6 @@ from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 pytestmark = [pytest.mark.paddle, pytest.mark.server]
 
 STATUS = health_pb2.HealthCheckResponse.ServingStatus.Name
-
-
-def _images(seed: int, batch: int = 1) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal((batch, 3, 32, 32), dtype=np.float32)
 
 
 def test_health_watch_not_serving_then_serving_then_not_serving_on_sigterm(runtime_factory, model_dirs) -> None:
@@ -33,7 +29,7 @@ def test_health_watch_not_serving_then_serving_then_not_serving_on_sigterm(runti
             seen.append(STATUS(reply.status))
             if seen[-1] == "SERVING":
                 with SkiffClient(runtime.target) as client:  # SERVING means the model answers now
-                    assert client.infer("conv", {"image": _images(0)})["fetch_name_0"].shape == (1, 10)
+                    assert client.infer("conv", {"image": images(0)})["fetch_name_0"].shape == (1, 10)
                 runtime.proc.send_signal(15)
             if len(seen) > 1 and seen[-1] == "NOT_SERVING":
                 break
@@ -61,7 +57,7 @@ def test_health_port_serves_only_health_and_answers_while_inference_is_busy(conv
         def load() -> None:
             with SkiffClient(conv_server.target) as client:
                 while not stop.is_set():
-                    client.infer("conv", {"image": _images(1, 8)})
+                    client.infer("conv", {"image": images(1, 8)})
 
         workers = [threading.Thread(target=load) for _ in range(6)]
         for worker in workers:
@@ -99,7 +95,7 @@ def test_sigterm_under_32_clients_answers_every_accepted_request_and_new_ones_go
             started.wait()
             while len(mine) < 2000:
                 try:
-                    out = client.infer("conv", {"image": _images(seed, 32)})["fetch_name_0"]
+                    out = client.infer("conv", {"image": images(seed, 32)})["fetch_name_0"]
                     mine.append("ok" if out.shape == (32, 10) else "bad")
                 except grpc.RpcError as exc:
                     mine.append(exc.code().name)
@@ -134,7 +130,7 @@ def test_legacy_pdmodel_is_served(runtime_factory, model_dirs) -> None:
     with SkiffClient(runtime.target) as client:
         inputs, outputs = client.metadata("legacy")
         assert [(t.name, list(t.shape)) for t in inputs] == [("image", [-1, 3, 32, 32])]
-        out = client.infer("legacy", {"image": _images(3)})[outputs[0].name]
+        out = client.infer("legacy", {"image": images(3)})[outputs[0].name]
     assert out.shape == (1, 10)
     assert abs(float(out.sum()) - 1.0) < 1e-5
     assert runtime.terminate() == 0
@@ -175,7 +171,7 @@ def test_connections_are_closed_with_goaway_at_their_max_age_and_clients_carry_o
             deadline = time.monotonic() + 4  # several connection ages
             calls = 0
             while time.monotonic() < deadline:
-                assert client.infer("conv", {"image": _images(calls)})["fetch_name_0"].shape == (1, 10)
+                assert client.infer("conv", {"image": images(calls)})["fetch_name_0"].shape == (1, 10)
                 calls += 1
     assert calls > 10
     assert runtime.terminate() == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from runtime.tests.server.test_tls import Authority, _write
+from runtime.tests.fakes import Authority, write_atomically
 
 from skiff_runtime.proto import tensorflow_core_pb2 as tf
 from skiff_runtime.proto import tensorflow_serving_pb2 as tfs
@@ -48,9 +48,12 @@ def test_rest_and_tf_serving_need_tls_and_the_token(runtime_factory, model_dirs,
     server = ca.issue("conv", server=True)
     certs = tmp_path / "certs"
     certs.mkdir()
-    crt, key = _write(certs, "tls.crt", server.cert), _write(certs, "tls.key", server.key)
-    ca_file, other_ca_file = _write(tmp_path, "ca.crt", ca.pem), _write(tmp_path, "other.crt", other_ca.pem)
-    token = _write(tmp_path, "token", TOKEN.encode())
+    crt, key = write_atomically(certs, "tls.crt", server.cert), write_atomically(certs, "tls.key", server.key)
+    ca_file, other_ca_file = (
+        write_atomically(tmp_path, "ca.crt", ca.pem),
+        write_atomically(tmp_path, "other.crt", other_ca.pem),
+    )
+    token = write_atomically(tmp_path, "token", TOKEN.encode())
     runtime = runtime_factory(model_dirs["conv"], "conv", "--http-port", "0", "--tls-cert-file", str(crt),
                               "--tls-key-file", str(key), "--auth-token-file", str(token))  # fmt: skip
     runtime.wait_serving()
@@ -74,8 +77,8 @@ def test_rest_and_tf_serving_need_tls_and_the_token(runtime_factory, model_dirs,
 
     # Rotate to a certificate from another CA: new REST connections get it without a restart.
     rotated = other_ca.issue("conv", server=True)
-    _write(certs, "tls.key", rotated.key)
-    _write(certs, "tls.crt", rotated.cert)
+    write_atomically(certs, "tls.key", rotated.key)
+    write_atomically(certs, "tls.crt", rotated.cert)
     assert _get(f"{base}/v2/health/live", other_ca_file) == 200
     with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
         _get(f"{base}/v2/health/live", ca_file)

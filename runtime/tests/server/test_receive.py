@@ -6,30 +6,10 @@ import asyncio
 
 import grpc
 import pytest
+from runtime.tests.fakes import FakeContext
 
 from skiff_runtime.errors import DeadlineExceeded, InvalidInput
 from skiff_runtime.server.receive import bounded, limited, small
-
-
-class Context:
-    """read() returns `message` (never, when None); abort() raises like grpc's; write() records."""
-
-    def __init__(self, message: object = None) -> None:
-        self.message = message
-        self.written: list[object] = []
-        self.aborted: tuple[grpc.StatusCode, str] | None = None
-
-    async def read(self) -> object:
-        if self.message is None:
-            await asyncio.Event().wait()
-        return self.message
-
-    async def write(self, item: object) -> None:
-        self.written.append(item)
-
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        self.aborted = (code, details)
-        raise grpc.aio.AbortError()
 
 
 async def _echo(request: bytes, context: object) -> bytes:
@@ -37,7 +17,7 @@ async def _echo(request: bytes, context: object) -> bytes:
 
 
 def _handlers(release: asyncio.Event) -> dict[str, grpc.RpcMethodHandler]:
-    async def watch(request: bytes, context: Context) -> None:
+    async def watch(request: bytes, context: FakeContext) -> None:
         await context.write(request)
         await release.wait()
 
@@ -50,33 +30,33 @@ def _handlers(release: asyncio.Event) -> dict[str, grpc.RpcMethodHandler]:
 async def test_unary_methods_read_and_deserialize_their_message_themselves() -> None:
     handler = bounded(_handlers(asyncio.Event()), timeout_s=1, max_streams=1)["Unary"]
     assert handler.stream_unary is not None  # runs on the headers
-    assert await handler.stream_unary(None, Context(b"hi")) == b"echo:HI"
+    assert await handler.stream_unary(None, FakeContext(b"hi")) == b"echo:HI"
 
 
 async def test_a_message_that_never_arrives_is_deadline_exceeded() -> None:
     handler = bounded(_handlers(asyncio.Event()), timeout_s=0.05, max_streams=1)["Unary"]
     with pytest.raises(DeadlineExceeded, match=r"did not arrive within 0\.05 s"):
-        await handler.stream_unary(None, Context(None))
+        await handler.stream_unary(None, FakeContext(delay_s=None))
     with pytest.raises(InvalidInput, match="carried no Unary message"):
-        await handler.stream_unary(None, Context(grpc.aio.EOF))
+        await handler.stream_unary(None, FakeContext(grpc.aio.EOF))
 
 
 async def test_streams_past_the_cap_are_refused_and_places_come_back() -> None:
     release = asyncio.Event()
     handler = bounded(_handlers(release), timeout_s=1, max_streams=1)["Watch"]
     assert handler.stream_stream is not None
-    first = Context(b"a")
+    first = FakeContext(b"a")
     running = asyncio.create_task(handler.stream_stream(None, first))
     await asyncio.sleep(0.01)
     assert first.written == [b"a"]
-    second = Context(b"b")
+    second = FakeContext(b"b")
     with pytest.raises(grpc.aio.AbortError):
         await handler.stream_stream(None, second)
     assert second.aborted is not None
     assert second.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
     release.set()
     await running
-    third = Context(b"c")
+    third = FakeContext(b"c")
     await handler.stream_stream(None, third)  # the first stream's place is free again
     assert third.written == [b"c"]
 
@@ -104,7 +84,7 @@ def test_small_methods_refuse_a_large_message_before_parsing_it() -> None:
 
 async def test_a_large_watch_request_ends_the_stream_invalid_argument() -> None:
     handlers = bounded(small(_handlers(asyncio.Event()), max_bytes=2), timeout_s=1, max_streams=1)
-    context = Context(b"too long")
+    context = FakeContext(b"too long")
     with pytest.raises(grpc.aio.AbortError):
         await handlers["Watch"].stream_stream(None, context)
     assert context.aborted is not None

@@ -9,6 +9,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
+from runtime.tests.fakes import images
 from tritonclient.utils import InferenceServerException
 
 from skiff_runtime.client import SkiffClient
@@ -26,16 +27,12 @@ def conv_engine(model_dirs: dict[str, Path]) -> object:
     return PaddleEngine(RuntimeSettings(model_dir=model_dirs["conv"], model_name="conv"))
 
 
-def _images(seed: int, batch: int = 1) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal((batch, 3, 32, 32), dtype=np.float32)
-
-
 def test_outputs_are_bit_identical_to_in_process(conv_server, conv_engine) -> None:
     with SkiffClient(conv_server.target) as client:
         for seed, batch in [(1, 1), (2, 3), (3, 8)]:
-            images = _images(seed, batch)
-            remote = client.infer("conv", {"image": images})["fetch_name_0"]
-            local = conv_engine.run({"image": images})["fetch_name_0"]
+            batch_images = images(seed, batch)
+            remote = client.infer("conv", {"image": batch_images})["fetch_name_0"]
+            local = conv_engine.run({"image": batch_images})["fetch_name_0"]
             assert remote.dtype == local.dtype
             assert remote.shape == (batch, 10)
             assert remote.tobytes() == local.tobytes()
@@ -205,14 +202,14 @@ def test_malformed_request_gets_clear_status_and_server_keeps_serving(two_io_ser
 
 def test_concurrent_clients_each_get_their_own_answer(conv_server, conv_engine) -> None:
     """8 threads x 50 requests with distinct inputs: a shared predictor would mix answers up."""
-    expected = {seed: conv_engine.run({"image": _images(seed)})["fetch_name_0"] for seed in range(400)}
+    expected = {seed: conv_engine.run({"image": images(seed)})["fetch_name_0"] for seed in range(400)}
     failures: list[str] = []
 
     def worker(offset: int) -> None:
         with SkiffClient(conv_server.target) as client:
             for i in range(50):
                 seed = offset * 50 + i
-                got = client.infer("conv", {"image": _images(seed)})["fetch_name_0"]
+                got = client.infer("conv", {"image": images(seed)})["fetch_name_0"]
                 if got.tobytes() != expected[seed].tobytes():
                     failures.append(f"seed {seed}")
 

@@ -2,88 +2,18 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
-import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-from runtime.tests.server.test_auth import SecretVolume
+from runtime.tests.fakes import SERVICE_NAME, Authority, SecretVolume, write_atomically
 
 from skiff_runtime.client import SkiffClient
 from skiff_runtime.server.tls import TlsFiles
 
 pytestmark = [pytest.mark.paddle, pytest.mark.server]
-
-SERVICE_NAME = "conv.models.svc"
-
-
-@dataclass(frozen=True)
-class Issued:
-    cert: bytes
-    key: bytes
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-class Authority:
-    """A throwaway CA that issues server and client certificates."""
-
-    def __init__(self, name: str) -> None:
-        self.key = _key()
-        now = datetime.datetime.now(datetime.UTC)
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        self.cert = (
-            x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(self.key, hashes.SHA256())
-        )  # fmt: skip
-        self.pem = self.cert.public_bytes(serialization.Encoding.PEM)
-
-    def issue(self, common_name: str, *, server: bool) -> Issued:
-        key = _key()
-        now = datetime.datetime.now(datetime.UTC)
-        builder = (
-            x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-            .issuer_name(self.cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(hours=1))
-        )  # fmt: skip
-        if server:
-            sans = [
-                x509.DNSName(SERVICE_NAME),
-                x509.DNSName("localhost"),
-                x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            ]
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        cert = builder.sign(self.key, hashes.SHA256())
-        return Issued(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
-
-
-def _write(directory: Path, name: str, data: bytes) -> Path:
-    """Atomic replace, as a Kubernetes Secret volume update is."""
-    path = directory / name
-    tmp = directory / f".{name}.tmp"
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -98,17 +28,17 @@ def pki(tmp_path: Path, other_ca: Authority) -> dict[str, Path]:
     client = ca.issue("client", server=False)
     rogue_client = other_ca.issue("rogue", server=False)
     files = {
-        "ca": _write(tmp_path, "ca.crt", ca.pem),
-        "other_ca": _write(tmp_path, "other-ca.crt", other_ca.pem),
-        "client_cert": _write(tmp_path, "client.crt", client.cert),
-        "client_key": _write(tmp_path, "client.key", client.key),
-        "rogue_cert": _write(tmp_path, "rogue.crt", rogue_client.cert),
-        "rogue_key": _write(tmp_path, "rogue.key", rogue_client.key),
+        "ca": write_atomically(tmp_path, "ca.crt", ca.pem),
+        "other_ca": write_atomically(tmp_path, "other-ca.crt", other_ca.pem),
+        "client_cert": write_atomically(tmp_path, "client.crt", client.cert),
+        "client_key": write_atomically(tmp_path, "client.key", client.key),
+        "rogue_cert": write_atomically(tmp_path, "rogue.crt", rogue_client.cert),
+        "rogue_key": write_atomically(tmp_path, "rogue.key", rogue_client.key),
     }
     certs = tmp_path / "certs"
     certs.mkdir()
-    files["tls_crt"] = _write(certs, "tls.crt", server.cert)
-    files["tls_key"] = _write(certs, "tls.key", server.key)
+    files["tls_crt"] = write_atomically(certs, "tls.crt", server.cert)
+    files["tls_key"] = write_atomically(certs, "tls.key", server.key)
     return files
 
 
@@ -138,8 +68,8 @@ def test_tls_serves_trusted_clients_only_and_reloads_certificates(runtime_factor
 
     # Rotate to a certificate from another CA: new connections get it, no restart.
     rotated = other_ca.issue("conv", server=True)
-    _write(pki["tls_key"].parent, "tls.key", rotated.key)
-    _write(pki["tls_crt"].parent, "tls.crt", rotated.cert)
+    write_atomically(pki["tls_key"].parent, "tls.key", rotated.key)
+    write_atomically(pki["tls_crt"].parent, "tls.crt", rotated.cert)
     time.sleep(0.05)
     with SkiffClient(runtime.target, ca_file=pki["other_ca"]) as client:
         assert client.infer("conv", _image())["fetch_name_0"].shape == (1, 10)

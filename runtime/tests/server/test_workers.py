@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from runtime.tests.fakes import child_processes, images, worker_pids
 
 from skiff_runtime.client import SkiffClient
 from skiff_runtime.codec import encode_request
@@ -22,25 +23,6 @@ from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.tensors import Datatype, Tensor
 
 pytestmark = [pytest.mark.paddle, pytest.mark.server]
-
-
-def _images(seed: int, batch: int = 1) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal((batch, 3, 32, 32), dtype=np.float32)
-
-
-def _children(pid: int) -> list[tuple[int, str]]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append((int(entry.name), cmdline))
-    return found
 
 
 def _nice(pid: int) -> int:
@@ -67,7 +49,7 @@ def test_workers_answer_like_the_in_process_predictor(runtime_factory, model_dir
     engine = PaddleEngine(RuntimeSettings(model_dir=model_dirs["conv"], model_name="conv"))
     runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", workers, "--max-batch-size", "8")
     runtime.wait_serving()
-    spawned = [pid for pid, cmd in _children(runtime.proc.pid) if "spawn_main" in cmd]
+    spawned = [pid for pid, cmd in child_processes(runtime.proc.pid) if "spawn_main" in cmd]
     assert len(spawned) == int(workers)  # one worker is a process too: a thread would stall the front (GIL)
     # Workers run below the front's priority (--worker-nice, default 10), so the front answers under full load.
     assert [_nice(pid) - _nice(runtime.proc.pid) for pid in spawned] == [10] * len(spawned)
@@ -79,14 +61,14 @@ def test_workers_answer_like_the_in_process_predictor(runtime_factory, model_dir
     # Expected outputs are computed up front, on this thread: the in-process predictor must not be shared
     # by the client threads (a shared Paddle predictor silently returns wrong answers).
     seeds = [offset * 100 + i for offset in range(8) for i in range(25)]
-    expected = {seed: engine.run({"image": _images(seed, 1 + seed % 3)})["fetch_name_0"] for seed in seeds}
+    expected = {seed: engine.run({"image": images(seed, 1 + seed % 3)})["fetch_name_0"] for seed in seeds}
     failures: list[tuple[int, float]] = []
 
     def client(offset: int) -> None:
         with SkiffClient(runtime.target) as c:
             for i in range(25):
                 seed = offset * 100 + i
-                got = c.infer("conv", {"image": _images(seed, 1 + seed % 3)})["fetch_name_0"]
+                got = c.infer("conv", {"image": images(seed, 1 + seed % 3)})["fetch_name_0"]
                 if got.shape != expected[seed].shape or not np.allclose(got, expected[seed], rtol=1e-5, atol=1e-6):
                     failures.append((seed, float(np.abs(got - expected[seed]).max())))
 
@@ -117,7 +99,7 @@ def test_concurrent_requests_are_merged_into_batches(runtime_factory, model_dirs
     def client(seed: int) -> None:
         with SkiffClient(runtime.target) as c:
             barrier.wait()
-            c.infer("conv", {"image": _images(seed)})
+            c.infer("conv", {"image": images(seed)})
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(12)]
     for thread in threads:
@@ -173,7 +155,7 @@ def _load(target: str, seconds: float, clients: int = 4) -> dict[str, int]:
         with SkiffClient(target, channel=grpc.insecure_channel(target)) as c:
             while time.monotonic() < stop:
                 try:
-                    c.infer("conv", {"image": _images(seed, 2)}, timeout_s=30)
+                    c.infer("conv", {"image": images(seed, 2)}, timeout_s=30)
                     code = "OK"
                 except grpc.RpcError as exc:
                     code = exc.code().name
@@ -188,10 +170,6 @@ def _load(target: str, seconds: float, clients: int = 4) -> dict[str, int]:
     return codes
 
 
-def _workers(runtime) -> list[int]:
-    return sorted(pid for pid, cmd in _children(runtime.proc.pid) if "spawn_main" in cmd)
-
-
 def _health(runtime) -> str:
     with SkiffClient(runtime.health_target, timeout_s=5) as client:
         return client.health("conv")
@@ -200,7 +178,7 @@ def _health(runtime) -> str:
 def test_a_worker_killed_under_load_is_replaced_and_its_batch_retried(runtime_factory, model_dirs) -> None:
     runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", "2", "--max-batch-size", "4")
     runtime.wait_serving()
-    before = _workers(runtime)
+    before = worker_pids(runtime)
     assert len(before) == 2
     outcomes: dict[str, int] = {}
     loader = threading.Thread(target=lambda: outcomes.update(_load(runtime.target, 12)))
@@ -217,7 +195,7 @@ def test_a_worker_killed_under_load_is_replaced_and_its_batch_retried(runtime_fa
         time.sleep(0.2)
     exited = [e for e in runtime.logs() if str(e.get("msg", "")).startswith("worker process exited")]
     assert exited[0]["exitcode"] == -signal.SIGKILL
-    after = _workers(runtime)
+    after = worker_pids(runtime)
     assert len(after) == 2
     assert before[0] not in after
     assert before[1] in after
@@ -228,15 +206,15 @@ def test_a_worker_killed_under_load_is_replaced_and_its_batch_retried(runtime_fa
     assert "skiff_workers 2.0" in text
     assert "skiff_worker_exits_total 1.0" in text
     assert runtime.terminate() == 0
-    assert not _children(runtime.proc.pid), "no worker outlives the server"
+    assert not child_processes(runtime.proc.pid), "no worker outlives the server"
 
 
 def test_a_hung_worker_is_stopped_its_batch_unavailable_and_health_truthful(runtime_factory, model_dirs) -> None:
     runtime = runtime_factory(model_dirs["conv"], "conv", "--workers", "1", "--batch-timeout-s", "2")
     runtime.wait_serving()
-    (worker,) = _workers(runtime)
+    (worker,) = worker_pids(runtime)
     os.kill(worker, signal.SIGSTOP)  # hangs like an engine stuck in native code
-    request = encode_request("conv", [Tensor("image", Datatype.FP32, _images(0))])
+    request = encode_request("conv", [Tensor("image", Datatype.FP32, images(0))])
     with SkiffClient(runtime.target) as client, grpc.insecure_channel(runtime.target) as plain:
         started = time.monotonic()
         with pytest.raises(grpc.RpcError) as caught:  # a channel without SkiffClient's retry policy sees the status
@@ -249,8 +227,8 @@ def test_a_hung_worker_is_stopped_its_batch_unavailable_and_health_truthful(runt
         while _health(runtime) != "SERVING" and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _health(runtime) == "SERVING"
-        assert client.infer("conv", {"image": _images(0)})["fetch_name_0"].shape == (1, 10)
-    assert _workers(runtime) != [worker]
+        assert client.infer("conv", {"image": images(0)})["fetch_name_0"].shape == (1, 10)
+    assert worker_pids(runtime) != [worker]
     assert runtime.proc.poll() is None
     assert runtime.terminate() == 0
 
@@ -263,10 +241,10 @@ def test_a_worker_that_cannot_be_replaced_stops_the_server(runtime_factory, mode
     runtime = runtime_factory(model_dir, "conv", "--workers", "2", "--grace-period-s", "5")
     runtime.wait_serving()
     shutil.rmtree(model_dir)  # the replacement will find no model to load
-    os.kill(_workers(runtime)[0], signal.SIGKILL)
+    os.kill(worker_pids(runtime)[0], signal.SIGKILL)
     assert runtime.proc.wait(timeout=60) == 1
     stopped = [
         e for e in runtime.logs() if e.get("msg") == "worker process cannot be replaced; stopping so the pod restarts"
     ]
     assert stopped
-    assert not _children(runtime.proc.pid), "no worker outlives the server"
+    assert not child_processes(runtime.proc.pid), "no worker outlives the server"

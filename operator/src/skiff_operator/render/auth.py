@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skiff_operator.render import contract
+from skiff_operator import contract
 from skiff_operator.render.tls import secret_volume
 from skiff_operator.spec import InferenceModel
 

@@ -9,21 +9,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skiff_operator import certs, names
+from skiff_operator.kinds import BACKEND_TLS_POLICY, CONFIG_MAP, SERVICE
 from skiff_operator.render.common import render_metadata
-from skiff_operator.render.route import GATEWAY_GROUP
 from skiff_operator.spec import InferenceModel
 
-BACKEND_TLS_POLICY_KIND = "BackendTLSPolicy"
-BACKEND_TLS_POLICY_API_VERSION = f"{GATEWAY_GROUP}/v1"  # standard channel since Gateway API v1.4
-BACKEND_TLS_POLICY_CRD = f"backendtlspolicies.{GATEWAY_GROUP}"
-CONFIG_MAP_KIND = "ConfigMap"
 GRPC_PORT_NAME = "grpc"  # the version Service's port the policy applies to (render/service.py)
 _HOSTNAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")  # the CRD's pattern
 
 
 def backend_hostname(model: InferenceModel, service: str, certificate_names: Sequence[str] = ()) -> str:
     """The name the gateway sends as SNI and checks the pods' certificate for: `<service>.<namespace>.svc`, which
-    every certificate the operator issues or requests carries (render/tls.tls_dns_names). A user's certificate
+    every certificate the operator issues or requests carries (skiff_operator.tls.tls_dns_names). A user's certificate
     (tls.mode Secret) may name only some Services: then the model Service's name, else its first plain DNS name."""
     namespace = model.ref.namespace
     preferred = [f"{service}.{namespace}.svc", f"{names.model_service_name(model.ref.name)}.{namespace}.svc"]
@@ -36,8 +32,8 @@ def backend_hostname(model: InferenceModel, service: str, certificate_names: Seq
 def render_backend_ca_config_map(model: InferenceModel, ca_bundle: bytes) -> dict[str, Any]:
     """The CA bundle (ca.crt of the model's TLS Secret) as a ConfigMap, the reference kind every gateway supports."""
     return {
-        "apiVersion": "v1",
-        "kind": CONFIG_MAP_KIND,
+        "apiVersion": CONFIG_MAP.api_version,
+        "kind": CONFIG_MAP.kind,
         "metadata": render_metadata(model, names.backend_ca_config_map_name(model.ref.name), None),
         "data": {certs.CA_CERT_KEY: ca_bundle.decode()},
     }
@@ -49,17 +45,17 @@ def render_backend_tls_policies(
     """One policy per version in the route's split (`weights`, weight 0 included: a draining version still gets
     requests until the route drops it), named like the version Service it targets; `certificate_names`: the DNS
     names of the pods' certificate."""
-    ca_ref = {"group": "", "kind": CONFIG_MAP_KIND, "name": names.backend_ca_config_map_name(model.ref.name)}
+    ca_ref = {"group": "", "kind": CONFIG_MAP.kind, "name": names.backend_ca_config_map_name(model.ref.name)}
     policies = []
     for version in sorted(weights):
         service = names.version_service_name(model.ref.name, version)
         policies.append(
             {
-                "apiVersion": BACKEND_TLS_POLICY_API_VERSION,
-                "kind": BACKEND_TLS_POLICY_KIND,
+                "apiVersion": BACKEND_TLS_POLICY.api_version,  # standard channel since Gateway API v1.4
+                "kind": BACKEND_TLS_POLICY.kind,
                 "metadata": render_metadata(model, service, version),
                 "spec": {
-                    "targetRefs": [{"group": "", "kind": "Service", "name": service, "sectionName": GRPC_PORT_NAME}],
+                    "targetRefs": [{"group": "", "kind": SERVICE.kind, "name": service, "sectionName": GRPC_PORT_NAME}],
                     "validation": {
                         "caCertificateRefs": [ca_ref],
                         "hostname": backend_hostname(model, service, certificate_names),

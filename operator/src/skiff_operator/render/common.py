@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from skiff_operator import names
-from skiff_operator.spec import API_VERSION, KIND, InferenceModel
+from skiff_operator.kinds import INFERENCE_MODEL
+from skiff_operator.spec import InferenceModel
 
 
 def render_metadata(model: InferenceModel, name: str, version: str | None) -> dict[str, Any]:
@@ -15,8 +16,8 @@ def render_metadata(model: InferenceModel, name: str, version: str | None) -> di
         "labels": names.object_labels(model.ref.name, version),
         "ownerReferences": [
             {
-                "apiVersion": API_VERSION,
-                "kind": KIND,
+                "apiVersion": INFERENCE_MODEL.api_version,
+                "kind": INFERENCE_MODEL.kind,
                 "name": model.ref.name,
                 "uid": model.ref.uid,
                 "controller": True,

@@ -7,8 +7,8 @@ import json
 import math
 from typing import Any
 
-from skiff_operator import names
-from skiff_operator.render import contract
+from skiff_operator import contract, names
+from skiff_operator.kinds import DEPLOYMENT
 from skiff_operator.render.auth import render_auth_env, render_auth_mounts, render_auth_volumes
 from skiff_operator.render.common import render_metadata
 from skiff_operator.render.tls import render_tls_annotations, render_tls_env, render_tls_mounts, render_tls_volumes
@@ -45,8 +45,8 @@ def render_deployment(model: InferenceModel, version: Version) -> dict[str, Any]
     # runtime reloads the files. The TLS mode annotation is, so changing the mode rolls the pods.
     tls_annotations = render_tls_annotations(model)
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "apiVersion": DEPLOYMENT.api_version,
+        "kind": DEPLOYMENT.kind,
         "metadata": render_metadata(model, name, version.name),
         "spec": {
             "replicas": version.replicas,

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from skiff_operator import names
+from skiff_operator.kinds import DISRUPTION_BUDGET
 from skiff_operator.render.common import render_metadata
 from skiff_operator.spec import InferenceModel, Version
 
-DISRUPTION_BUDGET_API_VERSION = "policy/v1"
-DISRUPTION_BUDGET_KIND = "PodDisruptionBudget"
 # Evictions (node drains, cluster autoscaler scale-downs) take one pod of a version at a time: the others keep
 # serving while it drains (the runtime's GOAWAY moves its clients to them) and its replacement starts.
 MAX_UNAVAILABLE = 1
@@ -24,8 +23,8 @@ def render_disruption_budget(model: InferenceModel, version: Version) -> dict[st
     if version.replicas <= MAX_UNAVAILABLE:
         return None
     return {
-        "apiVersion": DISRUPTION_BUDGET_API_VERSION,
-        "kind": DISRUPTION_BUDGET_KIND,
+        "apiVersion": DISRUPTION_BUDGET.api_version,
+        "kind": DISRUPTION_BUDGET.kind,
         "metadata": render_metadata(model, names.deployment_name(model.ref.name, version.name), version.name),
         "spec": {
             "maxUnavailable": MAX_UNAVAILABLE,

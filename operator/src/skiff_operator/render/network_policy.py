@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from skiff_operator import names
-from skiff_operator.render import contract
+from skiff_operator import contract, names
+from skiff_operator.kinds import NETWORK_POLICY
 from skiff_operator.render.common import render_metadata
 from skiff_operator.spec import InferenceModel, Peer
 
-NETWORK_POLICY_API_VERSION = "networking.k8s.io/v1"
-NETWORK_POLICY_KIND = "NetworkPolicy"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
 
 
@@ -41,8 +39,8 @@ def render_network_policy(model: InferenceModel) -> dict[str, Any] | None:
         namespaces = _namespaces(sorted(set(policy.metrics_namespaces)))
         ingress.append({"ports": [_port(contract.METRICS_PORT)], "from": [{"namespaceSelector": namespaces}]})
     return {
-        "apiVersion": NETWORK_POLICY_API_VERSION,
-        "kind": NETWORK_POLICY_KIND,
+        "apiVersion": NETWORK_POLICY.api_version,
+        "kind": NETWORK_POLICY.kind,
         "metadata": render_metadata(model, names.model_service_name(model.ref.name), None),
         "spec": {
             "podSelector": {"matchLabels": names.selector_labels(model.ref.name)},

@@ -11,13 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skiff_operator import names
-from skiff_operator.render import contract
+from skiff_operator import contract, names
+from skiff_operator.kinds import GATEWAY_GROUP, GRPC_ROUTE, SERVICE
 from skiff_operator.render.common import render_metadata
 from skiff_operator.spec import InferenceModel
-
-GATEWAY_GROUP = "gateway.networking.k8s.io"
-GRPC_ROUTE_API_VERSION = f"{GATEWAY_GROUP}/v1"
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,7 @@ def render_grpc_route(
     backends = [
         {
             "group": "",
-            "kind": "Service",
+            "kind": SERVICE.kind,
             "name": names.version_service_name(model.ref.name, version),
             "port": contract.GRPC_PORT,
             "weight": weight,
@@ -61,8 +58,8 @@ def render_grpc_route(
     if hostnames:
         spec["hostnames"] = list(hostnames)
     return {
-        "apiVersion": GRPC_ROUTE_API_VERSION,
-        "kind": "GRPCRoute",
+        "apiVersion": GRPC_ROUTE.api_version,
+        "kind": GRPC_ROUTE.kind,
         "metadata": render_metadata(model, names.model_service_name(model.ref.name), None),
         "spec": spec,
     }

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from skiff_operator import names
-from skiff_operator.render import contract
+from skiff_operator import contract, names
+from skiff_operator.kinds import HEADLESS, SERVICE
 from skiff_operator.render.common import render_metadata
 from skiff_operator.spec import InferenceModel, TLSMode, Version
 
-HEADLESS = "None"  # spec.clusterIP of a headless Service
 _PORTS = [
     # h2c tells meshes and Gateway implementations the port speaks plaintext HTTP/2 (gRPC).
     {
@@ -52,8 +51,8 @@ def render_model_service(model: InferenceModel, *, every_version: bool = False) 
 
 def _render_service(model: InferenceModel, name: str, version: str | None, selector: dict[str, str]) -> dict[str, Any]:
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
+        "apiVersion": SERVICE.api_version,
+        "kind": SERVICE.kind,
         "metadata": render_metadata(model, name, version),
         "spec": {
             "type": "ClusterIP",

@@ -1,14 +1,14 @@
-"""Renders what TLS adds to a model: the SAN set, the pods' Secret volumes and env, and the certificate objects
-(the SelfSigned Secrets, the cert-manager Certificate)."""
+"""Renders what TLS adds to a model: the pods' Secret volumes and env, and the certificate objects the TLS step
+decided to write (the SelfSigned Secrets, the cert-manager Certificate: skiff_operator.tls)."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skiff_operator import certs, names
-from skiff_operator.render import contract
+from skiff_operator import certs, contract, names
+from skiff_operator.kinds import CERTIFICATE, SECRET
 from skiff_operator.render.common import render_metadata
 from skiff_operator.spec import InferenceModel, TLSMode
 
@@ -16,24 +16,6 @@ TLS_VOLUME = "tls"
 CLIENT_CA_VOLUME = "client-ca"
 TLS_MODE_ANNOTATION = "skiff.dev/tls-mode"
 SECRET_FILE_MODE = 0o440  # owner and group (fsGroup) read; the runtime's uid is in that group
-CERT_MANAGER_API_VERSION = "cert-manager.io/v1"
-CERTIFICATE_KIND = "Certificate"
-CERTIFICATE_CRD = "certificates.cert-manager.io"
-CERTIFICATE_CRD_VERSION = "v1"
-
-
-def tls_dns_names(model: InferenceModel) -> list[str]:
-    """The certificate's SAN set: the model Service short, namespaced, .svc and .svc.cluster.local, each version
-    Service .svc and .svc.cluster.local (inside the CA's NameConstraints, `ca_dns_subtrees`)."""
-    name = model.ref.name
-    versions = [names.version_service_name(name, v.name) for v in model.spec.versions]
-    return certs.service_dns_names(names.model_service_name(name), versions, model.ref.namespace)
-
-
-def ca_dns_subtrees(model: InferenceModel) -> list[str]:
-    """The DNS subtrees the model's SelfSigned CA may sign for: fixed for the model's lifetime, so adding a
-    version never needs a new CA."""
-    return certs.permitted_dns_subtrees(names.model_service_name(model.ref.name), model.ref.namespace)
 
 
 def tls_secret_name(model: InferenceModel) -> str | None:
@@ -104,21 +86,21 @@ def render_tls_secret(model: InferenceModel, server: certs.KeyPair, ca_cert_pem:
     )
 
 
-def render_certificate(model: InferenceModel) -> dict[str, Any]:
-    """A cert-manager Certificate for the SAN set, issued into the Secret the pods mount. cert-manager renews
-    it (by default at 2/3 of its lifetime) and reissues it when dnsNames change."""
+def render_certificate(model: InferenceModel, dns_names: Sequence[str]) -> dict[str, Any]:
+    """A cert-manager Certificate for the SAN set `dns_names`, issued into the Secret the pods mount. cert-manager
+    renews it (by default at 2/3 of its lifetime) and reissues it when dnsNames change."""
     issuer = model.spec.tls.issuer_ref
     if issuer is None:
         raise ValueError("a Certificate needs spec.tls.issuerRef")
     secret = names.tls_secret_name(model.ref.name)
     return {
-        "apiVersion": CERT_MANAGER_API_VERSION,
-        "kind": CERTIFICATE_KIND,
+        "apiVersion": CERTIFICATE.api_version,
+        "kind": CERTIFICATE.kind,
         "metadata": render_metadata(model, secret, None),
         "spec": {
             "secretName": secret,
             "secretTemplate": {"labels": names.object_labels(model.ref.name)},
-            "dnsNames": tls_dns_names(model),
+            "dnsNames": list(dns_names),
             "issuerRef": {"name": issuer.name, "kind": issuer.kind.value, "group": issuer.group},
             "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
             "usages": ["server auth", "digital signature"],
@@ -136,8 +118,8 @@ def secret_volume(name: str, secret: str, files: Mapping[str, str]) -> dict[str,
 
 def _secret(model: InferenceModel, name: str, kind: str, data: Mapping[str, bytes]) -> dict[str, Any]:
     return {
-        "apiVersion": "v1",
-        "kind": "Secret",
+        "apiVersion": SECRET.api_version,
+        "kind": SECRET.kind,
         "metadata": render_metadata(model, name, None),
         "type": kind,
         "data": {key: base64.b64encode(value).decode() for key, value in data.items()},

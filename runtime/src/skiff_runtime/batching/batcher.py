@@ -1,6 +1,7 @@
 """The dynamic batching stage: a bounded queue that merges compatible requests into batches.
 
-With `merge` off every request runs alone (batching off). Otherwise a batch closes when it holds
+Its limits are `settings.BatchingLimits`. With dynamic batching off, or for a model that is not `batched`
+(tensors.ModelSignature.batched), every request runs alone. Otherwise a batch closes when it holds
 `max_batch_size` rows, or `max_queue_delay_s` after its oldest request arrived, or at once when the delay is 0
 (then it takes whatever is already waiting). Requests whose inputs differ in
 dtype or non-batch shape go to different batches. A full queue refuses at once (QueueFull); a request whose
@@ -18,20 +19,12 @@ from dataclasses import dataclass, field
 
 from skiff_runtime.batching.merge import BatchKey, batch_key, batch_size, split_outputs
 from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, QueueFull, SkiffError
+from skiff_runtime.settings import BatchingLimits
 from skiff_runtime.tensors import Array
 
 # Runs the requests' inputs as one batch (the runner merges them with batching.merge: it knows where the batch
 # must end up, e.g. straight into a worker's shared memory).
 RunBatch = Callable[[Sequence[Mapping[str, Array]]], Awaitable[dict[str, Array]]]
-
-
-@dataclass(frozen=True)
-class BatchingPolicy:
-    max_batch_size: int = 32
-    merge: bool = True
-    max_queue_delay_s: float = 0.0
-    max_queue_size: int = 256
-    concurrency: int = 1
 
 
 @dataclass(frozen=True)
@@ -60,15 +53,19 @@ class Batcher:
     def __init__(
         self,
         run_batch: RunBatch,
-        policy: BatchingPolicy,
+        limits: BatchingLimits,
         on_batch: Callable[[BatchStats], None] | None = None,
+        *,
+        batched: bool = True,
+        concurrency: int = 1,
     ) -> None:
-        self.policy = policy
+        self.limits = limits
+        self.merges = limits.dynamic_batching and batched  # else every request runs alone
         self._run_batch = run_batch
         self._on_batch = on_batch
         self._queue: collections.deque[_Pending] = collections.deque()
         self._wakeup = asyncio.Event()
-        self._slots = asyncio.Semaphore(policy.concurrency)
+        self._slots = asyncio.Semaphore(concurrency)
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
 
@@ -100,9 +97,9 @@ class Batcher:
 
     async def submit(self, inputs: Mapping[str, Array], deadline: float | None = None) -> dict[str, Array]:
         """Queue one validated request; returns its own slice of the batch outputs."""
-        if len(self._queue) >= self.policy.max_queue_size:
+        if len(self._queue) >= self.limits.max_queue_size:
             raise QueueFull(
-                f"queue full ({self.policy.max_queue_size} requests waiting, max_queue_size); retry with backoff"
+                f"queue full ({self.limits.max_queue_size} requests waiting, max_queue_size); retry with backoff"
             )
         loop = asyncio.get_running_loop()
         pending = _Pending(inputs, batch_size(inputs), batch_key(inputs), deadline, loop.time(), loop.create_future())
@@ -121,11 +118,11 @@ class Batcher:
     def _take_batch(self) -> list[_Pending]:
         """The oldest request plus the compatible ones behind it, up to max_batch_size rows."""
         first = self._queue[0]
-        if not self.policy.merge:
+        if not self.merges:
             return [self._queue.popleft()]
         batch, rows = [], 0
         for pending in list(self._queue):
-            if pending.key == first.key and rows + pending.rows <= self.policy.max_batch_size:
+            if pending.key == first.key and rows + pending.rows <= self.limits.max_batch_size:
                 batch.append(pending)
                 rows += pending.rows
         for pending in batch:
@@ -151,8 +148,8 @@ class Batcher:
                     if not self._queue:
                         break
                     first = self._queue[0]
-                    close_at = first.enqueued + self.policy.max_queue_delay_s
-                    full = not self.policy.merge or self._ready_rows(first.key) >= self.policy.max_batch_size
+                    close_at = first.enqueued + self.limits.max_queue_delay_s
+                    full = not self.merges or self._ready_rows(first.key) >= self.limits.max_batch_size
                     if full or now >= close_at:
                         break
                     self._wakeup.clear()

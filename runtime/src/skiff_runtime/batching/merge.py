@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from skiff_runtime.tensors import Array, ModelSignature
+from skiff_runtime.tensors import Array
 
 # Requests batch together only when every input agrees on name, dtype and non-batch shape.
 BatchKey = tuple[tuple[str, str, tuple[int, ...]], ...]
@@ -23,12 +23,6 @@ def batch_key(inputs: Mapping[str, Array]) -> BatchKey:
 def batch_size(inputs: Mapping[str, Array]) -> int:
     """The batch dimension shared by the inputs (requests were validated before they get here)."""
     return int(next(iter(inputs.values())).shape[0]) if inputs else 0
-
-
-def is_batchable(signature: ModelSignature) -> bool:
-    """Requests can be merged only when every input and output has a variable leading (batch) dimension."""
-    tensors = signature.inputs + signature.outputs
-    return all(t.shape and t.shape[0] == -1 for t in tensors)
 
 
 def merged_shapes(requests: Sequence[Mapping[str, Array]]) -> dict[str, tuple[np.dtype[np.generic], tuple[int, ...]]]:

@@ -171,6 +171,10 @@ def _chunks(response: http.client.HTTPResponse, budget: Budget) -> Iterator[byte
         except (OSError, http.client.IncompleteRead):
             raise FetchError(FetchReason.UNREACHABLE, "the connection dropped during the transfer") from None
         if not chunk:
+            # http.client returns b"" at a connection closed early (no IncompleteRead for sized reads): the
+            # bytes still owed by Content-Length say whether the body was complete.
+            if response.length:
+                raise FetchError(FetchReason.UNREACHABLE, "the connection dropped during the transfer")
             return
         budget.charge(len(chunk))
         yield chunk

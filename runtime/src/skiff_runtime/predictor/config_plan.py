@@ -44,7 +44,7 @@ def config_calls(settings: RuntimeSettings) -> tuple[Call, ...]:
             "enable_tensorrt_engine",
             kwargs={
                 "workspace_size": settings.trt_workspace_mb << 20,
-                "max_batch_size": settings.max_batch_size,
+                "max_batch_size": settings.batching.max_batch_size,
                 "min_subgraph_size": settings.trt_min_subgraph_size,
                 "precision_mode": PRECISION_TYPES[settings.tensorrt_precision],
                 "use_static": cached,  # serialize built engines, and load them on the next start

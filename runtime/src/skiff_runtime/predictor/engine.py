@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -78,9 +78,9 @@ def shape_range_inputs(signature: ModelSignature, ranges: Mapping[str, ShapeRang
     return batches
 
 
-def warmup_shape_ranges(settings: Any) -> Mapping[str, ShapeRange]:
+def warmup_shape_ranges(settings: RuntimeSettings) -> Mapping[str, ShapeRange]:
     """The shape ranges warm-up covers: TensorRT's, on GPU with TensorRT on (elsewhere they configure nothing)."""
-    if not isinstance(settings, RuntimeSettings) or settings.device.kind != "gpu":
+    if settings.device.kind != "gpu":
         return NO_RANGES
     if settings.tensorrt_precision is TensorRTPrecision.OFF:
         return NO_RANGES

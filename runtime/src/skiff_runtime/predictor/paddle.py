@@ -163,7 +163,7 @@ class PaddleEngine:
     def __init__(self, settings: RuntimeSettings, model_dir: Path | None = None) -> None:
         self.files = find_model_files(model_dir or settings.model_dir, settings.model_prefix)
         self.signature = read_signature(self.files)
-        self.intermediates_bytes = intermediates_bytes(self.files, self.signature, settings.max_batch_size)
+        self.intermediates_bytes = intermediates_bytes(self.files, self.signature, settings.batching.max_batch_size)
         self.keeps_intermediates = keeps_intermediates(settings, self.intermediates_bytes)
         # Process-wide Paddle flag, read when the predictor is built: < 0 turns its garbage collector off, so
         # intermediates keep their buffers between runs instead of being handed to a freeing thread after each op.
@@ -175,7 +175,7 @@ class PaddleEngine:
                 "mode": "keep" if self.keeps_intermediates else "free",
                 "setting": str(settings.intermediate_tensors),
                 "estimated_mib_at_max_batch": None if estimate is None else round(estimate / 2**20, 1),
-                "max_batch_size": settings.max_batch_size,
+                "max_batch_size": settings.batching.max_batch_size,
                 "pid": os.getpid(),
             },
         )

@@ -33,7 +33,7 @@ from skiff_runtime.server.rpcs import RpcObserver
 from skiff_runtime.server.servicer import InferenceServicer, register
 from skiff_runtime.server.status_codes import ErrorInterceptor
 from skiff_runtime.server.tls import ReloadingCredentials, ReloadingSslContext, TlsFiles
-from skiff_runtime.service import ModelService, ServiceLimits
+from skiff_runtime.service import ModelService
 from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.termination import termination_message, write_termination_message
 from skiff_runtime.workers.base import WorkerEvent, WorkerEvents, Workers
@@ -67,16 +67,14 @@ class RuntimeServer:
     def __init__(self, settings: RuntimeSettings, workers_factory: WorkersFactory) -> None:
         self.settings = settings
         self.metrics = RuntimeMetrics(settings.model_name, settings.model_version)
-        limits = ServiceLimits(
-            max_batch_size=settings.max_batch_size,
-            max_queue_size=settings.max_queue_size,
-            dynamic_batching=settings.dynamic_batching,
-            max_queue_delay_s=settings.max_queue_delay_us / 1e6,
-            max_request_bytes=settings.max_request_bytes,
-        )
         workers = workers_factory(self._worker_event)
         self.service = ModelService(
-            settings.model_name, settings.model_version, workers, limits, self.metrics.observe_batch
+            settings.model_name,
+            settings.model_version,
+            workers,
+            settings.batching,
+            self.metrics.observe_batch,
+            settings.max_request_bytes,
         )
         self.metrics.track_queue_depth(lambda: self.service.queue_depth)
         self.metrics.track_request_bytes(lambda: self.service.budget.held)
@@ -93,7 +91,8 @@ class RuntimeServer:
         # Past this many RPCs in flight gRPC's core answers RESOURCE_EXHAUSTED itself, before Python reads the
         # message: overload is refused in microseconds instead of after decoding megabytes. The bound covers
         # a full queue plus a full batch per worker, so the batcher's own QueueFull still fires first.
-        self.max_concurrent_rpcs = settings.max_queue_size + workers.count * settings.max_batch_size + 16
+        limits = settings.batching
+        self.max_concurrent_rpcs = limits.max_queue_size + workers.count * limits.max_batch_size + 16
         self.grpc_server = grpc.aio.server(
             interceptors=interceptors,
             options=_channel_options(settings),
@@ -128,7 +127,6 @@ class RuntimeServer:
         self.rest = (
             RestServer(
                 self.service,
-                servicer,
                 max_body_bytes=settings.max_message_bytes,
                 receive_timeout_s=settings.receive_timeout_s,
                 token=token,

@@ -1,5 +1,5 @@
-"""The pieces every Skiff server interceptor shares: replacing the behaviour of a handler that answers once, and a
-handler of any kind that refuses the call.
+"""The pieces every Skiff server interceptor shares: an interceptor of the handlers that answer once
+(`UnaryInterceptor`), replacing the behaviour of such a handler, and a handler of any kind that refuses the call.
 
 Handlers that answer with one message are unary (`unary_unary`) or, for ModelInfer, client-streaming
 (`stream_unary`: the same bytes on the wire as unary, but the handler runs when the headers arrive, before the
@@ -8,6 +8,7 @@ request message is read). Interceptors wrap either kind the same way: `behaviour
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,6 +42,22 @@ def with_unary(handler: grpc.RpcMethodHandler | None, behaviour: UnaryBehaviour)
         request_deserializer=handler.request_deserializer if handler else None,
         response_serializer=handler.response_serializer if handler else None,
     )
+
+
+class UnaryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Wraps the behaviour of every handler that answers once (`wrap`); streams pass through untouched."""
+
+    @abc.abstractmethod
+    def wrap(self, inner: UnaryBehaviour, method: str) -> UnaryBehaviour:
+        """The behaviour that runs in place of `inner`, the handler of `method`."""
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if not is_unary(handler):
+            return handler
+        return with_unary(handler, self.wrap(behaviour_of(handler), handler_call_details.method))
 
 
 # The four kinds of gRPC method handler: the attribute holding a handler's behaviour, and the factory of its kind.

@@ -15,12 +15,10 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 from aiohttp import web
 
 from skiff_runtime import __version__, errors
-from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.rest_codec import (
     HEADER_LENGTH,
     JSON_EXPANSION,
@@ -29,11 +27,12 @@ from skiff_runtime.rest_codec import (
     decode_infer_body,
     encode_infer_body,
     error_body,
+    model_config_body,
     model_metadata,
     parse_header_length,
 )
 from skiff_runtime.server.auth import SCHEME, TokenFile
-from skiff_runtime.server.servicer import EXTENSIONS, SERVER_NAME, InferenceServicer
+from skiff_runtime.server.servicer import EXTENSIONS, SERVER_NAME
 from skiff_runtime.service import ModelService
 
 log = logging.getLogger(__name__)
@@ -84,7 +83,6 @@ class RestServer:
     def __init__(
         self,
         service: ModelService,
-        servicer: InferenceServicer,
         *,
         max_body_bytes: int,
         receive_timeout_s: float,
@@ -93,7 +91,6 @@ class RestServer:
         observe: ObserveRequest | None = None,
     ) -> None:
         self.service = service
-        self.servicer = servicer
         self.max_body_bytes = max_body_bytes
         self.receive_timeout_s = receive_timeout_s
         self.token = token
@@ -189,22 +186,7 @@ class RestServer:
     async def model_config(self, request: web.Request) -> web.Response:
         """Triton's model configuration (tritonclient.http get_model_config, perf_analyzer over HTTP)."""
         self._check(request)
-        reply = await self.servicer.ModelConfig(pb.ModelConfigRequest(name=request.match_info["model"]), None)
-        config = reply.config
-
-        def tensors(items: Any) -> list[dict[str, Any]]:
-            return [{"name": t.name, "data_type": pb.DataType.Name(t.data_type), "dims": list(t.dims)} for t in items]
-
-        return _json(
-            {
-                "name": config.name,
-                "platform": config.platform,
-                "backend": config.backend,
-                "max_batch_size": config.max_batch_size,
-                "input": tensors(config.input),
-                "output": tensors(config.output),
-            }
-        )
+        return _json(model_config_body(self.service.model_config()))
 
     async def _read_body(self, request: web.Request) -> bytes:
         if request.content_length is not None and request.content_length > self.max_body_bytes:

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from skiff_runtime.server.interceptors import Continuation, behaviour_of, is_unary, with_unary
+from skiff_runtime.server.interceptors import UnaryBehaviour, UnaryInterceptor
 
 QUIET_PERIOD_S = 0.25
 
@@ -48,25 +48,16 @@ class _Reading:
         return getattr(self._context, name)
 
 
-class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Counts unary RPCs in flight, remembers the last arrival, and reports (method, code, seconds)."""
+class RpcObserver(UnaryInterceptor):
+    """Counts unary RPCs in flight, remembers the last arrival, and reports (method, code, seconds, request bytes,
+    response bytes)."""
 
     def __init__(self, observe: ObserveRpc | None = None) -> None:
         self.in_flight = 0
         self.last_arrival = 0.0
         self._observe = observe
 
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if not is_unary(handler):
-            return handler
-        inner = behaviour_of(handler)
-        method = handler_call_details.method
-
+    def wrap(self, inner: UnaryBehaviour, method: str) -> UnaryBehaviour:
         async def observed(request: Any, context: grpc.aio.ServicerContext) -> Any:
             loop = asyncio.get_running_loop()
             started = self.last_arrival = loop.time()
@@ -87,7 +78,7 @@ class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     received = reading.received if reading.received is not None else message_size(request)
                     self._observe(method, code, loop.time() - started, received, sent)
 
-        return with_unary(handler, observed)
+        return observed
 
     async def wait_idle(self, timeout_s: float, quiet_s: float = QUIET_PERIOD_S) -> bool:
         """True once nothing is in flight and nothing arrived for quiet_s; False if timeout_s passed first."""

@@ -8,12 +8,11 @@ from collections.abc import AsyncIterator
 import grpc
 
 from skiff_runtime import __version__
-from skiff_runtime.codec import encode_response_bytes
+from skiff_runtime.codec import decode_request_bytes, encode_model_config, encode_response_bytes
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
 from skiff_runtime.service import ModelService
-from skiff_runtime.tensors import Datatype, TensorSpec
 
 SERVER_NAME = "skiff"
 # An admitted request holds a queue place while its message arrives; one that has not arrived by then gives it
@@ -21,33 +20,11 @@ SERVER_NAME = "skiff"
 MESSAGE_ARRIVAL_TIMEOUT_S = 30.0
 EXTENSIONS = ("model_configuration",)
 
-# Model-config datatype per OIP datatype (Triton's model_config.proto enum).
-CONFIG_DATATYPES = {
-    Datatype.BOOL: pb.TYPE_BOOL,
-    Datatype.UINT8: pb.TYPE_UINT8,
-    Datatype.UINT16: pb.TYPE_UINT16,
-    Datatype.UINT32: pb.TYPE_UINT32,
-    Datatype.UINT64: pb.TYPE_UINT64,
-    Datatype.INT8: pb.TYPE_INT8,
-    Datatype.INT16: pb.TYPE_INT16,
-    Datatype.INT32: pb.TYPE_INT32,
-    Datatype.INT64: pb.TYPE_INT64,
-    Datatype.FP16: pb.TYPE_FP16,
-    Datatype.FP32: pb.TYPE_FP32,
-    Datatype.FP64: pb.TYPE_FP64,
-    Datatype.BF16: pb.TYPE_BF16,
-    Datatype.BYTES: pb.TYPE_STRING,
-}
-
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:
     """The caller's deadline on the event loop's clock (the batcher's clock)."""
     remaining = context.time_remaining()
     return None if remaining is None else asyncio.get_running_loop().time() + remaining
-
-
-def _config_dims(spec: TensorSpec, batched: bool) -> list[int]:
-    return list(spec.shape[1:] if batched else spec.shape)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -84,23 +61,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: object) -> pb.ModelConfigResponse:
         self.service.check_model(request.name, request.version)
-        signature = self.service.signature
-        batched = all(t.shape and t.shape[0] == -1 for t in signature.inputs)
-        config = pb.ModelConfig(
-            name=self.service.name,
-            platform=self.service.platform,
-            backend="paddle",
-            max_batch_size=self.service.limits.max_batch_size if batched else 0,
-            input=[
-                pb.ModelInput(name=t.name, data_type=CONFIG_DATATYPES[t.datatype], dims=_config_dims(t, batched))
-                for t in signature.inputs
-            ],
-            output=[
-                pb.ModelOutput(name=t.name, data_type=CONFIG_DATATYPES[t.datatype], dims=_config_dims(t, batched))
-                for t in signature.outputs
-            ],
-        )
-        return pb.ModelConfigResponse(config=config)
+        return pb.ModelConfigResponse(config=encode_model_config(self.service.model_config()))
 
     async def ModelInfer(  # type: ignore[override]  # client-streaming on purpose, see register()
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
@@ -111,12 +72,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         output copied once (codec.encode_response_bytes). The message is the only copy of the request Skiff holds
         (its tensors are views into it, until the batch is copied to a worker) and is let go before the response is
         encoded."""
-        with self.service.admit() as admission:
+        service = self.service
+        with service.admit() as admission:
             request = await read_message(context, self.receive_timeout_s, "ModelInferRequest")
-            with self.service.budget.hold(len(request)):
-                decoded = self.service.decode(request)
+            with service.budget.hold(len(request)):
+                # Decoded here, at the edge: the model named first (NOT_FOUND), every input's head checked against
+                # the model's contract before any tensor data is decoded.
+                decoded = decode_request_bytes(request, service.contract, service.check_model)
                 del request  # lives on only through the decoded tensors' views
-                response = await self.service.infer(decoded, _deadline(context), admission)
+                response = await service.infer(decoded, _deadline(context), admission)
                 del decoded
         return encode_response_bytes(response)
 

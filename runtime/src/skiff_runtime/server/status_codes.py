@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
 
 from skiff_runtime import errors
-from skiff_runtime.server.interceptors import Continuation, behaviour_of, is_unary, with_unary
+from skiff_runtime.server.interceptors import UnaryBehaviour, UnaryInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -33,23 +33,10 @@ def status_code_for(error: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
-
-
-class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class ErrorInterceptor(UnaryInterceptor):
     """Turns SkiffError into its status code; anything unexpected becomes INTERNAL and is logged."""
 
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if not is_unary(handler):
-            return handler
-        inner: Handler = behaviour_of(handler)
-        method = handler_call_details.method
-
+    def wrap(self, inner: UnaryBehaviour, method: str) -> UnaryBehaviour:
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
                 return await inner(request, context)
@@ -61,4 +48,4 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 log.exception("unexpected error", extra={"method": method})
                 await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 
-        return with_unary(handler, guarded)
+        return guarded

@@ -3,7 +3,8 @@
 Paddle's `run()` holds the GIL, so threads add no speed; processes do. This process (the front) keeps gRPC,
 validation and batching; each worker process owns one engine. A batch is written once, straight into the
 chosen worker's input buffer (an anonymous memfd mapped by both sides), the worker runs it and writes the
-outputs into its output buffer, and only small descriptors cross the pipe.
+outputs into its output buffer, and only small typed messages cross the pipe: Warm, RunBatch and Stop to a worker,
+Ready, LoadFailed, BatchDone and BatchFailed back, each a frozen dataclass holding the buffers' descriptors.
 
 A worker that dies (a native crash, an OOM kill) is replaced by a new process and its batch runs once more on
 another worker; a batch that fails twice that way, or runs past `batch_timeout_s` (its worker is killed and
@@ -26,20 +27,98 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
-from typing import Any
 
 import numpy as np
 
 from skiff_runtime.errors import InferenceFailed, ModelLoadError, ModelNotReady, WorkerLost
 from skiff_runtime.logs import configure_logging
 from skiff_runtime.predictor.engine import Engine, warm_up, warmup_shape_ranges
+from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.tensors import Array, ModelSignature
 from skiff_runtime.workers.base import WorkerEvent, WorkerEvents
-from skiff_runtime.workers.layout import views, write_arrays, write_batch
+from skiff_runtime.workers.layout import Descriptor, views, write_arrays, write_batch
 
 log = logging.getLogger(__name__)
 
-EngineFactory = Callable[[Any], Engine]
+# Builds a worker's engine from the settings, in the worker process: a module-level function (it is pickled).
+EngineFactory = Callable[[RuntimeSettings], Engine]
+
+
+# The pipe between the front and a worker speaks these messages, one frozen dataclass each (pickled whole).
+@dataclass(frozen=True)
+class Warm:
+    """Front -> worker, once, after the buffers: load the engine and run each batch size once."""
+
+    batch_sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RunBatch:
+    """Front -> worker: run the batch whose inputs these descriptors place in the input buffer."""
+
+    inputs: tuple[Descriptor, ...]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Front -> worker: exit now."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Worker -> front: loaded and warmed; what the engine serves."""
+
+    platform: str
+    signature: ModelSignature
+
+
+@dataclass(frozen=True)
+class LoadFailed:
+    """Worker -> front: the engine could not load or warm up (the worker exits)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class BatchDone:
+    """Worker -> front: the outputs are in the output buffer where these descriptors say."""
+
+    outputs: tuple[Descriptor, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BatchFailed:
+    """Worker -> front: the engine raised on the batch (the worker goes on)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Exited:
+    """Not sent: what the front makes of a worker whose pipe closed (it died) while a batch was running."""
+
+    exitcode: int | None
+
+
+ToWorker = Warm | RunBatch | Stop
+FromWorker = Ready | LoadFailed | BatchDone | BatchFailed
+BatchReply = BatchDone | BatchFailed | Exited
+
+
+def _receive_from_front(conn: Connection) -> ToWorker:
+    message = conn.recv()
+    if not isinstance(message, Warm | RunBatch | Stop):
+        raise TypeError(f"a worker received {type(message).__name__} from the front; it takes Warm, RunBatch, Stop")
+    return message
+
+
+def _receive_from_worker(conn: Connection) -> FromWorker:
+    message = conn.recv()
+    if not isinstance(message, Ready | LoadFailed | BatchDone | BatchFailed):
+        raise TypeError(f"the front received {type(message).__name__} from a worker")
+    return message
+
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
@@ -68,10 +147,12 @@ def _map(fd: int, size: int) -> mmap.mmap:
     return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
 
 
-def worker_main(conn: Connection, factory: EngineFactory, settings: Any, buffer_bytes: int, nice: int = 0) -> None:
+def worker_main(
+    conn: Connection, factory: EngineFactory, settings: RuntimeSettings, buffer_bytes: int, nice: int = 0
+) -> None:
     """Entry point of a worker process: load, warm, then run batches until told to stop or the front dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front decides when workers stop
-    configure_logging(getattr(settings, "log_level", "INFO"))  # a spawned process starts without handlers
+    configure_logging(settings.log_level)  # a spawned process starts without handlers
     if nice:
         # Lower priority than the front: when every core is busy with inference, the front still gets the CPU
         # it needs to read requests, refuse overload at once and hand out the next batch (bench/RESULTS.md).
@@ -79,31 +160,33 @@ def worker_main(conn: Connection, factory: EngineFactory, settings: Any, buffer_
     in_fd, out_fd = recv_handle(conn), recv_handle(conn)
     inputs_buf, outputs_buf = _map(in_fd, buffer_bytes), _map(out_fd, buffer_bytes)
     try:
-        batch_sizes = conn.recv()
+        warm = _receive_from_front(conn)
+        if not isinstance(warm, Warm):
+            raise TypeError(f"the first message was {type(warm).__name__}, not Warm")
         engine = factory(settings)
-        warm_up(engine, batch_sizes, warmup_shape_ranges(settings))
+        warm_up(engine, warm.batch_sizes, warmup_shape_ranges(settings))
     except Exception as exc:
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
         return
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Paddle installs its own handler on import
-    conn.send(("ready", engine.platform, engine.signature))
+    conn.send(Ready(engine.platform, engine.signature))
     in_view, out_view = memoryview(inputs_buf), memoryview(outputs_buf)
     while True:
         try:
-            message = conn.recv()
+            message = _receive_from_front(conn)
         except EOFError:
             return
-        if message[0] == "stop":
-            return
+        if not isinstance(message, RunBatch):
+            return  # Stop (a second Warm is no request either)
         started = time.perf_counter()
         try:
-            outputs = engine.run(views(in_view, message[1]))
+            outputs = engine.run(views(in_view, message.inputs))
             descriptors = write_arrays(out_view, outputs, buffer_bytes)
         except Exception as exc:
-            conn.send(("error", f"inference engine failed: {type(exc).__name__}: {exc}"))
+            conn.send(BatchFailed(f"inference engine failed: {type(exc).__name__}: {exc}"))
             continue
-        conn.send(("ok", descriptors, time.perf_counter() - started))
+        conn.send(BatchDone(tuple(descriptors), time.perf_counter() - started))
 
 
 @dataclass
@@ -113,7 +196,7 @@ class _Worker:
     conn: Connection
     inputs: mmap.mmap
     outputs: mmap.mmap
-    reply: asyncio.Future[Any] | None = None
+    reply: asyncio.Future[BatchReply] | None = None
     ready: bool = False  # loaded, warmed and watched by the event loop
     dead: bool = False
 
@@ -125,7 +208,7 @@ class ProcessPool:
         self,
         count: int,
         factory: EngineFactory,
-        settings: Any,
+        settings: RuntimeSettings,
         buffer_bytes: int,
         on_event: WorkerEvents | None = None,
         nice: int = 0,
@@ -190,19 +273,21 @@ class ProcessPool:
         maps = [_map(fd, self._buffer_bytes) for fd in fds]
         for fd in fds:
             os.close(fd)
-        front.send(list(batch_sizes))
+        front.send(Warm(tuple(batch_sizes)))
         return _Worker(index, process, front, maps[0], maps[1])
 
     def _await_ready(self, worker: _Worker) -> tuple[str, ModelSignature]:
         try:
-            message = worker.conn.recv()
+            message = _receive_from_worker(worker.conn)
         except EOFError:
             raise ModelLoadError(
                 f"worker {worker.index} exited with code {worker.process.exitcode} while loading"
             ) from None
-        if message[0] != "ready":
-            raise ModelLoadError(f"worker {worker.index} could not load the model: {message[1]}")
-        return message[1], message[2]
+        if isinstance(message, LoadFailed):
+            raise ModelLoadError(f"worker {worker.index} could not load the model: {message.reason}")
+        if not isinstance(message, Ready):
+            raise ModelLoadError(f"worker {worker.index} sent {type(message).__name__} before it was Ready")
+        return message.platform, message.signature
 
     async def start(self, warmup_batch_sizes: Sequence[int]) -> None:
         loop = asyncio.get_running_loop()
@@ -233,15 +318,21 @@ class ProcessPool:
             self._on_event(WorkerEvent(worker.index, worker.process.exitcode, self.alive, gave_up))
 
     def _on_readable(self, worker: _Worker) -> None:
+        message: BatchReply
         try:
-            message: Any = worker.conn.recv()
+            received = _receive_from_worker(worker.conn)
         except (EOFError, OSError):
             asyncio.get_running_loop().remove_reader(worker.conn.fileno())
             worker.process.join(timeout=1)
             worker.dead = True
-            message = ("exit", worker.process.exitcode)
+            message = Exited(worker.process.exitcode)
             if not self._closing:
                 self._replace(worker)
+        else:
+            if not isinstance(received, BatchDone | BatchFailed):
+                log.error("a worker sent an unexpected message", extra={"worker": worker.index, "message": received})
+                return
+            message = received
         if worker.reply is not None and not worker.reply.done():
             worker.reply.set_result(message)
 
@@ -306,22 +397,22 @@ class ProcessPool:
             descriptors = write_batch(memoryview(worker.inputs), parts, self._buffer_bytes)
             worker.reply = asyncio.get_running_loop().create_future()
             try:
-                worker.conn.send(("run", descriptors))
+                worker.conn.send(RunBatch(tuple(descriptors)))
             except OSError:
-                worker.reply.set_result(("exit", worker.process.exitcode))
+                worker.reply.set_result(Exited(worker.process.exitcode))
             message = await self._answer(worker, worker.reply)
-            if message[0] == "exit":
-                raise _WorkerDied(f"worker {worker.index} exited (code {message[1]}) while running the batch")
-            if message[0] == "error":
-                raise InferenceFailed(message[1])
+            if isinstance(message, Exited):
+                raise _WorkerDied(f"worker {worker.index} exited (code {message.exitcode}) while running the batch")
+            if isinstance(message, BatchFailed):
+                raise InferenceFailed(message.reason)
             # Copy the outputs out of shared memory: the buffer is reused by the next batch.
-            return {name: np.array(view) for name, view in views(memoryview(worker.outputs), message[1]).items()}
+            return {name: np.array(view) for name, view in views(memoryview(worker.outputs), message.outputs).items()}
         finally:
             worker.reply = None
             if not worker.dead and worker.process.is_alive():
                 self._idle.put_nowait(worker)
 
-    async def _answer(self, worker: _Worker, reply: asyncio.Future[Any]) -> Any:
+    async def _answer(self, worker: _Worker, reply: asyncio.Future[BatchReply]) -> BatchReply:
         """The worker's answer; one that hangs past batch_timeout_s is killed (and replaced) and WorkerLost."""
         if not self._batch_timeout_s:
             return await reply
@@ -342,7 +433,7 @@ class ProcessPool:
         for worker in self._workers:
             try:
                 loop.remove_reader(worker.conn.fileno())
-                worker.conn.send(("stop",))
+                worker.conn.send(Stop())
             except (OSError, ValueError):
                 pass
             if not worker.ready:  # a replacement still loading: it would not read the stop message yet
