@@ -128,7 +128,7 @@ def test_rejected_requests_are_counted_by_code(conv_server) -> None:
 
 
 def test_an_inference_rpc_is_counted_with_its_type_and_message_sizes(conv_server) -> None:
-    request = encode_request("conv", [Tensor("image", Datatype.FP32, _images(3))])
+    request = encode_request("conv", [Tensor("image", Datatype.FP32, images(3))])
     labels = 'grpc_method="ModelInfer",grpc_service="inference.GRPCInferenceService",grpc_type="unary"'
     before = _metrics(conv_server.metrics_port)
     with grpc.insecure_channel(conv_server.target) as channel:
