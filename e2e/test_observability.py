@@ -34,7 +34,7 @@ from devtools.traffic import INPUT, write_sample_model
 
 from e2e.harness import OperatorProcess, wait_model_ready
 from e2e.real_models import create_real_namespace, delete_real_namespace
-from skiff_operator.render import contract
+from skiff_operator import contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
