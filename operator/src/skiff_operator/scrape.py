@@ -14,11 +14,11 @@ from skiff_operator import names
 from skiff_operator.contract import CONTAINER_NAME
 from skiff_operator.kinds import DEPLOYMENT
 
-# The largest reply read from a pod's metrics port. Measured: a real runtime (`skiff-runtime serve`, the conv
-# sample) after ModelInfer, ModelMetadata, ModelReady and health calls, with some errors, serves 14,061 bytes in
-# 194 lines; the fullest page the runtime can export (every gRPC method it serves x every gRPC code, every REST
-# route x 13 statuses, 63-character model and version names) is 149,453 bytes in 1,390 lines. 1 MiB is 7x that
-# and 75x the measured page; a reply past it is refused, streaming (it is never held whole: see MAX_LINE_BYTES).
+# The largest reply read from a pod's metrics port. Measured since the runtime's latency buckets are 9.6% apart
+# (128 bounds, docs/observability.md): a busy runtime (5 methods x 3 codes, 3 REST routes) serves 212,954 bytes; the
+# fullest page it can export (14 gRPC methods x every gRPC code with request/response sizes, 5 REST routes x 13
+# statuses, 63-character model and version names) is 544,616 bytes in 4,708 lines. 1 MiB is 1.9x that and 4.9x the
+# busy page; a reply past it is refused, streaming (it is never held whole: see MAX_LINE_BYTES).
 MAX_PAGE_BYTES = 1 << 20
 # The longest line parsed: the runtime's longest is 174 bytes (a histogram bucket with both names at 63). The
 # parser holds at most one line, so this (not the page cap) bounds the memory a reply can take.
