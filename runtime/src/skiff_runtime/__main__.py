@@ -68,14 +68,19 @@ def build_workers(plan: WorkerPlan, on_event: WorkerEvents) -> Workers:
     overload, health) for every batch. With `--workers 1`, MobileNetV3 on 2 cores, 3 interleaved rounds: c=8
     315-336 req/s as a thread vs 381-439 as a process, c=8 p99 40-46 vs 25-28 ms (docs/design-decisions.md)."""
     from skiff_runtime.predictor.loader import load_engine
-    from skiff_runtime.workers.process import ProcessPool
+    from skiff_runtime.workers.process import EngineFactory, ProcessPool
 
     settings = plan.settings
+    factory: EngineFactory = load_engine
+    if settings.task is not None:  # one engine per sub-model and the task's steps, on each worker
+        from skiff_runtime.workers.task_engine import load_task_engine
+
+        factory = load_task_engine
     # A merged batch may exceed one message: size each worker's buffers for the largest batch of the largest
     # requests the server accepts (memfd pages cost memory only once touched).
     buffer_bytes = settings.max_message_bytes * 2
     return ProcessPool(
-        plan.count, load_engine, settings, buffer_bytes, on_event, settings.worker_nice, settings.batch_timeout_s,
+        plan.count, factory, settings, buffer_bytes, on_event, settings.worker_nice, settings.batch_timeout_s,
         plan.environments,
     )  # fmt: skip
 
