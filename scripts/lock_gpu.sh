@@ -11,7 +11,7 @@ UV=.venv/bin/uv
 PADDLE_INDEX=${SKIFF_PADDLE_INDEX:-https://www.paddlepaddle.org.cn/packages/stable/cu126/}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$UV" export --frozen --no-dev --extra runtime --no-emit-project --no-hashes --quiet -o "$work/constraints.txt"
+"$UV" export --frozen --no-dev --extra runtime --extra ocr --no-emit-project --no-hashes --quiet -o "$work/constraints.txt"
 # Paddle's index first (uv asks --extra-index-url before the default index): paddlepaddle-gpu 3.x exists only
 # there, and PyPI's 2.6.2 must never win. Every other package resolves from PyPI.
 "$UV" pip compile runtime/requirements-gpu.in --python-version 3.11 --python-platform x86_64-manylinux_2_28 \

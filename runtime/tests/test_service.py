@@ -22,7 +22,7 @@ from skiff_runtime.errors import (
 )
 from skiff_runtime.service import ModelService, ModelState
 from skiff_runtime.settings import BatchingLimits
-from skiff_runtime.tensors import Array, Datatype, ModelSignature, TensorSpec
+from skiff_runtime.tensors import Array, Datatype, InferRequest, ModelSignature, Tensor, TensorSpec
 from skiff_runtime.workers.thread import ThreadWorker
 
 LIMITS = BatchingLimits(max_batch_size=4, max_queue_size=2)
@@ -305,4 +305,53 @@ async def test_request_bytes_are_held_against_the_budget_until_answered(engine: 
         pass
     with svc.admit():  # room again
         pass
+    await svc.close()
+
+
+class GroupedFake:
+    """A grouped engine (a task's shape) in process: records each group's BYTES lengths; b"bad" is refused alone."""
+
+    platform = "fake_task"
+    signature = ModelSignature(
+        inputs=(TensorSpec("image", Datatype.BYTES, (-1,)),),
+        outputs=(TensorSpec("texts", Datatype.BYTES, (-1,)),),
+        grouped=True,
+    )
+
+    def __init__(self) -> None:
+        self.groups: list[list[int]] = []
+        self.started = threading.Event()
+        self.go = threading.Event()
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        raise AssertionError("a grouped model is run by groups")
+
+    def run_group(self, requests):  # type: ignore[no-untyped-def]
+        self.started.set()
+        self.go.wait(5)
+        self.groups.append([len(r["image"]) for r in requests])
+        return [
+            InvalidInput("bad image") if b"bad" in list(r["image"]) else {"texts": np.array([b"line"] * 3, object)}
+            for r in requests
+        ]
+
+
+def image_request(*items: bytes) -> InferRequest:
+    return InferRequest("m", "", "", (Tensor("image", Datatype.BYTES, np.array(list(items), dtype=object)),))
+
+
+async def test_a_grouped_model_warms_nothing_and_groups_concurrent_requests_answering_each_alone() -> None:
+    fake = GroupedFake()
+    svc = ModelService("m", "1", ThreadWorker(lambda: fake), BatchingLimits(max_batch_size=8, max_queue_size=8))
+    await svc.load()
+    assert svc.model_config().max_batch_size == 0  # rows out are lines, not images: no batch dimension to strip
+    first = asyncio.ensure_future(svc.infer(image_request(b"a")))
+    await asyncio.to_thread(fake.started.wait, 2)  # the first runs alone; the next three queue behind it
+    rest = [asyncio.ensure_future(svc.infer(image_request(*items))) for items in ([b"b", b"c"], [b"bad"], [b"d"])]
+    await asyncio.sleep(0.05)
+    fake.go.set()
+    answers = await asyncio.gather(first, *rest, return_exceptions=True)
+    assert fake.groups == [[1], [2, 1, 1]]  # no warm-up call; one group of three, unmerged
+    assert [a.outputs[0].data.tolist() for a in answers if not isinstance(a, BaseException)] == [[b"line"] * 3] * 3
+    assert isinstance(answers[2], InvalidInput)
     await svc.close()

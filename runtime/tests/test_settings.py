@@ -12,6 +12,7 @@ from skiff_runtime.settings import (
     BatchingLimits,
     Device,
     IntermediateTensors,
+    OcrSettings,
     Option,
     RuntimeSettings,
     SettingsError,
@@ -22,8 +23,8 @@ from skiff_runtime.settings import (
 )
 
 REQUIRED_ARGS = ["--model-dir", "/models/m", "--model-name", "m"]
-# Every settings field an option fills: RuntimeSettings' own, and those of its groups (BatchingLimits).
-SECTIONS = {"batching": BatchingLimits}
+# Every settings field an option fills: RuntimeSettings' own, and those of its groups (BatchingLimits, OcrSettings).
+SECTIONS = {"batching": BatchingLimits, "ocr": OcrSettings}
 FIELDS = {
     **{f.name: f for f in dataclasses.fields(RuntimeSettings) if f.name not in SECTIONS},
     **{f.name: f for group in SECTIONS.values() for f in dataclasses.fields(group)},
@@ -134,6 +135,19 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "tls_key_file": ("/certs/tls.key", Path("/certs/tls.key")),
         "tls_client_ca_file": ("/certs/ca.crt", Path("/certs/ca.crt")),
         "auth_token_file": ("/secrets/token", Path("/secrets/token")),
+        "task": ("ocr", "ocr"),
+        "task_models": ("det=d,cls=c,rec=r", {"det": Path("d"), "cls": Path("c"), "rec": Path("r")}),
+        "ocr_dictionary": ("/models/keys.txt", Path("/models/keys.txt")),
+        "ocr_box_thresh": ("0.6", 0.6),
+        "ocr_unclip_ratio": ("2", 2.0),
+        "ocr_det_max_side": ("1280", 1280),
+        "ocr_text_score": ("0.4", 0.4),
+        "ocr_use_classifier": ("false", False),
+        "ocr_rec_width_step": ("32", 32),
+        "ocr_max_images": ("4", 4),
+        "ocr_max_image_mb": ("2", 2),
+        "ocr_max_pixels": ("1000000", 1_000_000),
+        "ocr_max_boxes": ("50", 50),
     }
     assert set(values) == set(FIELDS)
     argv = [arg for option in OPTIONS for arg in (option.flag, values[option.name][0])]
@@ -295,3 +309,37 @@ def test_int8_on_gpu_without_calibration_data_is_refused_with_what_to_do() -> No
     assert given.trt_calibration_dir == Path("/m/calibration")
     # CPU pods ignore TensorRT (config_plan), so the same precision there needs no samples
     assert parse_settings(["--model-dir", "/m", "--model-name", "m", "--tensorrt-precision", "int8"], env={})
+
+
+def test_an_ocr_task_reads_its_sub_models_from_the_model_dir_by_default() -> None:
+    settings = parse_settings(["--model-dir", "/models/ocr", "--model-name", "ocr", "--task", "ocr"], env={})
+    assert settings.task == "ocr"
+    assert settings.sub_model_dirs() == {name: Path("/models/ocr") / name for name in ("det", "cls", "rec")}
+    assert settings.ocr == OcrSettings()
+
+
+def test_task_models_name_each_sub_model_relative_to_the_model_dir_or_absolute() -> None:
+    env = {"SKIFF_TASK": "ocr", "SKIFF_TASK_MODELS": "det=v4_det, cls=/shared/cls ,rec=v4_rec"}
+    settings = parse_settings([*REQUIRED_ARGS, "--ocr-box-thresh", "0.6", "--ocr-max-pixels", "1000000"], env=env)
+    assert settings.sub_model_dirs() == {
+        "det": Path("/models/m/v4_det"),
+        "cls": Path("/shared/cls"),
+        "rec": Path("/models/m/v4_rec"),
+    }
+    assert settings.ocr == OcrSettings(ocr_box_thresh=0.6, ocr_max_pixels=1_000_000)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--task", "ocr", "--task-models", "det=a,rec=b"], "needs one directory for each of det, cls, rec"),
+        (["--task-models", "det=a,cls=b,rec=c"], "add --task ocr"),
+        (["--task", "ocr", "--task-models", "det=a,det=b"], "give each sub-model once"),
+        (["--task", "table"], "expected one of ocr"),
+        (["--task", "ocr", "--ocr-box-thresh", "1.5"], "from 0 to 1"),
+        (["--task", "ocr", "--ocr-unclip-ratio", "0"], "a positive number"),
+    ],
+)
+def test_bad_task_settings_are_refused_with_what_to_give(args: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        parse_settings([*REQUIRED_ARGS, *args], env={})

@@ -150,8 +150,10 @@ class ModelService:
 
     @property
     def batching(self) -> bool:
-        """Whether requests are merged: asked for, and possible for this model's signature (`batched`)."""
-        return self.limits.dynamic_batching and self.workers.signature.batched
+        """Whether requests share batches: asked for, and possible for this model's signature (`batched`, or
+        `grouped` for a task, whose requests share sub-model calls)."""
+        signature = self.workers.signature
+        return self.limits.dynamic_batching and (signature.batched or signature.grouped)
 
     def model_config(self) -> ModelConfig:
         """Triton's model configuration of this model, for every transport; ModelNotReady until loaded."""
@@ -179,12 +181,14 @@ class ModelService:
         except Exception as exc:
             self.state, self.error = ModelState.FAILED, str(exc)
             raise
+        signature = self.workers.signature
         self._batcher = Batcher(
             self.workers.run,
             self.limits,
             self._on_batch,
-            batched=self.workers.signature.batched,
+            batched=signature.batched,
             concurrency=self.workers.count,
+            run_group=self.workers.run_group if signature.grouped else None,  # a task: requests group, unmerged
         )
         self._batcher.start()
         if self.state is ModelState.LOADING:

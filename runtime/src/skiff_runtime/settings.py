@@ -140,6 +140,58 @@ def _port(text: str) -> int:
     return value
 
 
+TASKS = ("ocr",)  # tasks a version may name (skiff_runtime.tasks; workers.task_engine builds each)
+OCR_MODELS = ("det", "cls", "rec")  # the ocr task's sub-models
+
+
+def _task(text: str) -> str:
+    if text not in TASKS:
+        raise ValueError(f"expected one of {', '.join(TASKS)}, got {text!r}")
+    return text
+
+
+def parse_task_models(text: str) -> dict[str, Path]:
+    """`det=DIR,cls=DIR,rec=DIR` -> {sub-model: directory}; a relative DIR is inside --model-dir."""
+    models: dict[str, Path] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, directory = item.partition("=")
+        if not sep or not name or not directory or name in models:
+            raise ValueError(f"{item!r}: give each sub-model once, as NAME=DIR (det=det,cls=cls,rec=rec)")
+        models[name] = Path(directory)
+    return models
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise ValueError(f"expected a number from 0 to 1, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise ValueError(f"expected a positive number, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class OcrSettings:
+    """The ocr task's knobs and budgets (PaddleOCR's defaults); workers.task_engine maps them onto OcrOptions."""
+
+    ocr_dictionary: Path | None = None
+    ocr_box_thresh: float = 0.5
+    ocr_unclip_ratio: float = 1.6
+    ocr_det_max_side: int = 960
+    ocr_text_score: float = 0.5
+    ocr_use_classifier: bool = True
+    ocr_rec_width_step: int = 1
+    ocr_max_images: int = 16
+    ocr_max_image_mb: int = 16
+    ocr_max_pixels: int = 25_000_000
+    ocr_max_boxes: int = 500
+
+
 @dataclass(frozen=True)
 class BatchingLimits:
     """How requests queue and batch: the largest batch a request may carry and the batcher may form, whether
@@ -164,6 +216,9 @@ class RuntimeSettings:
     model_name: str
     model_version: str = "1"
     model_prefix: str | None = None
+    task: str | None = None
+    task_models: Mapping[str, Path] = field(default_factory=dict)
+    ocr: OcrSettings = field(default_factory=OcrSettings)
     host: str = "0.0.0.0"
     grpc_port: int = 8001
     health_port: int = 8002
@@ -207,6 +262,12 @@ class RuntimeSettings:
         if self.device.kind == "gpu":
             return max(1, self.gpus)
         return available_cpus()
+
+    def sub_model_dirs(self) -> dict[str, Path]:
+        """A task's sub-model directories: --task-models, each relative to --model-dir unless absolute; by default
+        one subdirectory of --model-dir per sub-model, named after it (det/, cls/, rec/)."""
+        named = dict(self.task_models) or {name: Path(name) for name in OCR_MODELS}
+        return {name: self.model_dir / directory for name, directory in named.items()}
 
     @property
     def tls(self) -> bool:
@@ -257,6 +318,40 @@ OPTIONS: tuple[Option, ...] = (
     Option("model_name", str, "model name served over the protocol and as the health service name", required=True),
     Option("model_version", str, "model version reported and accepted (an empty request version means any)"),
     Option("model_prefix", str, "file prefix when the directory holds several models (default: inference)"),
+    Option(
+        "task",
+        _task,
+        "serve a task instead of one model: ocr (PP-OCR detection, direction, recognition as one model; "
+        "docs/ocr.md). Its sub-models are --model-dir's det/, cls/ and rec/ unless --task-models says otherwise",
+    ),
+    Option(
+        "task_models",
+        parse_task_models,
+        "a task's sub-model directories, NAME=DIR joined by commas (det=det,cls=cls,rec=rec); a relative DIR is "
+        "inside --model-dir",
+    ),
+    Option(
+        "ocr_dictionary",
+        Path,
+        "the recognizer's dictionary, one character a line (default: --model-dir's rec/ppocr_keys_v1.txt)",
+        section="ocr",
+    ),
+    Option("ocr_box_thresh", _fraction, "keep a text box whose mean probability is at least this (0.5)", section="ocr"),
+    Option("ocr_unclip_ratio", _positive_float, "how far a text box grows past its kernel (1.6)", section="ocr"),
+    Option("ocr_det_max_side", _positive, "longest side the detector sees, in pixels (960)", section="ocr"),
+    Option("ocr_text_score", _fraction, "drop lines the recognizer is less sure of (0.5)", section="ocr"),
+    Option("ocr_use_classifier", _bool, "turn upside-down lines with the direction classifier (true)", section="ocr"),
+    Option(
+        "ocr_rec_width_step",
+        _positive,
+        "recognizer width buckets in pixels: 1 reads each line as PaddleOCR does alone; more lets more lines share "
+        "a batch (1)",
+        section="ocr",
+    ),
+    Option("ocr_max_images", _positive, "images one request may carry (16)", section="ocr"),
+    Option("ocr_max_image_mb", _positive, "largest encoded image, in MiB (16)", section="ocr"),
+    Option("ocr_max_pixels", _positive, "largest decoded image in pixels, from its header (25000000)", section="ocr"),
+    Option("ocr_max_boxes", _positive, "text lines one request may hold, all images together (500)", section="ocr"),
     Option("host", str, "address to bind (default 0.0.0.0; tests use 127.0.0.1)"),
     Option("grpc_port", _port, "inference port: Open Inference Protocol + grpc.health.v1 (default 8001)"),
     Option("metrics_port", _port, "Prometheus /metrics port (default 8003; 0 picks a free port)"),
@@ -398,7 +493,7 @@ class SettingsError(ValueError):
 def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, str]) -> RuntimeSettings:
     """Flags win over SKIFF_* variables, which win over the dataclass defaults."""
     kwargs: dict[str, Any] = {}
-    sections: dict[str, dict[str, Any]] = {"batching": {}}
+    sections: dict[str, dict[str, Any]] = {"batching": {}, "ocr": {}}
     for option in OPTIONS:
         raw = values.get(option.name)
         source = option.flag
@@ -413,7 +508,16 @@ def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, 
         except ValueError as exc:
             raise SettingsError(f"{source}={raw!r}: {exc}") from None
         (sections[option.section] if option.section else kwargs)[option.name] = value
-    settings = RuntimeSettings(**kwargs, batching=BatchingLimits(**sections["batching"]))
+    settings = RuntimeSettings(
+        **kwargs, batching=BatchingLimits(**sections["batching"]), ocr=OcrSettings(**sections["ocr"])
+    )
+    if settings.task_models and settings.task is None:
+        raise SettingsError("--task-models (SKIFF_TASK_MODELS) names a task's sub-models: add --task ocr")
+    if settings.task == "ocr" and settings.task_models and sorted(settings.task_models) != sorted(OCR_MODELS):
+        raise SettingsError(
+            f"--task ocr needs one directory for each of {', '.join(OCR_MODELS)}; --task-models names "
+            f"{', '.join(settings.task_models)}"
+        )
     if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
         raise SettingsError("--tls-cert-file and --tls-key-file (SKIFF_TLS_CERT_FILE/SKIFF_TLS_KEY_FILE) go together")
     int8 = settings.device.kind == "gpu" and settings.tensorrt_precision is TensorRTPrecision.INT8

@@ -102,10 +102,13 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class ModelSignature:
-    """A model's inputs and outputs, in the order the model declares them."""
+    """A model's inputs and outputs, in the order the model declares them. A `grouped` model (a task, such as
+    OCR) takes many requests side by side but never merges their tensors: each request's outputs are its own, with
+    their own number of rows (text lines, not images), so it is never `batched`."""
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    grouped: bool = False
 
     def input(self, name: str) -> TensorSpec | None:
         return next((t for t in self.inputs if t.name == name), None)
@@ -117,7 +120,7 @@ class ModelSignature:
     def batched(self) -> bool:
         """Every input and output has a variable leading (batch) dimension: the one rule for "batched", by which
         the batcher may merge requests and the model configuration reports dims without the batch dimension."""
-        return all(t.shape and t.shape[0] == -1 for t in self.inputs + self.outputs)
+        return not self.grouped and all(t.shape and t.shape[0] == -1 for t in self.inputs + self.outputs)
 
 
 @dataclass(frozen=True)

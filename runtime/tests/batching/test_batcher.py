@@ -11,7 +11,7 @@ import pytest
 
 from skiff_runtime.batching.batcher import Batcher, BatchStats
 from skiff_runtime.batching.merge import merge_inputs
-from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, QueueFull
+from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, SkiffError
 from skiff_runtime.settings import BatchingLimits
 from skiff_runtime.tensors import Array
 
@@ -215,3 +215,59 @@ async def test_close_refuses_what_is_still_queued() -> None:
     assert (await running)["y"].shape == (1, 2)
     with pytest.raises(QueueFull, match="shutting down"):
         await queued
+
+
+class GroupEngine:
+    """A fake grouped runner (a task): each request's own outputs, with their own row count (one per element
+    of x, whatever its shape), or its own error when its first value is negative."""
+
+    def __init__(self) -> None:
+        self.groups: list[list[tuple[int, ...]]] = []
+
+    async def run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        raise AssertionError("a grouped model's requests are never merged")
+
+    async def run_group(self, requests: Sequence[Mapping[str, Array]]) -> list[dict[str, Array] | SkiffError]:
+        self.groups.append([tuple(r["x"].shape) for r in requests])
+        await asyncio.sleep(0.001)
+        return [
+            InvalidInput("negative") if float(r["x"].flat[0]) < 0 else {"y": r["x"].reshape(-1) * 2} for r in requests
+        ]
+
+
+async def test_a_grouped_model_groups_requests_of_any_shape_and_answers_each_with_its_own_outcome() -> None:
+    engine = GroupEngine()
+    batcher = Batcher(engine.run, BatchingLimits(max_queue_delay_us=5000), batched=False, run_group=engine.run_group)
+    batcher.start()
+    results = await asyncio.gather(
+        batcher.submit(rows(1, 1.0, width=2)),
+        batcher.submit(rows(2, 3.0, width=5)),
+        batcher.submit(rows(1, -1.0, width=3)),
+        return_exceptions=True,
+    )
+    assert engine.groups == [[(1, 2), (2, 5), (1, 3)]]  # one group, no shape in common
+    assert results[0]["y"].tolist() == [2.0, 2.0]  # type: ignore[index]
+    assert results[1]["y"].tolist() == [6.0] * 10  # type: ignore[index]
+    assert isinstance(results[2], InvalidInput)  # its own error; its neighbours ran
+    await batcher.close()
+
+
+async def test_a_grouped_model_without_dynamic_batching_runs_each_request_alone() -> None:
+    engine = GroupEngine()
+    limits = BatchingLimits(max_queue_delay_us=5000, dynamic_batching=False)
+    batcher = Batcher(engine.run, limits, batched=False, run_group=engine.run_group)
+    batcher.start()
+    await asyncio.gather(batcher.submit(rows(1, width=2)), batcher.submit(rows(1, width=3)))
+    assert engine.groups == [[(1, 2)], [(1, 3)]]
+    await batcher.close()
+
+
+async def test_a_group_is_bounded_by_max_batch_size_rows() -> None:
+    engine = GroupEngine()
+    batcher = Batcher(
+        engine.run, BatchingLimits(max_queue_delay_us=5000, max_batch_size=3), batched=False, run_group=engine.run_group
+    )
+    batcher.start()
+    await asyncio.gather(*(batcher.submit(rows(2, width=w)) for w in (1, 2, 3)))
+    assert engine.groups == [[(2, 1)], [(2, 2)], [(2, 3)]]  # 2 + 2 rows would pass 3
+    await batcher.close()

@@ -16,18 +16,20 @@ from runtime.tests.fakes import (
     CRASH,
     CRASH_ONCE,
     FAIL,
+    GROUP_SIGNATURE,
     HANG,
     SIGNATURE,
     SLOW,
     fake_engine,
+    fake_group_engine,
     fake_outputs,
 )
 
-from skiff_runtime.errors import InferenceFailed, ModelLoadError, WorkerLost
+from skiff_runtime.errors import InferenceFailed, InvalidInput, ModelLoadError, WorkerLost
 from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.tensors import Array
 from skiff_runtime.workers.base import WorkerEvent
-from skiff_runtime.workers.process import ProcessPool
+from skiff_runtime.workers.process import EngineFactory, ProcessPool
 
 BUFFER_BYTES = 1 << 20
 
@@ -54,9 +56,11 @@ class Pools:
         self.events: list[WorkerEvent] = []
         self._pools: list[ProcessPool] = []
 
-    async def start(self, count: int, model_name: str = "m", **options: float) -> ProcessPool:
+    async def start(
+        self, count: int, model_name: str = "m", factory: EngineFactory = fake_engine, **options: float
+    ) -> ProcessPool:
         settings = RuntimeSettings(model_dir=self.model_dir, model_name=model_name, log_level="WARNING")
-        pool = ProcessPool(count, fake_engine, settings, BUFFER_BYTES, self.events.append, **options)  # type: ignore[arg-type]
+        pool = ProcessPool(count, factory, settings, BUFFER_BYTES, self.events.append, **options)  # type: ignore[arg-type]
         self._pools.append(pool)
         await pool.start([1, 2])
         return pool
@@ -142,3 +146,38 @@ async def test_a_hung_batch_is_worker_lost_past_the_batch_timeout_and_its_worker
         await pool.run([_batch(1, HANG)])
     await _until(lambda: pool.alive == 1 and pool.pids != [pid])
     assert (await pool.run([_batch(1)]))["out"].shape == (1, 4)
+
+
+def _images(*items: bytes) -> dict[str, Array]:
+    return {"image": np.array(list(items), dtype=object)}
+
+
+async def test_a_group_of_requests_runs_unmerged_on_one_worker_each_answered_with_its_own_outcome(
+    pools: Pools,
+) -> None:
+    pool = await pools.start(1, factory=fake_group_engine)
+    assert pool.signature == GROUP_SIGNATURE
+    first, refused, second = await pool.run_group([_images(b"abc", b"de"), _images(b"fail"), _images(b"xyz")])
+    assert isinstance(first, dict)
+    assert isinstance(second, dict)
+    assert first["texts"].tolist() == [b"cba", b"ed", b"end"]  # BYTES in and out, rows of its own
+    assert second["texts"].tolist() == [b"zyx", b"end"]
+    assert set(first["pid"].tolist()) == set(second["pid"].tolist()) == set(pool.pids)
+    assert isinstance(refused, InvalidInput)
+    assert "refuses b'fail'" in str(refused)
+
+
+async def test_a_group_whose_worker_dies_runs_once_more_on_another(pools: Pools) -> None:
+    (pools.model_dir / "crash-once").touch()
+    pool = await pools.start(2, factory=fake_group_engine)
+    (outcome,) = await pool.run_group([_images(b"crash-once")])
+    assert isinstance(outcome, dict)
+    assert outcome["texts"].tolist() == [b"ecno-hsarc", b"end"]
+    await _until(lambda: pool.alive == 2)  # the dead one is replaced
+
+
+async def test_an_engine_that_only_merges_refuses_a_group(pools: Pools) -> None:
+    pool = await pools.start(1)
+    with pytest.raises(InferenceFailed, match="runs merged batches, not groups"):
+        await pool.run_group([_batch(1)])
+    np.testing.assert_array_equal((await pool.run([_batch(1)]))["out"], fake_outputs(_batch(1))["out"])  # still serves

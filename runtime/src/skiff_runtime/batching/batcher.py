@@ -7,6 +7,10 @@ Its limits are `settings.BatchingLimits`. With dynamic batching off, or for a mo
 dtype or non-batch shape go to different batches. A full queue refuses at once (QueueFull); a request whose
 deadline passes while queued is answered DeadlineExceeded and never runs. Up to `concurrency` batches run at
 the same time (one per inference worker). All timing is on `loop.time()`, so tests can drive a fake clock.
+
+A grouped model (a task: `run_group` given) groups requests instead of merging them: any requests batch together
+(their inputs need share no shape; a task's steps merge what they can, tasks.task.run_together), up to
+`max_batch_size` rows, and each request is answered with its own outcome, its outputs or its own error.
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ from skiff_runtime.tensors import Array
 # Runs the requests' inputs as one batch (the runner merges them with batching.merge: it knows where the batch
 # must end up, e.g. straight into a worker's shared memory).
 RunBatch = Callable[[Sequence[Mapping[str, Array]]], Awaitable[dict[str, Array]]]
+# What one request of a group ends in: its outputs, or the error its own steps raised.
+Outcome = dict[str, Array] | SkiffError
+# Runs the requests side by side, unmerged: one outcome per request, in order.
+RunGroup = Callable[[Sequence[Mapping[str, Array]]], Awaitable[list[Outcome]]]
+GROUP_KEY: BatchKey = ()  # every request of a grouped model may share a batch
 
 
 @dataclass(frozen=True)
@@ -58,10 +67,13 @@ class Batcher:
         *,
         batched: bool = True,
         concurrency: int = 1,
+        run_group: RunGroup | None = None,
     ) -> None:
         self.limits = limits
-        self.merges = limits.dynamic_batching and batched  # else every request runs alone
+        # Else every request runs alone.
+        self.merges = limits.dynamic_batching and (batched or run_group is not None)
         self._run_batch = run_batch
+        self._run_group = run_group
         self._on_batch = on_batch
         self._queue: collections.deque[_Pending] = collections.deque()
         self._wakeup = asyncio.Event()
@@ -102,7 +114,8 @@ class Batcher:
                 f"queue full ({self.limits.max_queue_size} requests waiting, max_queue_size); retry with backoff"
             )
         loop = asyncio.get_running_loop()
-        pending = _Pending(inputs, batch_size(inputs), batch_key(inputs), deadline, loop.time(), loop.create_future())
+        key = GROUP_KEY if self._run_group is not None else batch_key(inputs)
+        pending = _Pending(inputs, batch_size(inputs), key, deadline, loop.time(), loop.create_future())
         self._queue.append(pending)
         self._wakeup.set()
         return await pending.future
@@ -166,6 +179,15 @@ class Batcher:
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
+    async def _run_parts(self, live: list[_Pending], sizes: list[int]) -> Sequence[Outcome]:
+        """Each request's outcome: its slice of the merged batch's outputs, or (grouped) its own."""
+        if self._run_group is not None:
+            outcomes = await self._run_group([p.inputs for p in live])
+            if len(outcomes) != len(live):
+                raise InferenceFailed(f"a group of {len(live)} request(s) came back with {len(outcomes)} outcomes")
+            return outcomes
+        return split_outputs(await self._run_batch([p.inputs for p in live]), sizes)
+
     async def _dispatch(self, batch: list[_Pending], started: float) -> None:
         loop = asyncio.get_running_loop()
         try:
@@ -174,15 +196,18 @@ class Batcher:
                 return
             sizes = [p.rows for p in live]
             try:
-                outputs = await self._run_batch([p.inputs for p in live])
-                parts = split_outputs(outputs, sizes)
+                parts: Sequence[Outcome] = await self._run_parts(live, sizes)
             except SkiffError as exc:
                 error: BaseException = exc
             except Exception as exc:
                 error = InferenceFailed(f"batch of {len(live)} request(s) failed: {type(exc).__name__}: {exc}")
             else:
                 for pending, part in zip(live, parts, strict=True):
-                    if not pending.future.done():
+                    if pending.future.done():
+                        continue
+                    if isinstance(part, SkiffError):
+                        pending.future.set_exception(part)
+                    else:
                         pending.future.set_result(part)
                 if self._on_batch is not None:
                     self._on_batch(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from skiff_runtime.errors import ModelLoadError
+from skiff_runtime.errors import ModelLoadError, SkiffError
 from skiff_runtime.settings import RuntimeSettings, ShapeRange, TensorRTPrecision
 from skiff_runtime.tensors import NUMPY_DTYPES, Array, ModelSignature
 
@@ -22,6 +22,19 @@ class Engine(Protocol):
     signature: ModelSignature
 
     def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]: ...
+
+
+@runtime_checkable
+class GroupEngine(Protocol):
+    """An engine of a grouped model (a task: tensors.ModelSignature.grouped): it runs many requests side by side,
+    each answered with its own outputs or its own error. It warms itself when built (warm_up leaves it alone)."""
+
+    platform: str
+    signature: ModelSignature
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]: ...
+
+    def run_group(self, requests: Sequence[Mapping[str, Array]]) -> list[dict[str, Array] | SkiffError]: ...
 
 
 def warmup_inputs(
@@ -89,7 +102,10 @@ def warmup_shape_ranges(settings: RuntimeSettings) -> Mapping[str, ShapeRange]:
 
 def warm_up(engine: Engine, batch_sizes: Iterable[int], ranges: Mapping[str, ShapeRange] = NO_RANGES) -> None:
     """Run every batch size once, then the min, opt and max of every shape range: first runs build kernels
-    (oneDNN primitives, TensorRT engines and profiles) per shape, so no real request pays for one."""
+    (oneDNN primitives, TensorRT engines and profiles) per shape, so no real request pays for one. A grouped
+    engine's inputs are a task's (images, not tensors of a shape): it warmed its sub-models when it was built."""
+    if engine.signature.grouped:
+        return
     check_shape_ranges(engine.signature, ranges)
     for size in batch_sizes:
         engine.run(warmup_inputs(engine.signature, size, ranges))

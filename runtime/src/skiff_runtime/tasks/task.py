@@ -101,12 +101,27 @@ def _call_key(call: ModelCall) -> tuple[object, ...]:
     return (call.model, *((name, a.dtype.str, a.shape[1:]) for name, a in sorted(call.inputs.items())))
 
 
+@dataclass(frozen=True)
+class MergedCall:
+    """What run_together reports of each engine call it made: the sub-model, its rows and how many requests
+    they came from (more than one: the call batched across requests)."""
+
+    model: str
+    rows: int
+    requests: int
+
+
 def run_together(
-    task: Task, requests: Sequence[Mapping[str, Array]], engines: Mapping[str, Engine], max_batch: int = 64
+    task: Task,
+    requests: Sequence[Mapping[str, Array]],
+    engines: Mapping[str, Engine],
+    max_batch: int = 64,
+    on_call: Callable[[MergedCall], None] | None = None,
 ) -> list[Outcome]:
     """Run many requests' steps side by side, merging their calls that agree on shape into batches of at most
     max_batch rows (engines' outputs are batched on axis 0 too). Each request gets its outputs, or the SkiffError its
-    own steps raised (a refused request never fails its neighbours); an engine's error fails the whole call."""
+    own steps raised (a refused request never fails its neighbours); an engine's error fails the whole call.
+    `on_call` hears of every engine call made."""
     check_engines(task, engines)
     outcomes: list[Outcome | None] = [None] * len(requests)
     pending: dict[int, tuple[Steps, ModelCall]] = {}
@@ -136,11 +151,11 @@ def run_together(
             for index in members:
                 size = len(next(iter(pending[index][1].inputs.values())))
                 if chunk and rows + size > max_batch:
-                    _run_merged(chunk, pending, engines, advance)
+                    _run_merged(chunk, pending, engines, advance, on_call)
                     chunk, rows = [], 0
                 chunk.append(index)
                 rows += size
-            _run_merged(chunk, pending, engines, advance)
+            _run_merged(chunk, pending, engines, advance, on_call)
     finished = [outcome for outcome in outcomes if outcome is not None]
     assert len(finished) == len(requests)  # every request ends in outputs or its error
     return finished
@@ -151,12 +166,15 @@ def _run_merged(
     pending: dict[int, tuple[Steps, ModelCall]],
     engines: Mapping[str, Engine],
     advance: Callable[[int, Steps, Mapping[str, Array] | None], None],
+    on_call: Callable[[MergedCall], None] | None,
 ) -> None:
     calls = [pending.pop(index) for index in members]
     first = calls[0][1]
     sizes = [len(next(iter(call.inputs.values()))) for _, call in calls]
     merged = {name: np.concatenate([call.inputs[name] for _, call in calls]) for name in first.inputs}
     outputs = engines[first.model](merged)
+    if on_call is not None:
+        on_call(MergedCall(first.model, sum(sizes), len(members)))
     start = 0
     for index, (steps, _), size in zip(members, calls, sizes, strict=True):
         advance(index, steps, {name: value[start : start + size] for name, value in outputs.items()})

@@ -1,4 +1,5 @@
-"""What the service needs from its workers: one async `run` per batch, and events when a worker dies or returns."""
+"""What the service needs from its workers: one async `run` per batch (`run_group` for a grouped model, a task),
+and events when a worker dies or returns."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from skiff_runtime.batching.batcher import Outcome
 from skiff_runtime.tensors import Array, ModelSignature
 
 
@@ -39,6 +41,10 @@ class Workers(Protocol):
 
     async def run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         """Run the concatenation (axis 0) of `parts` as one batch; outputs are owned by the caller."""
+        ...
+
+    async def run_group(self, requests: Sequence[Mapping[str, Array]]) -> list[Outcome]:
+        """Run a grouped model's requests side by side on one worker, unmerged: one outcome each, in order."""
         ...
 
     async def close(self) -> None: ...

@@ -5,6 +5,9 @@ validation and batching; each worker process owns one engine. A batch is written
 chosen worker's input buffer (an anonymous memfd mapped by both sides), the worker runs it and writes the
 outputs into its output buffer, and only small typed messages cross the pipe: Warm, RunBatch and Stop to a worker,
 Ready, LoadFailed, BatchDone and BatchFailed back, each a frozen dataclass holding the buffers' descriptors.
+A grouped model's requests (a task's: PNG/JPEG bytes, outputs of their own length) cross the pipe itself, pickled,
+as RunGroup and GroupDone: they are Python objects shared memory cannot place, and each is bounded by the byte
+budget and the message size (the worker decodes the images; the crops and model inputs never cross).
 
 A worker that dies (a native crash, an OOM kill) is replaced by a new process and its batch runs once more on
 another worker; a batch that fails twice that way, or runs past `batch_timeout_s` (its worker is killed and
@@ -23,22 +26,25 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
+from typing import TypeVar
 
 import numpy as np
 
+from skiff_runtime.batching.batcher import Outcome
 from skiff_runtime.errors import InferenceFailed, ModelLoadError, ModelNotReady, WorkerLost
 from skiff_runtime.logs import configure_logging
-from skiff_runtime.predictor.engine import Engine, warm_up, warmup_shape_ranges
+from skiff_runtime.predictor.engine import Engine, GroupEngine, warm_up, warmup_shape_ranges
 from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.tensors import Array, ModelSignature
 from skiff_runtime.workers.base import WorkerEvent, WorkerEvents
 from skiff_runtime.workers.layout import Descriptor, views, write_arrays, write_batch
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Builds a worker's engine from the settings, in the worker process: a module-level function (it is pickled).
 EngineFactory = Callable[[RuntimeSettings], Engine]
@@ -57,6 +63,13 @@ class RunBatch:
     """Front -> worker: run the batch whose inputs these descriptors place in the input buffer."""
 
     inputs: tuple[Descriptor, ...]
+
+
+@dataclass(frozen=True)
+class RunGroup:
+    """Front -> worker: run these requests of a grouped model side by side (pickled: BYTES are objects)."""
+
+    requests: tuple[Mapping[str, Array], ...]
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,14 @@ class BatchDone:
 
 
 @dataclass(frozen=True)
+class GroupDone:
+    """Worker -> front: each request's outputs or its own error, in order."""
+
+    outcomes: tuple[Outcome, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
 class BatchFailed:
     """Worker -> front: the engine raised on the batch (the worker goes on)."""
 
@@ -101,21 +122,23 @@ class Exited:
     exitcode: int | None
 
 
-ToWorker = Warm | RunBatch | Stop
-FromWorker = Ready | LoadFailed | BatchDone | BatchFailed
-BatchReply = BatchDone | BatchFailed | Exited
+ToWorker = Warm | RunBatch | RunGroup | Stop
+FromWorker = Ready | LoadFailed | BatchDone | GroupDone | BatchFailed
+BatchReply = BatchDone | GroupDone | BatchFailed | Exited
 
 
 def _receive_from_front(conn: Connection) -> ToWorker:
     message = conn.recv()
-    if not isinstance(message, Warm | RunBatch | Stop):
-        raise TypeError(f"a worker received {type(message).__name__} from the front; it takes Warm, RunBatch, Stop")
+    if not isinstance(message, Warm | RunBatch | RunGroup | Stop):
+        raise TypeError(
+            f"a worker received {type(message).__name__} from the front; it takes Warm, RunBatch, RunGroup, Stop"
+        )
     return message
 
 
 def _receive_from_worker(conn: Connection) -> FromWorker:
     message = conn.recv()
-    if not isinstance(message, Ready | LoadFailed | BatchDone | BatchFailed):
+    if not isinstance(message, Ready | LoadFailed | BatchDone | GroupDone | BatchFailed):
         raise TypeError(f"the front received {type(message).__name__} from a worker")
     return message
 
@@ -177,6 +200,9 @@ def worker_main(
             message = _receive_from_front(conn)
         except EOFError:
             return
+        if isinstance(message, RunGroup):
+            conn.send(_run_group(engine, message))
+            continue
         if not isinstance(message, RunBatch):
             return  # Stop (a second Warm is no request either)
         started = time.perf_counter()
@@ -187,6 +213,17 @@ def worker_main(
             conn.send(BatchFailed(f"inference engine failed: {type(exc).__name__}: {exc}"))
             continue
         conn.send(BatchDone(tuple(descriptors), time.perf_counter() - started))
+
+
+def _run_group(engine: Engine, message: RunGroup) -> GroupDone | BatchFailed:
+    started = time.perf_counter()
+    if not isinstance(engine, GroupEngine):
+        return BatchFailed(f"the {engine.platform} engine runs merged batches, not groups of requests")
+    try:
+        outcomes = engine.run_group(message.requests)
+    except Exception as exc:
+        return BatchFailed(f"inference engine failed: {type(exc).__name__}: {exc}")
+    return GroupDone(tuple(outcomes), time.perf_counter() - started)
 
 
 @dataclass
@@ -329,7 +366,7 @@ class ProcessPool:
             if not self._closing:
                 self._replace(worker)
         else:
-            if not isinstance(received, BatchDone | BatchFailed):
+            if not isinstance(received, BatchDone | GroupDone | BatchFailed):
                 log.error("a worker sent an unexpected message", extra={"worker": worker.index, "message": received})
                 return
             message = received
@@ -379,25 +416,60 @@ class ProcessPool:
                 return worker
 
     async def run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        outputs: dict[str, Array] = await self._twice(self._run_once, parts)
+        return outputs
+
+    async def run_group(self, requests: Sequence[Mapping[str, Array]]) -> list[Outcome]:
+        outcomes: list[Outcome] = await self._twice(self._run_group_once, requests)
+        return outcomes
+
+    async def _twice(
+        self, once: Callable[[Sequence[Mapping[str, Array]]], Awaitable[T]], parts: Sequence[Mapping[str, Array]]
+    ) -> T:
+        """`once(parts)`, run again on another worker when its worker died; WorkerLost when that one died too."""
         if self._idle is None:
             raise ModelNotReady("the model is not loaded yet")
         try:
-            return await self._run_once(parts)
+            return await once(parts)
         except _WorkerDied as died:
             log.warning("retrying a batch on another worker", extra={"reason": str(died)})
         try:
-            return await self._run_once(parts)
+            return await once(parts)
         except _WorkerDied as died:
             raise WorkerLost(f"{died}, twice; retry the request") from None
 
     async def _run_once(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        def send(worker: _Worker) -> RunBatch:
+            return RunBatch(tuple(write_batch(memoryview(worker.inputs), parts, self._buffer_bytes)))
+
+        def read(worker: _Worker, message: BatchDone | GroupDone) -> dict[str, Array]:
+            if not isinstance(message, BatchDone):
+                raise InferenceFailed(f"worker {worker.index} answered a batch with {type(message).__name__}")
+            # Copy the outputs out of shared memory: the buffer is reused by the next batch.
+            return {name: np.array(view) for name, view in views(memoryview(worker.outputs), message.outputs).items()}
+
+        return await self._exchange(send, read)
+
+    async def _run_group_once(self, requests: Sequence[Mapping[str, Array]]) -> list[Outcome]:
+        def read(worker: _Worker, message: BatchDone | GroupDone) -> list[Outcome]:
+            if not isinstance(message, GroupDone):
+                raise InferenceFailed(f"worker {worker.index} answered a group with {type(message).__name__}")
+            return list(message.outcomes)
+
+        return await self._exchange(lambda _: RunGroup(tuple(requests)), read)
+
+    async def _exchange(
+        self, send: Callable[[_Worker], RunBatch | RunGroup], read: Callable[[_Worker, BatchDone | GroupDone], T]
+    ) -> T:
+        """Send an idle worker the message `send` builds (it may write the worker's buffer) and `read` its answer
+        while the worker is still this call's; a batch's failure raises InferenceFailed, a death _WorkerDied."""
         assert self._idle is not None
         worker = await self._idle_worker()
         try:
-            descriptors = write_batch(memoryview(worker.inputs), parts, self._buffer_bytes)
+            request = send(worker)
             worker.reply = asyncio.get_running_loop().create_future()
             try:
-                worker.conn.send(RunBatch(tuple(descriptors)))
+                worker.conn.send(request)
             except OSError:
                 worker.reply.set_result(Exited(worker.process.exitcode))
             message = await self._answer(worker, worker.reply)
@@ -405,8 +477,7 @@ class ProcessPool:
                 raise _WorkerDied(f"worker {worker.index} exited (code {message.exitcode}) while running the batch")
             if isinstance(message, BatchFailed):
                 raise InferenceFailed(message.reason)
-            # Copy the outputs out of shared memory: the buffer is reused by the next batch.
-            return {name: np.array(view) for name, view in views(memoryview(worker.outputs), message.outputs).items()}
+            return read(worker, message)
         finally:
             worker.reply = None
             if not worker.dead and worker.process.is_alive():

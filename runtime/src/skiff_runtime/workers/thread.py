@@ -11,9 +11,10 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from skiff_runtime.batching.batcher import Outcome
 from skiff_runtime.batching.merge import merge_inputs
 from skiff_runtime.errors import InferenceFailed, ModelNotReady, SkiffError
-from skiff_runtime.predictor.engine import NO_RANGES, Engine, warm_up
+from skiff_runtime.predictor.engine import NO_RANGES, Engine, GroupEngine, warm_up
 from skiff_runtime.settings import ShapeRange
 from skiff_runtime.tensors import Array, ModelSignature
 
@@ -64,6 +65,20 @@ class ThreadWorker:
 
     async def run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._run, parts)
+
+    def _run_group(self, requests: Sequence[Mapping[str, Array]]) -> list[Outcome]:
+        engine = self.engine
+        if not isinstance(engine, GroupEngine):
+            raise InferenceFailed(f"the {engine.platform} engine runs merged batches, not groups of requests")
+        try:
+            return engine.run_group(requests)
+        except SkiffError:
+            raise
+        except Exception as exc:
+            raise InferenceFailed(f"inference engine failed: {type(exc).__name__}: {exc}") from exc
+
+    async def run_group(self, requests: Sequence[Mapping[str, Array]]) -> list[Outcome]:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._run_group, requests)
 
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, lambda: self._executor.shutdown(cancel_futures=True))

@@ -19,11 +19,24 @@ from skiff_runtime.tasks.ocr import classify, detect, recognize
 from skiff_runtime.tasks.ocr.crops import crop_box
 from skiff_runtime.tasks.ocr.images import Image, ImageBudget, read_images
 from skiff_runtime.tasks.task import Calls, ModelCall, Steps, TaskInputError
-from skiff_runtime.tensors import Array
+from skiff_runtime.tensors import Array, Datatype, ModelSignature, TensorSpec
 
 INPUT = "image"
 MODELS = ("det", "cls", "rec")
 MODEL_INPUT = "x"  # every PP-OCR inference model's one input
+
+# What the task serves on every protocol: images in (one PNG or JPEG per element), one row per text line out.
+# Grouped: concurrent requests share sub-model calls, but their tensors are never merged (rows are lines).
+SIGNATURE = ModelSignature(
+    inputs=(TensorSpec(INPUT, Datatype.BYTES, (-1,)),),
+    outputs=(
+        TensorSpec("texts", Datatype.BYTES, (-1,)),
+        TensorSpec("boxes", Datatype.FP32, (-1, 4, 2)),
+        TensorSpec("scores", Datatype.FP32, (-1,)),
+        TensorSpec("image_index", Datatype.INT32, (-1,)),
+    ),
+    grouped=True,
+)
 
 
 @dataclass(frozen=True)
