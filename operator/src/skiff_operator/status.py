@@ -225,7 +225,7 @@ def _summarize_version(model: InferenceModel, version: Version, children: ChildS
             desired=version.replicas,
             ready=0,
             updated=0,
-            rolled_out=version.replicas == 0 and version.model_uri.claim not in children.missing_claims,
+            rolled_out=version.replicas == 0 and version.claim not in children.missing_claims,
             traffic_percent=percent,
             problem=_version_problem(version, None, children),
         )
@@ -250,10 +250,10 @@ def _summarize_version(model: InferenceModel, version: Version, children: ChildS
 def _version_problem(version: Version, deployment: DeploymentState | None, children: ChildStates) -> Problem | None:
     """The most important thing wrong with one version, in the order a user should fix them."""
     where = f"version {version.name}"
-    if version.model_uri.claim in children.missing_claims:
+    if version.claim is not None and version.claim in children.missing_claims:
         return Problem(
             Reason.PVC_NOT_FOUND,
-            f"{where}: PersistentVolumeClaim {version.model_uri.claim!r} not found; create it or fix modelUri",
+            f"{where}: PersistentVolumeClaim {version.claim!r} not found; create it or fix modelUri",
         )
     pods = [pod for pod in children.pods if pod.version == version.name]
     pending = {pod.name for pod in pods if pod.phase == "Pending"}
