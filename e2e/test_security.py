@@ -324,6 +324,7 @@ def tenant(kube: Kubectl, namespace: str, tmp_path: Path) -> Kubectl:
         {"apiGroups": ["skiff.dev"], "resources": ["inferencemodels"], "verbs": ["get", "list", "create", "patch"]},
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["readable"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "resourceNames": ["models"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["readable-ca"], "verbs": ["get"]},
     ]
     kube.apply(
         [
@@ -429,6 +430,16 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
             tenant_model(namespace, "gateway", routing={"gateways": [{"name": "public", "namespace": "infra"}]}),
             "cannot create GRPCRoutes",
         ),
+        "s3-secret": (
+            tenant_model(namespace, "s3-secret", versions=[{"name": "v1", "modelUri": "s3://models/resnet/v1"}],
+                         storage={"s3": {"secretName": "hidden"}}),
+            f"cannot get Secret hidden in namespace {namespace}, so spec.storage.s3.secretName may not name it",
+        ),
+        "storage-ca": (
+            tenant_model(namespace, "storage-ca", versions=[{"name": "v1", "modelUri": "https://m.example/r.tgz"}],
+                         storage={"caConfigMapName": "hidden-ca"}),
+            f"cannot get ConfigMap hidden-ca in namespace {namespace}, so spec.storage.caConfigMapName",
+        ),
         "issuer": (
             tenant_model(namespace, "issuer", tls={
                 "mode": "CertManager", "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}),
@@ -464,6 +475,13 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
         },
     )  # fmt: skip
     assert create_as(tenant, placed) == (0, "")
+    # A fetched model whose credentials Secret and CA ConfigMap the tenant may read is admitted.
+    fetched = tenant_model(
+        namespace, "fetched", versions=[{"name": "v1", "modelUri": "s3://models/resnet/v1"}],
+        storage={"s3": {"endpoint": "http://seaweedfs.storage:8333", "secretName": "readable"},
+                 "caConfigMapName": "readable-ca"},
+    )  # fmt: skip
+    assert create_as(tenant, fetched) == (0, "")
     # A spec change is checked like a create: pointing the admitted model at the hidden Secret is refused.
     patch = json.dumps({"spec": {"tls": {"clientCASecretName": "hidden"}}})
     edited = tenant.attempt("patch", "inferencemodel", "allowed", "-n", namespace, "--type=merge", "-p", patch)

@@ -29,7 +29,7 @@ async def test_a_first_reconcile_applies_exactly_render_all_of_its_plan(example:
     body = stored_body(EXAMPLES[example])
     model = parse_inference_model(body)
     cluster = TLSFakeCluster()
-    cluster.claims = {v.model_uri.claim for v in model.spec.versions}
+    cluster.claims = {v.claim for v in model.spec.versions if v.claim is not None}
     cluster.operator_namespace = OPERATOR_NAMESPACE
     outcome = await reconcile(body, cluster, FIRST_PASS)
     rendered = render_all(first_plan(model))

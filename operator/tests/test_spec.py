@@ -92,7 +92,10 @@ def test_pvc_uri_is_split_into_claim_and_path(uri: str, expected: ModelUri) -> N
 @pytest.mark.parametrize(
     ("uri", "reason"),
     [
-        ("s3://bucket/model", "UnsupportedModelUri"),
+        ("s3://b/model", "InvalidModelUri"),
+        ("https://example/model.tar?X-Amz-Signature=abc", "InvalidModelUri"),
+        ("https://user:pw@example/model.tar", "InvalidModelUri"),
+        ("s3://bucket/a/./b", "InvalidModelUri"),
         ("oci://registry/model:1", "UnsupportedModelUri"),
         ("http://example/model", "InvalidModelUri"),
         ("pvc://Models/x", "InvalidModelUri"),

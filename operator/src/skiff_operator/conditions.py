@@ -62,6 +62,7 @@ class Reason(enum.StrEnum):
     INVALID_MODEL_URI = "InvalidModelUri"
     UNSUPPORTED_MODEL_URI = "UnsupportedModelUri"
     APPLY_FAILED = "ApplyFailed"
+    MODEL_FETCH_FAILED = "ModelFetchFailed"  # a fetched modelUri: the fetch-model init container failed (model_fetch)
     # spec.tls (skiff_operator.tls)
     TLS_SECRET_MISSING = "TLSSecretMissing"  # noqa: S105 - a reason, not a password
     TLS_SECRET_INVALID = "TLSSecretInvalid"  # noqa: S105

@@ -58,3 +58,16 @@ ENV_TLS_CLIENT_CA_FILE = "SKIFF_TLS_CLIENT_CA_FILE"
 AUTH_DIR = "/etc/skiff/auth"
 AUTH_TOKEN_FILE_NAME = "token"  # noqa: S105 - a file name, not a password
 ENV_AUTH_TOKEN_FILE = "SKIFF_AUTH_TOKEN_FILE"  # noqa: S105
+
+# A fetched modelUri (s3://, https://): the fetch-model init container (the runtime image's `python -m
+# skiff_runtime.fetch`) fills an emptyDir at FETCH_ROOT/FETCH_SUBDIR, which the runtime mounts read-only at its
+# model directory. Its termination message is JSON: {"digest", "uri", ...} on success, {"reason", "message"} on failure.
+FETCH_CONTAINER_NAME = "fetch-model"
+FETCH_COMMAND = ("python", "-m", "skiff_runtime.fetch")
+FETCH_ROOT = "/var/lib/skiff/fetch"
+FETCH_SUBDIR = "model"  # the fetch writes beside it first (a scratch directory), then renames: never the mount itself
+STORAGE_CA_DIR = "/etc/skiff/storage-ca"  # spec.storage.caConfigMapName: a ConfigMap holding ca.crt
+STORAGE_CA_VOLUME = "storage-ca"
+STORAGE_CA_KEY = "ca.crt"
+# spec.storage.s3.secretName: the keys the init container (never the runtime) reads, as the fetch step's env vars.
+S3_CREDENTIAL_KEYS = (("AWS_ACCESS_KEY_ID", False), ("AWS_SECRET_ACCESS_KEY", False), ("AWS_SESSION_TOKEN", True))

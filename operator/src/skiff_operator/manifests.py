@@ -76,7 +76,7 @@ TLS_RENDERERS: Mapping[type, Callable[[InferenceModel, TLSWrite], dict[str, Any]
 def _deployment(plan: Plan, version: Version) -> dict[str, Any] | None:
     """Without its volume a pod would sit in ContainerCreating: a version whose claim is missing keeps whatever
     runs now (and status reports it)."""
-    if version.model_uri.claim in plan.missing_claims:
+    if version.claim is not None and version.claim in plan.missing_claims:
         return None
     return render_deployment(plan.running, version)
 

@@ -74,6 +74,8 @@ WIRE_NAMES: Mapping[str, str] = {
     "updated_replicas": "updatedReplicas",
     "ready": "ready",
     "traffic_percent": "trafficPercent",
+    "model_uri": "modelUri",
+    "model_digest": "modelDigest",
     # TrafficStatus, TrafficVersionStatus
     "mode": "mode",
     "desired_split": "desiredSplit",
@@ -185,6 +187,8 @@ def _version(raw: Mapping[str, Any]) -> VersionStatus:
         ready=raw.get("ready") is True,
         traffic_percent=_int(raw.get("trafficPercent")) or 0,
         endpoint=_str(raw.get("endpoint")) or "",
+        model_uri=_str(raw.get("modelUri")),
+        model_digest=_str(raw.get("modelDigest")),
     )
 
 

@@ -37,7 +37,7 @@ async def observe(model: InferenceModel, status: Status | None, cluster: Observe
     try:
         auth = model.spec.auth
         token = await cluster.read_secret(model.ref.namespace, auth.token_secret_name) if auth else None
-        missing = await cluster.missing_claims(model.ref.namespace, {v.model_uri.claim for v in model.spec.versions})
+        missing = await cluster.missing_claims(model.ref.namespace, {v.claim for v in model.spec.versions if v.claim})
         return await _observe_children(model, status, tls, token, missing, cluster)
     except ApplyRejected as error:  # e.g. no RBAC to list pods, read CRDs or list children: say so, do not loop
         return Observed(tls, status, Problem(Reason.APPLY_FAILED, str(error)))

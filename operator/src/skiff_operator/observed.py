@@ -11,7 +11,7 @@ from typing import Any
 
 from skiff_operator import names
 from skiff_operator.conditions import ConditionStatus
-from skiff_operator.contract import CONTAINER_NAME
+from skiff_operator.contract import CONTAINER_NAME, FETCH_CONTAINER_NAME
 from skiff_operator.kinds import DEPLOYMENT, GRPC_ROUTE, HEADLESS, SERVICE
 from skiff_operator.prometheus import Counts, add
 
@@ -87,6 +87,8 @@ class PodState:
     waiting_reason: str | None = None  # the runtime container's state.waiting.reason
     waiting_message: str | None = None
     terminated_message: str | None = None  # the runtime's termination message while it is not running
+    fetch_exit_code: int | None = None  # a fetched version: the fetch-model init container's last exit (None: none)
+    fetch_message: str | None = None  # ... and its termination message (JSON: skiff_operator.model_fetch reads it)
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,7 @@ def pod_state(manifest: Mapping[str, Any], versions_by_label: Mapping[str, str])
     terminated = state.get("terminated") or (
         ((runtime.get("lastState") or {}).get("terminated") or {}) if waiting else {}
     )
+    fetch_exit_code, fetch_message = _fetch_termination(status)
     return PodState(
         name=str(metadata.get("name", "")),
         version=version,
@@ -305,7 +308,22 @@ def pod_state(manifest: Mapping[str, Any], versions_by_label: Mapping[str, str])
         waiting_reason=waiting.get("reason"),
         waiting_message=waiting.get("message"),
         terminated_message=terminated.get("message"),
+        fetch_exit_code=fetch_exit_code,
+        fetch_message=fetch_message,
     )
+
+
+def _fetch_termination(status: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """The fetch-model init container's last termination: exited now, or waiting to be retried after exiting."""
+    fetch: Mapping[str, Any] = next(
+        (c for c in status.get("initContainerStatuses") or [] if c.get("name") == FETCH_CONTAINER_NAME), {}
+    )
+    state = fetch.get("state") or {}
+    terminated = state.get("terminated") or ((fetch.get("lastState") or {}).get("terminated") or {})
+    if not terminated:
+        return None, None
+    code = terminated.get("exitCode")
+    return (code if isinstance(code, int) else 1), terminated.get("message")
 
 
 def pod_event(manifest: Mapping[str, Any]) -> PodEvent:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from skiff_operator.auth import auth_problem
 from skiff_operator.conditions import Problem
+from skiff_operator.model_fetch import pin_fetched_digests
 from skiff_operator.model_status import Status
 from skiff_operator.observed import MetricsScrape, OwnedChild, StoredSecret
 from skiff_operator.rollout import (
@@ -88,6 +89,7 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
     )
     if rollout is not None:  # the rollout's split is the desired one now; spec.traffic is left as written
         model = with_rollout_traffic(model, rollout)
+    model = pin_fetched_digests(model, held_digests(previous))
     routing = plan_routing(
         model,
         observed.owned,
@@ -107,3 +109,13 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
         policy_model=admit_scraper(model, observed.operator_namespace),
         tls=tls,
     )
+
+
+def held_digests(previous: Status | None) -> dict[str, tuple[str, str]]:
+    """Version -> (modelUri, modelDigest) of each fetched version status reports a loaded model for."""
+    versions = previous.versions if previous is not None else None
+    return {
+        v.name: (v.model_uri, v.model_digest)
+        for v in versions or ()
+        if v.model_uri is not None and v.model_digest is not None
+    }

@@ -37,7 +37,7 @@ from skiff_operator.conditions import (
 )
 from skiff_operator.observed import MetricsScrape
 from skiff_operator.prometheus import Counts, quantile, subtract
-from skiff_operator.spec import InferenceModel, RolloutSpec, TrafficShare, Version
+from skiff_operator.spec import InferenceModel, ModelUri, RolloutSpec, TrafficShare, Version
 from skiff_operator.status import stamp_conditions
 from skiff_operator.traffic import TOTAL, largest_remainder
 
@@ -140,7 +140,12 @@ class RolloutDecision:
 
 def revision_of(version: Version) -> str:
     """What identifies the candidate's build: a new image or model starts the rollout again."""
-    return f"{version.image} {version.model_uri.claim}/{version.model_uri.path}"
+    fetched = version.fetched
+    if fetched is not None:
+        return f"{version.image} {fetched.uri}" + (f" sha256:{fetched.sha256}" if fetched.sha256 else "")
+    uri = version.model_uri
+    assert isinstance(uri, ModelUri)
+    return f"{version.image} {uri.claim}/{uri.path}"
 
 
 def stable_versions(rollout: RolloutSpec, traffic: Sequence[TrafficShare]) -> tuple[str, ...]:

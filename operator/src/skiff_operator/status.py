@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from skiff_operator.conditions import (
     StatusEvent,
     find_condition,
 )
+from skiff_operator.model_fetch import fetch_problem, loaded_digest
 from skiff_operator.observed import ChildStates, DeploymentState
 from skiff_operator.spec import InferenceModel, Version
 
@@ -57,6 +59,8 @@ class VersionStatus:
     ready: bool
     traffic_percent: int
     endpoint: str
+    model_uri: str | None = None  # a fetched version: the URI model_digest came from (None: pvc://, left out)
+    model_digest: str | None = None  # ... the content digest of the model its pods loaded
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class VersionSummary:
     rolled_out: bool
     traffic_percent: int
     problem: Problem | None
+    model_uri: str | None = None  # a fetched version's URI, and the digest its pods loaded (model_fetch)
+    model_digest: str | None = None
 
     @property
     def serving(self) -> bool:
@@ -132,6 +138,8 @@ def version_statuses(model: InferenceModel, versions: Sequence[VersionSummary]) 
             endpoint=names.service_host(
                 names.version_service_name(model.ref.name, v.name), namespace, contract.GRPC_PORT
             ),
+            model_uri=v.model_uri if v.model_digest else None,
+            model_digest=v.model_digest,
         )
         for v in versions
     )
@@ -217,6 +225,15 @@ def _changed(condition: StatusCondition, old: StatusCondition | None) -> bool:
 
 
 def _summarize_version(model: InferenceModel, version: Version, children: ChildStates) -> VersionSummary:
+    summary = _summarize_replicas(model, version, children)
+    if version.fetched is None:
+        return summary
+    return dataclasses.replace(
+        summary, model_uri=version.fetched.uri, model_digest=loaded_digest(version, children.pods)
+    )
+
+
+def _summarize_replicas(model: InferenceModel, version: Version, children: ChildStates) -> VersionSummary:
     deployment = children.deployments.get(version.name)
     percent = model.spec.percent_for(version.name)
     if deployment is None:
@@ -225,7 +242,7 @@ def _summarize_version(model: InferenceModel, version: Version, children: ChildS
             desired=version.replicas,
             ready=0,
             updated=0,
-            rolled_out=version.replicas == 0 and version.model_uri.claim not in children.missing_claims,
+            rolled_out=version.replicas == 0 and version.claim not in children.missing_claims,
             traffic_percent=percent,
             problem=_version_problem(version, None, children),
         )
@@ -250,10 +267,10 @@ def _summarize_version(model: InferenceModel, version: Version, children: ChildS
 def _version_problem(version: Version, deployment: DeploymentState | None, children: ChildStates) -> Problem | None:
     """The most important thing wrong with one version, in the order a user should fix them."""
     where = f"version {version.name}"
-    if version.model_uri.claim in children.missing_claims:
+    if version.claim is not None and version.claim in children.missing_claims:
         return Problem(
             Reason.PVC_NOT_FOUND,
-            f"{where}: PersistentVolumeClaim {version.model_uri.claim!r} not found; create it or fix modelUri",
+            f"{where}: PersistentVolumeClaim {version.claim!r} not found; create it or fix modelUri",
         )
     pods = [pod for pod in children.pods if pod.version == version.name]
     pending = {pod.name for pod in pods if pod.phase == "Pending"}
@@ -269,6 +286,9 @@ def _version_problem(version: Version, deployment: DeploymentState | None, child
         )
     if scheduling:
         return Problem(Reason.UNSCHEDULABLE, f"{where}: pods cannot be scheduled: {scheduling[0]}")
+    fetch = fetch_problem(version, pods)
+    if fetch is not None:
+        return fetch
     no_gpu = [p for p in pods if (p.terminated_message or "").startswith(GPU_UNAVAILABLE_MARK)]
     if no_gpu:
         message = (no_gpu[0].terminated_message or "")[len(GPU_UNAVAILABLE_MARK) :].strip()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,3 +129,23 @@ def test_the_cli_writes_the_reason_to_the_termination_log(served: tuple[str, Fil
     assert main(["--uri", "http://insecure.example/m.tar", *args]) == 2
     assert '"reason": "InvalidURI"' in log.read_text()
     assert main(["--uri", f"{url}/v1.tar.gz", *args]) == 0
+    fetched = json.loads(log.read_text())
+    assert fetched["digest"].startswith("sha256:")
+    assert fetched["uri"] == f"{url}/v1.tar.gz"
+
+
+def test_the_cli_refuses_content_other_than_the_expected_digest(
+    served: tuple[str, Files, Path], tmp_path: Path
+) -> None:
+    url, _, ca = served
+    log = tmp_path / "termination-log"
+    args = ["--uri", f"{url}/v1.tar.gz", "--ca-file", str(ca), "--termination-log", str(log)]
+    assert main([*args, "--dest", str(tmp_path / "first")]) == 0
+    digest = json.loads(log.read_text())["digest"]
+    assert main([*args, "--dest", str(tmp_path / "same"), "--expect-digest", digest]) == 0
+    other = "sha256:" + "0" * 64
+    assert main([*args, "--dest", str(tmp_path / "changed"), "--expect-digest", other]) == 1
+    refused = json.loads(log.read_text())
+    assert refused["reason"] == "ChecksumMismatch"
+    assert digest in refused["message"]
+    assert not (tmp_path / "changed").exists()

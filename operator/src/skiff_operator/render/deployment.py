@@ -11,6 +11,7 @@ from skiff_operator import contract, names
 from skiff_operator.kinds import DEPLOYMENT
 from skiff_operator.render.auth import render_auth_env, render_auth_mounts, render_auth_volumes
 from skiff_operator.render.common import render_metadata
+from skiff_operator.render.fetch import model_sub_path, render_fetch_init_containers, render_model_volume
 from skiff_operator.render.tls import render_tls_annotations, render_tls_env, render_tls_mounts, render_tls_volumes
 from skiff_operator.spec import (
     MAX_WORKERS,
@@ -97,16 +98,16 @@ def _render_pod_spec(model: InferenceModel, version: Version) -> dict[str, Any]:
         },
         "containers": [_render_container(model, version)],
         "volumes": [
-            {
-                "name": "model",
-                "persistentVolumeClaim": {"claimName": version.model_uri.claim, "readOnly": True},
-            },
+            *render_model_volume(model, version),
             {"name": "tmp", "emptyDir": {}},
             *render_trt_cache_volumes(version, spec.runtime.tensorrt),
             *render_tls_volumes(model),
             *render_auth_volumes(model),
         ],
     }
+    init_containers = render_fetch_init_containers(model, version, container_security_context())
+    if init_containers:  # a fetched modelUri; absent for pvc://, so its pods keep the spec (and hash) they had
+        pod["initContainers"] = init_containers
     scheduling = spec.scheduling
     if scheduling.node_selector:
         pod["nodeSelector"] = dict(scheduling.node_selector)
@@ -147,8 +148,9 @@ def _render_toleration(toleration: Toleration) -> dict[str, Any]:
 
 def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]:
     mount: dict[str, Any] = {"name": "model", "mountPath": model_dir(version), "readOnly": True}
-    if version.model_uri.path:
-        mount["subPath"] = version.model_uri.path
+    sub_path = model_sub_path(version)
+    if sub_path:
+        mount["subPath"] = sub_path
     return {
         "name": contract.CONTAINER_NAME,
         "image": version.image,
@@ -180,13 +182,18 @@ def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]
         **render_probes(model.ref.name, model.spec),
         # Keep serving while endpoints drop the terminating pod; SIGTERM (drain, then exit) comes after.
         "lifecycle": {"preStop": {"sleep": {"seconds": contract.PRE_STOP_DELAY_S}}},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": container_security_context(),
+    }
+
+
+def container_security_context() -> dict[str, Any]:
+    """Every container of the pod runs restricted: non-root, no privilege escalation, read-only root, no caps."""
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 

@@ -18,7 +18,13 @@ _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 MAX_OBJECT_NAME_LENGTH = 253  # a DNS-1123 subdomain: Secrets, claims, ConfigMaps, most objects
 MAX_NAMESPACE_LENGTH = 63
 _PVC_URI = re.compile(r"^pvc://(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<path>(/[^/]+)*)$")
-_RESERVED_SCHEMES = ("s3://", "oci://")
+_RESERVED_SCHEMES = ("oci://",)
+# Fetched modelUris, as the fetch step (skiff_runtime.fetch.source) reads them; the CRD's CEL rules are the same.
+_S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?P<prefix>/[^?#]*)?")
+_HTTPS_URI = re.compile(r"https://[^/?#@\s]+(/[^?#\s]*)?")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_S3_ENDPOINT = re.compile(r"https?://[^/?#@\s]+/?")
+_S3_REGION = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 _DURATION = re.compile(r"^(?:(?P<h>[0-9]+)h)?(?:(?P<m>[0-9]+)m)?(?:(?P<s>[0-9]+)s)?$")
 # Kubernetes' quantity grammar as its parser reads it (resource.ParseQuantity): an exponent is an integer.
 _QUANTITY = re.compile(

@@ -39,6 +39,7 @@ DEFAULT_MAX_ERROR_RATIO = 0.01
 DEFAULT_ERROR_CODES = ("UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED")  # INVALID_ARGUMENT is the client's: opt-in
 DEFAULT_MAX_P99_LATENCY_RATIO = 2.0
 DEFAULT_MIN_REQUESTS = 100
+DEFAULT_S3_REGION = "us-east-1"
 GRPC_ERROR_CODES = frozenset(
     {
         "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
@@ -83,6 +84,43 @@ class ModelUri:
     path: str
 
 
+class FetchScheme(enum.StrEnum):
+    """The modelUri schemes the fetch-model init container downloads (pvc:// is mounted instead)."""
+
+    S3 = "s3"
+    HTTPS = "https"
+
+
+@dataclass(frozen=True)
+class FetchedUri:
+    """s3://<bucket>/<prefix> or https://<host>/<path>: downloaded by the fetch-model init container into an
+    emptyDir the runtime reads (docs/storage.md)."""
+
+    uri: str
+    scheme: FetchScheme
+    sha256: str | None = None  # https only: the download's sha256 (hex), checked before it is used
+    # The digest status.versions[] holds for this very URI (plan.pin_fetched_digests sets it): new pods refuse other
+    # content (ChecksumMismatch) until the user changes the URI.
+    pinned_digest: str | None = None
+
+
+@dataclass(frozen=True)
+class S3Storage:
+    """spec.storage.s3: where s3:// URIs are read and with which credentials."""
+
+    endpoint: str | None = None  # scheme://host[:port] of an S3-compatible server; None: AWS in `region`
+    region: str = DEFAULT_S3_REGION
+    secret_name: str | None = None  # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY[, AWS_SESSION_TOKEN]; None: anonymous
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """spec.storage: how fetched modelUris (s3://, https://) are read; model-wide, for every version."""
+
+    s3: S3Storage = S3Storage()
+    ca_config_map_name: str | None = None  # a ConfigMap with ca.crt: the CA bundle for https and the S3 endpoint
+
+
 @dataclass(frozen=True)
 class Resources:
     gpu: int
@@ -100,11 +138,21 @@ class Version:
     """One model version, with the model-wide image and resources already merged into it."""
 
     name: str
-    model_uri: ModelUri
+    model_uri: ModelUri | FetchedUri
     replicas: int
     image: str
     resources: Resources
     progress_deadline_s: int = DEFAULT_PROGRESS_DEADLINE_S  # a canary not ready by then keeps 0% of traffic
+
+    @property
+    def claim(self) -> str | None:
+        """The PersistentVolumeClaim a pvc:// version mounts; None for a fetched one."""
+        return self.model_uri.claim if isinstance(self.model_uri, ModelUri) else None
+
+    @property
+    def fetched(self) -> FetchedUri | None:
+        """The s3:// or https:// source of a fetched version; None for pvc://."""
+        return self.model_uri if isinstance(self.model_uri, FetchedUri) else None
 
 
 @dataclass(frozen=True)
@@ -309,6 +357,7 @@ class ModelSpec:
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
     auth: AuthSpec | None = None
     rollout: RolloutSpec | None = None
+    storage: StorageSpec = StorageSpec()
 
     def version(self, name: str) -> Version:
         for version in self.versions:

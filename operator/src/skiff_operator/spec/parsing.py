@@ -11,9 +11,14 @@ from skiff_operator.conditions import Reason
 from skiff_operator.errors import SpecError
 from skiff_operator.spec.grammar import (
     _DNS1035,
+    _HTTPS_URI,
     _PVC_URI,
     _RESERVED_SCHEMES,
+    _S3_ENDPOINT,
+    _S3_REGION,
+    _S3_URI,
     _SECRET_KEY,
+    _SHA256,
     MAX_AFFINITY_DEPTH,
     MAX_OBJECT_NAME_LENGTH,
     _shown,
@@ -45,6 +50,7 @@ from skiff_operator.spec.model import (
     DEFAULT_PROBE_TIMEOUT_S,
     DEFAULT_PROGRESS_DEADLINE_S,
     DEFAULT_REPLICAS,
+    DEFAULT_S3_REGION,
     DEFAULT_STARTUP_TIMEOUT_S,
     DEFAULT_STEP_PAUSE,
     DEFAULT_TOKEN_KEY,
@@ -55,6 +61,8 @@ from skiff_operator.spec.model import (
     Affinity,
     Analysis,
     AuthSpec,
+    FetchedUri,
+    FetchScheme,
     GatewayRef,
     InferenceModel,
     IssuerKind,
@@ -72,8 +80,10 @@ from skiff_operator.spec.model import (
     Routing,
     RoutingMode,
     RuntimeOptions,
+    S3Storage,
     Scheduling,
     ShapeRange,
+    StorageSpec,
     TensorRTOptions,
     TensorRTPrecision,
     TLSMode,
@@ -123,15 +133,24 @@ def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
         network_policy=_parse_network_policy(_mapping(spec.get("networkPolicy", {}), "spec.networkPolicy")),
         auth=_parse_auth(spec.get("auth")),
         rollout=_parse_rollout(spec.get("rollout"), names, traffic),
+        storage=parse_storage(_mapping(spec.get("storage", {}), "spec.storage")),
     )
 
 
-def parse_model_uri(uri: str) -> ModelUri:
+def parse_model_uri(uri: str, sha256: str | None = None) -> ModelUri | FetchedUri:
+    """pvc:// (mounted), s3:// or https:// (fetched); `sha256` (versions[].sha256) belongs to https:// only."""
     if uri.startswith(_RESERVED_SCHEMES):
-        raise SpecError(Reason.UNSUPPORTED_MODEL_URI, f"{uri}: s3:// and oci:// model URIs are not supported yet")
+        raise SpecError(Reason.UNSUPPORTED_MODEL_URI, f"{_shown(uri)}: oci:// model URIs are not supported yet")
+    if uri.startswith(("s3://", "https://")):
+        return parse_fetched_uri(uri, sha256)
+    if sha256 is not None:
+        raise SpecError(Reason.INVALID_MODEL_URI, f"{_shown(uri)}: sha256 is checked only for https:// modelUris")
     match = _PVC_URI.match(uri)
     if not match:
-        raise SpecError(Reason.INVALID_MODEL_URI, f"{uri}: modelUri must be pvc://<claim>/<path>")
+        raise SpecError(
+            Reason.INVALID_MODEL_URI,
+            f"{_shown(uri)}: modelUri must be pvc://<claim>/<path>, s3://<bucket>/<prefix> or https://<host>/<path>",
+        )
     path = match.group("path").lstrip("/")
     if ".." in path.split("/"):
         raise SpecError(Reason.INVALID_MODEL_URI, f"{uri}: modelUri must not contain '..' path segments")
@@ -142,6 +161,62 @@ def parse_model_uri(uri: str) -> ModelUri:
     return ModelUri(claim=match.group("claim"), path=path)
 
 
+def parse_fetched_uri(uri: str, sha256: str | None) -> FetchedUri:
+    """s3://<bucket>/<prefix> or https://<host>/<path>, by the rules of the fetch step and the CRD's CEL rules."""
+    if "?" in uri or "#" in uri:
+        raise SpecError(
+            Reason.INVALID_MODEL_URI,
+            f"{_shown(uri.split('?')[0].split('#')[0])}: modelUri takes no query or fragment (a presigned URL's query "
+            "is a credential, and the spec and status are readable): serve the model without one",
+        )
+    if "/../" in f"{uri}/" or "/./" in f"{uri}/":
+        raise SpecError(Reason.INVALID_MODEL_URI, f"{_shown(uri)}: modelUri must not contain '.' or '..' segments")
+    if uri.startswith("s3://"):
+        if _S3_URI.fullmatch(uri) is None:
+            raise SpecError(
+                Reason.INVALID_MODEL_URI,
+                f"{_shown(uri)}: write s3://<bucket>/<prefix> with an S3 bucket name (3-63 lowercase letters, digits, "
+                "'.' and '-')",
+            )
+        if sha256 is not None:
+            raise SpecError(
+                Reason.INVALID_MODEL_URI,
+                f"{_shown(uri)}: sha256 is for https:// downloads; an s3:// model is named by its content digest",
+            )
+        return FetchedUri(uri, FetchScheme.S3)
+    if _HTTPS_URI.fullmatch(uri) is None:
+        raise SpecError(
+            Reason.INVALID_MODEL_URI, f"{_shown(uri)}: write https://<host>/<path>, with no user:password@ in it"
+        )
+    if sha256 is not None and _SHA256.fullmatch(sha256) is None:
+        raise SpecError(Reason.INVALID_MODEL_URI, f"sha256 {_shown(sha256)} must be 64 lowercase hex digits")
+    return FetchedUri(uri, FetchScheme.HTTPS, sha256)
+
+
+def parse_storage(raw: Mapping[str, Any]) -> StorageSpec:
+    """spec.storage: the S3 endpoint, region and credentials Secret, and a CA bundle ConfigMap."""
+    s3 = _mapping(raw.get("s3", {}), "spec.storage.s3")
+    endpoint = _optional_string(s3.get("endpoint"), "spec.storage.s3.endpoint")
+    if endpoint is not None and _S3_ENDPOINT.fullmatch(endpoint) is None:
+        raise SpecError(
+            Reason.INVALID_SPEC,
+            f"spec.storage.s3.endpoint {_shown(endpoint)} must be http(s)://<host>[:<port>] with no path",
+        )
+    region = _string(s3.get("region", DEFAULT_S3_REGION), "spec.storage.s3.region")
+    if _S3_REGION.fullmatch(region) is None:
+        raise SpecError(
+            Reason.INVALID_SPEC, f"spec.storage.s3.region {_shown(region)} must be a region such as us-east-1"
+        )
+    return StorageSpec(
+        s3=S3Storage(
+            endpoint=endpoint.rstrip("/") if endpoint else None,
+            region=region,
+            secret_name=_optional_object_name(s3.get("secretName"), "spec.storage.s3.secretName"),
+        ),
+        ca_config_map_name=_optional_object_name(raw.get("caConfigMapName"), "spec.storage.caConfigMapName"),
+    )
+
+
 def _parse_version(raw: Mapping[str, Any], image: str, base: Resources) -> Version:
     name = _string(raw.get("name"), "spec.versions[].name")
     if not _DNS1035.fullmatch(name):
@@ -149,7 +224,10 @@ def _parse_version(raw: Mapping[str, Any], image: str, base: Resources) -> Versi
     overrides = _mapping(raw.get("resources", {}), f"spec.versions[{name}].resources")
     return Version(
         name=name,
-        model_uri=parse_model_uri(_string(raw.get("modelUri"), f"spec.versions[{name}].modelUri")),
+        model_uri=parse_model_uri(
+            _string(raw.get("modelUri"), f"spec.versions[{name}].modelUri"),
+            _optional_string(raw.get("sha256"), f"spec.versions[{name}].sha256"),
+        ),
         replicas=_int(raw.get("replicas", DEFAULT_REPLICAS), f"spec.versions[{name}].replicas", minimum=0),
         image=_string(raw.get("image", image), f"spec.versions[{name}].image"),
         resources=_parse_resources(overrides, base),

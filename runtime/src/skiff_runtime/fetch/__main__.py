@@ -1,7 +1,10 @@
 """`python -m skiff_runtime.fetch`: the init step that puts a version's model into the pod before the runtime
 starts. Credentials come from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN: the
 Secret the InferenceModel names), never from arguments. On failure it writes `{"reason", "message"}` to the
-termination log (the operator reads it into status as ModelFetchFailed) and exits 1; bad arguments exit 2."""
+termination log (the operator reads it into status as ModelFetchFailed) and exits 1; bad arguments exit 2. On
+success it writes the result (`{"uri", "digest", "files", "bytes", "reused"}`) there too: the operator reports the
+digest in status, and passes it back as --expect-digest to later pods so that a changed object at the same URI is
+refused (ChecksumMismatch) rather than served."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ca-file", default=env("SKIFF_FETCH_CA_FILE") or None, help="CA bundle for https")
     p.add_argument("--max-bytes", type=int, default=int(env("SKIFF_FETCH_MAX_BYTES", str(Limits.max_bytes))))
     p.add_argument("--timeout", type=float, default=float(env("SKIFF_FETCH_TIMEOUT", str(Limits.deadline_seconds))))
+    p.add_argument("--expect-digest", default=None, help="refuse a model whose content digest differs (sha256:...)")
     p.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))
     return p
 
@@ -63,12 +68,21 @@ def main(argv: list[str] | None = None) -> int:
             endpoint=endpoint,
             log=log,
         )
+        if args.expect_digest is not None and result.digest != args.expect_digest:
+            shutil.rmtree(args.dest, ignore_errors=True)  # never leave it for the runtime, nor for a retry to reuse
+            raise FetchError(
+                FetchReason.CHECKSUM_MISMATCH,
+                f"the model at this URI changed: its digest is {result.digest}, the version runs {args.expect_digest}; "
+                "publish the new model at a new URI and point the version (or a new one) at it",
+            )
     except FetchError as error:
         log(f"failed: {error}")
         with contextlib.suppress(OSError):
             args.termination_log.write_text(json.dumps({"reason": str(error.reason), "message": error.message}))
         return 2 if error.reason is FetchReason.INVALID_URI else 1
     print(json.dumps(asdict(result)))
+    with contextlib.suppress(OSError):
+        args.termination_log.write_text(json.dumps(asdict(result)))
     return 0
 
 

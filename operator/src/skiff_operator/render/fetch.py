@@ -1,0 +1,97 @@
+"""Renders what a fetched version (modelUri s3:// or https://) adds to its pod: the fetch-model init container, the
+emptyDir it fills and the runtime mounts read-only, and the CA bundle volume; nothing for a pvc:// version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skiff_operator import contract
+from skiff_operator.spec import FetchedUri, FetchScheme, InferenceModel, ModelUri, Version
+
+# The init container's bounds: it streams to disk, so a little CPU and memory do (the fetch bounds bytes and time).
+FETCH_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+
+
+def render_fetch_init_containers(
+    model: InferenceModel, version: Version, security: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The fetch-model init container of a fetched version (`security`: the runtime container's securityContext)."""
+    fetched = version.fetched
+    if fetched is None:
+        return []
+    storage = model.spec.storage
+    mounts: list[dict[str, Any]] = [
+        {"name": "model", "mountPath": contract.FETCH_ROOT},
+        {"name": "tmp", "mountPath": contract.TMP_DIR},
+    ]
+    if storage.ca_config_map_name is not None:
+        mounts.append({"name": contract.STORAGE_CA_VOLUME, "mountPath": contract.STORAGE_CA_DIR, "readOnly": True})
+    container: dict[str, Any] = {
+        "name": contract.FETCH_CONTAINER_NAME,
+        "image": version.image,
+        "imagePullPolicy": model.spec.runtime.image_pull_policy,
+        "command": list(contract.FETCH_COMMAND),
+        "args": fetch_args(model, fetched),
+        "resources": {part: dict(values) for part, values in FETCH_RESOURCES.items()},
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "File",
+        "securityContext": security,
+    }
+    env = _credential_env(model) if fetched.scheme is FetchScheme.S3 else []
+    if env:
+        container["env"] = env
+    return [container]
+
+
+def fetch_args(model: InferenceModel, fetched: FetchedUri) -> list[str]:
+    """The fetch step's arguments: what to fetch, where, how to check it; never a credential."""
+    storage = model.spec.storage
+    args = ["--uri", fetched.uri, "--dest", f"{contract.FETCH_ROOT}/{contract.FETCH_SUBDIR}"]
+    if fetched.sha256 is not None:
+        args += ["--sha256", fetched.sha256]
+    if fetched.scheme is FetchScheme.S3:
+        if storage.s3.endpoint is not None:
+            args += ["--s3-endpoint", storage.s3.endpoint]
+        args += ["--s3-region", storage.s3.region]
+    if storage.ca_config_map_name is not None:
+        args += ["--ca-file", f"{contract.STORAGE_CA_DIR}/{contract.STORAGE_CA_KEY}"]
+    if fetched.pinned_digest is not None:
+        args += ["--expect-digest", fetched.pinned_digest]
+    return args
+
+
+def _credential_env(model: InferenceModel) -> list[dict[str, Any]]:
+    secret = model.spec.storage.s3.secret_name
+    if secret is None:
+        return []
+    return [
+        {
+            "name": key,
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": key, **({"optional": True} if optional else {})}},
+        }
+        for key, optional in contract.S3_CREDENTIAL_KEYS
+    ]
+
+
+def render_model_volume(model: InferenceModel, version: Version) -> list[dict[str, Any]]:
+    """The `model` volume (the claim, or the emptyDir a fetch fills) and, for a fetch with a CA, its ConfigMap."""
+    if version.fetched is None:
+        return [{"name": "model", "persistentVolumeClaim": {"claimName": version.claim, "readOnly": True}}]
+    volumes: list[dict[str, Any]] = [{"name": "model", "emptyDir": {}}]
+    ca = model.spec.storage.ca_config_map_name
+    if ca is not None:
+        volumes.append(
+            {
+                "name": contract.STORAGE_CA_VOLUME,
+                "configMap": {"name": ca, "items": [{"key": contract.STORAGE_CA_KEY, "path": contract.STORAGE_CA_KEY}]},
+            }
+        )
+    return volumes
+
+
+def model_sub_path(version: Version) -> str:
+    """The runtime's mount's subPath: the claim's path, or the directory the fetch filled ("" mounts it whole)."""
+    if version.fetched is not None:
+        return contract.FETCH_SUBDIR
+    uri = version.model_uri
+    return uri.path if isinstance(uri, ModelUri) else ""

@@ -1,0 +1,87 @@
+"""render.fetch: a fetched version's init container, the emptyDir it fills, credentials only in the init container."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from skiff_operator.render.deployment import render_deployment
+from skiff_operator.spec import FetchedUri, parse_inference_model
+
+Body = Callable[..., dict[str, Any]]
+S3_STORAGE = {"s3": {"endpoint": "http://seaweedfs.storage:8333", "secretName": "s3-reader"}, "caConfigMapName": "ca"}
+
+
+def pod_spec(body: dict[str, Any], pinned: str | None = None) -> dict[str, Any]:
+    model = parse_inference_model(body)
+    version = model.spec.versions[0]
+    if pinned is not None:
+        assert isinstance(version.model_uri, FetchedUri)
+        version = replace(version, model_uri=replace(version.model_uri, pinned_digest=pinned))
+    spec: dict[str, Any] = render_deployment(model, version)["spec"]["template"]["spec"]
+    return spec
+
+
+def s3_body(make_body: Body) -> dict[str, Any]:
+    return make_body(versions=[{"name": "v1", "modelUri": "s3://models/resnet/v1"}], storage=S3_STORAGE)
+
+
+def test_an_s3_version_is_fetched_into_an_empty_dir_the_runtime_mounts_read_only(make_body: Body) -> None:
+    pod = pod_spec(s3_body(make_body))
+    (init,) = pod["initContainers"]
+    assert init["name"] == "fetch-model"
+    assert init["command"] == ["python", "-m", "skiff_runtime.fetch"]
+    assert init["args"] == [
+        "--uri", "s3://models/resnet/v1", "--dest", "/var/lib/skiff/fetch/model",
+        "--s3-endpoint", "http://seaweedfs.storage:8333", "--s3-region", "us-east-1",
+        "--ca-file", "/etc/skiff/storage-ca/ca.crt",
+    ]  # fmt: skip
+    assert {"name": "model", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "storage-ca", "configMap": {"name": "ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}} in pod[
+        "volumes"
+    ]
+    runtime = pod["containers"][0]
+    model_mount = next(m for m in runtime["volumeMounts"] if m["name"] == "model")
+    assert model_mount == {"name": "model", "mountPath": "/models/v1", "readOnly": True, "subPath": "model"}
+    assert init["securityContext"] == runtime["securityContext"]
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    assert init["resources"]["limits"] == {"memory": "512Mi"}
+
+
+def test_credentials_reach_the_init_container_only(make_body: Body) -> None:
+    pod = pod_spec(s3_body(make_body))
+    (init,) = pod["initContainers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in init["env"]}
+    assert refs == {
+        "AWS_ACCESS_KEY_ID": {"name": "s3-reader", "key": "AWS_ACCESS_KEY_ID"},
+        "AWS_SECRET_ACCESS_KEY": {"name": "s3-reader", "key": "AWS_SECRET_ACCESS_KEY"},
+        "AWS_SESSION_TOKEN": {"name": "s3-reader", "key": "AWS_SESSION_TOKEN", "optional": True},
+    }
+    runtime = pod["containers"][0]
+    assert not any(e["name"].startswith("AWS_") or "valueFrom" in e for e in runtime["env"])
+    assert "envFrom" not in runtime
+    assert "s3-reader" not in str(init["args"])
+
+
+def test_an_https_version_passes_its_sha256_and_no_s3_settings(make_body: Body) -> None:
+    sha = "ab" * 32
+    body = make_body(versions=[{"name": "v1", "modelUri": "https://models.example/resnet.tgz", "sha256": sha}])
+    (init,) = pod_spec(body)["initContainers"]
+    assert init["args"] == ["--uri", "https://models.example/resnet.tgz", "--dest", "/var/lib/skiff/fetch/model",
+                            "--sha256", sha]  # fmt: skip
+    assert "env" not in init
+
+
+def test_a_pinned_digest_is_expected_by_new_pods(make_body: Body) -> None:
+    digest = "sha256:" + "1" * 64
+    (init,) = pod_spec(s3_body(make_body), pinned=digest)["initContainers"]
+    assert init["args"][-2:] == ["--expect-digest", digest]
+    (unpinned,) = pod_spec(s3_body(make_body))["initContainers"]
+    assert "--expect-digest" not in unpinned["args"]
+
+
+def test_a_pvc_version_has_no_init_container(make_body: Body) -> None:
+    pod = pod_spec(make_body())
+    assert "initContainers" not in pod
+    assert pod["volumes"][0] == {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}
