@@ -160,7 +160,15 @@ class Peers:
                "-f", str(report)]  # fmt: skip
         assert server.proc is not None
         cpu_before = group_cpu_seconds(server.proc.pid)
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        limit_s = 60 if self.args.quick else 300
+        try:
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s, check=False)
+        except subprocess.TimeoutExpired:
+            # Seen under heavy load: perf_analyzer fetched the model's config, then sent nothing and slept (the
+            # server's metrics showed no call started). One more try, then the cell is recorded as failed.
+            say(f"   perf_analyzer sent nothing within {limit_s} s; trying once more")
+            cpu_before = group_cpu_seconds(server.proc.pid)
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s, check=False)
         cpu = group_cpu_seconds(server.proc.pid) - cpu_before
         if result.returncode:
             raise RuntimeError(f"perf_analyzer exited {result.returncode}: {(result.stdout + result.stderr)[-600:]}")

@@ -20,16 +20,25 @@ from bench.stats import Target, fmt, markdown_table, ratio, render_targets
 
 # Servers in the order they run and appear; each with the label the table shows.
 SERVERS = {
-    "skiff": "Skiff (`skiff-runtime serve`, batching on)",
-    "triton": "NVIDIA Triton 2.51 (nvidia-pytriton 0.7.0, Python backend, dynamic batching)",
-    "mlserver": "MLServer 1.7.1 + Paddle MLModel",
-    "tutorial": "tutorial `repeated float` gRPC server",
+    "skiff": "Skiff",
+    "triton": "Triton",
+    "mlserver": "MLServer",
+    "tutorial": "tutorial server",
 }
-# Load generators: which servers each one can drive (the tutorial server speaks its own proto, not V2).
+# What each server is, for the text above the table.
+SERVER_DETAILS = {
+    "skiff": "`skiff-runtime serve` as users start it (bench.servers), dynamic batching on, max batch 16, V2 REST on",
+    "triton": "NVIDIA Triton 2.51, the `tritonserver` in PyPI `nvidia-pytriton` 0.7.0: Python backend, one model "
+    "instance per engine, dynamic batching on (max queue delay 0 us), max batch 16 (bench/pytriton_server.py)",
+    "mlserver": "MLServer 1.7.1 with the bench's Paddle MLModel (bench/mlserver_runtime.py)",
+    "tutorial": "the tutorial `repeated float` gRPC server (bench/baseline_grpc.py), one engine behind a lock",
+}
+# Load generators: which servers each one can drive. The tutorial server speaks its own proto, not V2; MLServer
+# 1.7.1 has no ModelConfig RPC, without which perf_analyzer stops ("failed to get model config: Method not found").
 GENERATORS = {
-    "tritonclient": ("stock `tritonclient` gRPC (bench.loadgen; the tutorial server: its own stub)", tuple(SERVERS)),
-    "pa-grpc": ("`perf_analyzer -i grpc`", ("skiff", "triton", "mlserver")),
-    "pa-http": ("`perf_analyzer -i http` (V2 REST)", ("skiff", "triton")),
+    "tritonclient": ("tritonclient", tuple(SERVERS)),
+    "pa-grpc": ("perf_analyzer gRPC", ("skiff", "triton")),
+    "pa-http": ("perf_analyzer HTTP", ("skiff", "triton")),
 }
 
 
@@ -163,6 +172,14 @@ def render(report: Mapping[str, Any]) -> str:
         f"{machine['kernel']}, Python {machine['python']}; {packages}. Load average (1/5/15 min) before "
         f"{' / '.join(f'{v:.2f}' for v in load['before'])}, after {' / '.join(f'{v:.2f}' for v in load['after'])}"
         " (the machine is shared: other work ran meanwhile, so read ratios, not absolute numbers).",
+        "",
+        "Servers: " + "; ".join(f"**{SERVERS[k]}**: {v}" for k, v in SERVER_DETAILS.items()) + ".",
+        "",
+        "Load generators: **tritonclient** = stock `tritonclient.grpc.aio` in closed-loop client processes "
+        "(bench.loadgen; for the tutorial server, which speaks its own proto, a grpc.aio stub); **perf_analyzer** = "
+        "Triton's C++ load generator 2.60 (scripts/perf_analyzer.sh) with `-i grpc` or `-i http` (V2 REST). "
+        "perf_analyzer cannot drive MLServer 1.7.1 (it has no ModelConfig RPC: `failed to get model config: "
+        "Method not found`) nor the tutorial server (not V2).",
         "",
         f"Model {settings['model']} batch 1 ({settings['rounds']} round(s), servers one at a time in the order of "
         f"the table, each round in the same order; medians over rounds). Every server runs the same Paddle "

@@ -117,6 +117,6 @@ def test_quick_run_reports_every_server_and_generator_with_finite_numbers(tmp_pa
         assert summary[row]["throughput"] > 0
         assert summary[row]["cpu_ms_per_request"] > 0
     text = out.read_text()
-    table = [line for line in text.splitlines() if re.match(r"\| (Skiff|NVIDIA|MLServer|tutorial)", line)]
+    table = [line for line in text.splitlines() if re.match(r"\| (Skiff|Triton|MLServer|tutorial server) \|", line)]
     assert len(table) == len(rows)
     assert "—" not in "".join(table)
