@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import inprocess, loadgen, servers
-from bench.peers_report import GENERATORS, SERVERS, parse_perf_analyzer_csv, render
+from bench.peers_report import GENERATORS, SERVERS, parse_perf_analyzer, render
 from bench.run import ROOT, Bench, build_parser, ensure_mlserver_venv, machine_info
 from bench.stats import summarize
 
@@ -155,9 +155,9 @@ class Peers:
     def perf_analyzer_cell(self, server: servers.ServerProcess, protocol: str, c: int) -> dict[str, Any]:
         port = server.port if protocol == "grpc" else self.http_port(server)
         report = self.tmp / f"pa-{server.name}-{protocol}-{c}.csv".replace(" ", "_")
+        requests = max(self.pa_requests, (4 if self.args.quick else 40) * c)
         cmd = [self.perf_analyzer, "-m", MODEL, "-i", protocol, "-u", f"127.0.0.1:{port}", "-b", "1",
-               "--concurrency-range", str(c), "--request-count", str(max(self.pa_requests, 2 * c)),
-               "-f", str(report)]  # fmt: skip
+               "--concurrency-range", str(c), "--request-count", str(requests), "-f", str(report)]  # fmt: skip
         assert server.proc is not None
         cpu_before = group_cpu_seconds(server.proc.pid)
         limit_s = 60 if self.args.quick else 300
@@ -172,8 +172,10 @@ class Peers:
         cpu = group_cpu_seconds(server.proc.pid) - cpu_before
         if result.returncode:
             raise RuntimeError(f"perf_analyzer exited {result.returncode}: {(result.stdout + result.stderr)[-600:]}")
-        cell: dict[str, Any] = parse_perf_analyzer_csv(report.read_text())
-        cell["cpu_ms_per_request"] = cpu * 1000 / max(self.pa_requests, 2 * c)
+        report.with_suffix(".txt").write_text(result.stdout)
+        cell: dict[str, Any] = parse_perf_analyzer(report.read_text(), result.stdout, c)
+        cell["cpu_ms_per_request"] = cpu * 1000 / requests
+        cell["requests"] = requests
         cell["errors"] = {}
         return cell
 

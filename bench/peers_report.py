@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -54,15 +55,25 @@ def planned_rows(servers: Iterable[str], concurrencies: Sequence[int]) -> list[t
     ]
 
 
-def parse_perf_analyzer_csv(text: str) -> dict[str, float]:
-    """perf_analyzer's `-f` CSV (one row per concurrency; latencies in microseconds) -> throughput and p50/p99 ms."""
-    rows = list(csv.DictReader(io.StringIO(text)))
+def parse_perf_analyzer(csv_text: str, stdout: str, concurrency: int) -> dict[str, float]:
+    """perf_analyzer's `-f` CSV (p50/p99 in microseconds) and its stdout -> req/s and p50/p99 ms.
+
+    req/s is Little's law over the closed loop, concurrency / the average latency from the summary line
+    (`Concurrency: c, throughput: T infer/sec, latency L usec`): with `--request-count`, perf_analyzer's own
+    throughput divides by a window it closes only on whole-second checks (300 requests done in 0.6 s read as
+    300/s), so it is kept as `pa_reported_throughput` only."""
+    rows = list(csv.DictReader(io.StringIO(csv_text)))
     if not rows:
         raise ValueError("perf_analyzer wrote a CSV without a measurement row; see its output above")
     row = rows[-1]
+    summary = re.search(r"Concurrency: \d+, throughput: ([\d.]+) infer/sec, latency (\d+) usec", stdout)
+    if summary is None:
+        raise ValueError("perf_analyzer's output has no `Concurrency: c, throughput: ..., latency ... usec` line")
     try:
         return {
-            "throughput": float(row["Inferences/Second"]),
+            "throughput": concurrency * 1e6 / float(summary.group(2)),
+            "pa_reported_throughput": float(row["Inferences/Second"]),
+            "mean_ms": float(summary.group(2)) / 1000,
             "p50_ms": float(row["p50 latency"]) / 1000,
             "p99_ms": float(row["p99 latency"]) / 1000,
         }
@@ -186,8 +197,10 @@ def render(report: Mapping[str, Any]) -> str:
         f"predictor configuration (oneDNN, 1 math thread per engine, {settings['instances']} engine(s): Skiff's "
         f"workers, Triton's model instances, MLServer's parallel workers; the tutorial server has one). "
         f"tritonclient cells: {settings['warmup_s']:g} s warm-up + {settings['seconds']:g} s window, closed loop. "
-        f"perf_analyzer cells: `--concurrency-range c --request-count N` with N = {settings['pa_requests']}, "
-        "random input data. **added** = the server's number minus the in-process floor's measured right before "
+        f"perf_analyzer cells: `--concurrency-range c --request-count N` with N = {settings['pa_requests']} "
+        "(at least 40 x c), random input data; perf_analyzer's req/s is c / its mean latency (Little's law; its own "
+        "throughput figure counts whole-second windows). **added** = the server's number minus the in-process "
+        "floor's measured right before "
         "that server started (p50 from p50, p99 from p99). **server CPU ms / request** = user + system CPU of the "
         "server's whole process group (from /proc) over the cell, divided by the requests sent in it "
         "(tritonclient cells: window + warm-up, estimated from the window's rate).",

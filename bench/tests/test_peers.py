@@ -18,7 +18,7 @@ import pytest
 
 from bench.peers_report import (
     SERVERS,
-    parse_perf_analyzer_csv,
+    parse_perf_analyzer,
     planned_rows,
     render,
     summarize_cells,
@@ -33,19 +33,31 @@ CSV = (
 )
 
 
-def test_perf_analyzer_csv_gives_throughput_and_milliseconds() -> None:
-    assert parse_perf_analyzer_csv(CSV) == {
-        "throughput": pytest.approx(49.8837), "p50_ms": pytest.approx(10.81), "p99_ms": pytest.approx(128.669),
+STDOUT = (
+    "Inferences/Second vs. Client Average Batch Latency\n"
+    "Concurrency: 1, throughput: 49.8837 infer/sec, latency 18059 usec\n"
+)
+
+
+def test_perf_analyzer_rate_is_littles_law_and_latencies_are_milliseconds() -> None:
+    assert parse_perf_analyzer(CSV, STDOUT, 1) == {
+        "throughput": pytest.approx(1e6 / 18059), "pa_reported_throughput": pytest.approx(49.8837),
+        "mean_ms": pytest.approx(18.059), "p50_ms": pytest.approx(10.81), "p99_ms": pytest.approx(128.669),
     }  # fmt: skip
+    assert parse_perf_analyzer(CSV, STDOUT, 8)["throughput"] == pytest.approx(8e6 / 18059)
 
 
 @pytest.mark.parametrize(
-    ("text", "match"),
-    [("Concurrency,Inferences/Second\n", "without a measurement row"), ("Concurrency,x\n1,2\n", "lacks")],
+    ("text", "stdout", "match"),
+    [
+        ("Concurrency,Inferences/Second\n", STDOUT, "without a measurement row"),
+        ("Concurrency,x\n1,2\n", STDOUT, "lacks"),
+        (CSV, "Request concurrency: 1\n", "no `Concurrency: c"),
+    ],
 )
-def test_perf_analyzer_csv_without_the_numbers_is_refused(text: str, match: str) -> None:
+def test_perf_analyzer_output_without_the_numbers_is_refused(text: str, stdout: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        parse_perf_analyzer_csv(text)
+        parse_perf_analyzer(text, stdout, 1)
 
 
 def test_rows_follow_what_each_generator_can_drive() -> None:
