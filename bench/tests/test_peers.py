@@ -90,6 +90,15 @@ def test_targets_compare_skiff_with_triton() -> None:
     assert verdicts["HTTP, perf_analyzer c=1: Skiff added p50 / Triton added p50"][1] is None
 
 
+def test_an_added_latency_below_zero_gives_no_ratio() -> None:
+    cells = [_cell("skiff", "pa-grpc", 1, 9, 10, 70), _cell("triton", "pa-grpc", 1, 19, 10, 50)]
+    verdicts = {t.name: (t.measured, t.met) for t in targets(summarize_cells(cells))}
+    assert verdicts["gRPC, perf_analyzer c=1: Skiff added p50 / Triton added p50"][1] is None  # -1 ms: not read
+    assert verdicts["gRPC, perf_analyzer c=1: Skiff p50 / Triton p50 (same engine, no floor; not an issue target)"] == (
+        pytest.approx(9 / 19), True,
+    )  # fmt: skip
+
+
 def test_a_failed_cell_is_listed_and_leaves_its_row_empty() -> None:
     failed = _cell("triton", "pa-http", 1, 1, 1, 1) | {"failed": "perf_analyzer exited 1"}
     report = {
