@@ -1,5 +1,5 @@
 # Two commands do everything:  `make demo` (the main job) and `make test` (every test, as CI runs it).
-.PHONY: demo demo-runtime up down test e2e controlplane manifests lint unit proto setup clean bench gpu-check
+.PHONY: demo demo-runtime up down test e2e controlplane manifests lint unit proto setup clean bench bench-peers gpu-check
 PY := .venv/bin/python
 
 setup:
@@ -76,6 +76,13 @@ push: images
 # (its own venv under .cache/bench). Writes bench/RESULTS.md; ~20 min on 2 cores. Smoke run: make bench ARGS=--quick
 bench: setup
 	@$(PY) -m bench $(ARGS)
+
+# Skiff beside NVIDIA Triton (tritonserver from nvidia-pytriton 0.7.0, Python backend, dynamic batching; own venv),
+# MLServer and the tutorial server, one at a time on the same Paddle engine, the in-process floor before each; each
+# driven by tritonclient and perf_analyzer (gRPC, and HTTP for Skiff vs Triton) at c=1,8,32, 2 rounds. Writes
+# bench/RESULTS-peers.md; ~20 min on 2 shared cores. Smoke run: make bench-peers ARGS=--quick
+bench-peers: setup
+	@$(PY) -m bench.peers $(ARGS)
 
 # The GPU path in one run on an NVIDIA GPU machine with network to PyPI (scripts/gpu_check.sh installs Paddle GPU
 # into .cache/gpu-check): writes bench/GPU-RESULTS.md in under 10 minutes. Rehearsal on CPU Paddle (CI runs it as
