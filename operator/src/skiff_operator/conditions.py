@@ -85,6 +85,8 @@ class Reason(enum.StrEnum):
     PER_REQUEST_SPLIT = "PerRequestSplit"
     TRAFFIC_SHIFTED = "TrafficShifted"
     VERSION_DELETED = "VersionDeleted"
+    # autoscaling's Event when it changes a version's replicas (skiff_operator.autoscale; docs/autoscaling.md)
+    SCALED = "Scaled"
     # RouteAccepted, and Degraded when a gateway refuses the route (skiff_operator.route_status)
     ROUTE_ACCEPTED = "RouteAccepted"
     ROUTE_PENDING = "RoutePending"

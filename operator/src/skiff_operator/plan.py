@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from skiff_operator.auth import auth_problem
+from skiff_operator.autoscale import Autoscale, Memory, plan_autoscale, with_decided_replicas
 from skiff_operator.conditions import Problem
+from skiff_operator.kinds import DEPLOYMENT
 from skiff_operator.model_status import Status
 from skiff_operator.observed import MetricsScrape, OwnedChild, StoredSecret
 from skiff_operator.rollout import (
     RolloutDecision,
     RolloutStatus,
+    Verdict,
     admit_scraper,
     decide_model_rollout,
+    rollout_traffic,
     with_rollout_traffic,
 )
 from skiff_operator.routing import RoutingPlan, plan_routing, routed_model, version_services_headless
@@ -35,8 +39,9 @@ class Observed:
     grpc_route_served: bool = False
     backend_tls_served: bool = False
     owned: tuple[OwnedChild, ...] = ()  # the children, as listed by label before anything is applied
-    scrape: MetricsScrape | None = None  # the versions' metrics, read when spec.rollout is set
+    scrape: MetricsScrape | None = None  # the versions' metrics, read when spec.rollout or autoscaling is set
     operator_namespace: str | None = None  # the namespace that scrapes the pods' metrics for spec.rollout
+    memory: Memory = field(default_factory=Memory)  # what autoscaling kept of this model in the operator's memory
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class Plan:
     missing_claims: frozenset[str]  # versions whose claim is missing keep their Deployment as it is
     policy_model: InferenceModel  # the model the NetworkPolicy is rendered from (admits the scraper)
     tls: TLSState  # the Secret the pods mount, and the Secrets or Certificate to write first
+    autoscale: Autoscale | None = None  # the autoscaled versions' replicas and why; None without autoscaling
 
     @property
     def headless_versions(self) -> bool:
@@ -86,8 +92,14 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
         if model.spec.rollout is not None and observed.scrape is not None
         else None
     )
+    parsed = model
     if rollout is not None:  # the rollout's split is the desired one now; spec.traffic is left as written
         model = with_rollout_traffic(model, rollout)
+    autoscale = plan_autoscale(
+        model, deployment_replicas(observed.owned), next_split(parsed, rollout), observed.scrape, observed.memory,
+        now.timestamp(),
+    )  # fmt: skip
+    model = with_decided_replicas(model, autoscale)  # one writer of replicas: the operator, from the decision
     routing = plan_routing(
         model,
         observed.owned,
@@ -106,4 +118,26 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
         missing_claims=observed.missing_claims,
         policy_model=admit_scraper(model, observed.operator_namespace),
         tls=tls,
+        autoscale=autoscale,
     )
+
+
+def deployment_replicas(owned: tuple[OwnedChild, ...]) -> dict[str, int]:
+    """The replicas each version's Deployment runs now, by version label (a version's name, or its fitted
+    form: names.fit_name keeps the names Skiff allows as they are)."""
+    return {
+        c.version: c.replicas
+        for c in owned
+        if c.kind == DEPLOYMENT.kind and c.version is not None and c.replicas is not None
+    }
+
+
+def next_split(model: InferenceModel, rollout: RolloutDecision | None) -> dict[str, int]:
+    """The split the rollout applies at its next step (the candidate's promotion to 100% after the last), so that
+    capacity moves before the weight; empty when no step is coming (no rollout, paused, promoted, rolled back)."""
+    spec = model.spec.rollout
+    if spec is None or rollout is None or rollout.state.verdict not in (Verdict.PROGRESSING, Verdict.WAITING):
+        return {}
+    step = rollout.state.step + 1
+    weight = spec.steps[step].weight if step < len(spec.steps) else 100
+    return {share.version: share.percent for share in rollout_traffic(spec, model.spec.traffic, weight)}

@@ -358,10 +358,11 @@ def with_rollout_traffic(model: InferenceModel, decision: RolloutDecision) -> In
 
 
 def admit_scraper(model: InferenceModel, operator_namespace: str | None) -> InferenceModel:
-    """With spec.rollout the operator reads the pods' metrics port itself, so its namespace joins the namespaces
-    the NetworkPolicy admits to that port (out of cluster it is unknown, and nothing changes)."""
+    """With spec.rollout or autoscaling the operator reads the pods' metrics port itself, so its namespace joins the
+    namespaces the NetworkPolicy admits to that port (out of cluster it is unknown, and nothing changes)."""
     policy = model.spec.network_policy
-    if model.spec.rollout is None or not operator_namespace or operator_namespace in policy.metrics_namespaces:
+    scrapes = model.spec.rollout is not None or any(v.autoscaling is not None for v in model.spec.versions)
+    if not scrapes or not operator_namespace or operator_namespace in policy.metrics_namespaces:
         return model
     namespaces = (*policy.metrics_namespaces, operator_namespace)
     return replace(model, spec=replace(model.spec, network_policy=replace(policy, metrics_namespaces=namespaces)))

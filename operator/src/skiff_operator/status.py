@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from skiff_operator import contract, names
+from skiff_operator.autoscale import ScaleReason
 from skiff_operator.conditions import (
     DEGRADED,
     PROGRESSING,
@@ -57,6 +58,10 @@ class VersionStatus:
     ready: bool
     traffic_percent: int
     endpoint: str
+    # Autoscaled versions only (skiff_operator.autoscale): the replicas the Deployment ran before this pass (the
+    # decided ones are `replicas`) and why it has them.
+    current_replicas: int | None = None
+    scale_reason: ScaleReason | None = None
 
 
 @dataclass(frozen=True)
