@@ -165,7 +165,9 @@ def parse_status(raw: Any) -> Status | None:
         traffic=_traffic(raw.get("traffic")),
         rollout=None if "rollout" not in raw else _rollout(rollout) or CLEARED,
         tls=_tls(raw.get("tls")),
-        scale_summary=_str(raw.get("scaleSummary")),
+        scale_summary=CLEARED
+        if "scaleSummary" in raw and raw["scaleSummary"] is None
+        else _str(raw.get("scaleSummary")),
     )
 
 
