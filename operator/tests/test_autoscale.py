@@ -141,7 +141,7 @@ def test_a_version_serving_more_than_its_share_is_sized_for_what_it_served() -> 
 
 def test_measure_needs_an_earlier_sample_and_reuses_the_last_within_the_min_interval() -> None:
     def scrape(seconds: float) -> MetricsScrape:
-        return MetricsScrape({"v1": Counts(handling_seconds=seconds)})
+        return MetricsScrape({"v1": Counts(handling_seconds=seconds)}, pods={"v1": 2})
 
     first, samples, remembered = measure(Memory(), scrape(100.0), ["v1"], 1000.0)
     assert first == {"v1": None}
@@ -155,3 +155,5 @@ def test_measure_needs_an_earlier_sample_and_reuses_the_last_within_the_min_inte
     failed, dropped, _ = measure(memory, MetricsScrape({}, {"v1": "timed out"}), ["v1"], 1030.0)
     assert failed == {"v1": None}
     assert "v1" not in dropped  # the next pass starts measuring afresh
+    no_pod, _, _ = measure(memory, MetricsScrape({"v1": Counts()}), ["v1"], 1030.0)
+    assert no_pod == {"v1": None}  # no pod read is no load known, not no load

@@ -45,7 +45,7 @@ class Model:
         self.memory: Memory | None = None
 
     async def at(self, seconds: float, **pages: Counts) -> Outcome:
-        self.cluster.metrics = MetricsScrape(pages)
+        self.cluster.metrics = MetricsScrape(pages, pods=dict.fromkeys(pages, 1))
         outcome = await reconcile(self.body, self.cluster, T0 + datetime.timedelta(seconds=seconds), memory=self.memory)
         self.memory = outcome.memory or self.memory
         self.body["status"] = wire(outcome.status)
@@ -125,7 +125,7 @@ async def test_an_unreadable_pod_or_a_counter_reset_keeps_the_replicas(make_body
     await model.at(0, v1=page(0.0))
     await model.at(15, v1=page(150.0))
     assert model.replicas("v1") == 3
-    cluster.metrics = MetricsScrape({"v1": page(0.0)}, {"v1": "pod fraud-v1-x (10.0.0.1:9090): timed out"})
+    cluster.metrics = MetricsScrape({"v1": page(0.0)}, {"v1": "pod fraud-v1-x (10.0.0.1:9090): timed out"}, {"v1": 1})
     outcome = await reconcile(model.body, cluster, T0 + datetime.timedelta(seconds=300), memory=model.memory)
     assert cluster.objects[("Deployment", "fraud-v1")]["spec"]["replicas"] == 3
     assert scaled(outcome) == []

@@ -226,13 +226,14 @@ def measure(memory: Memory, scrape: MetricsScrape | None, versions: Sequence[str
     dict[str, float | None], dict[str, Sample], dict[str, float]
 ]:  # fmt: skip
     """Per version the average concurrency since the last sample (None: not measurable this pass: no earlier
-    sample, a pod unreadable, a counter went back as a pod left), and the samples and concurrency to remember."""
+    sample, a pod unreadable, no pod read, a counter went back as a pod left), and the samples and concurrency to
+    remember."""
     concurrency: dict[str, float | None] = {}
     samples = dict(memory.samples)
     remembered = dict(memory.concurrency)
     for name in versions:
-        if scrape is None or name in scrape.problems:
-            concurrency[name] = None
+        if scrape is None or name in scrape.problems or not scrape.pods.get(name):
+            concurrency[name] = None  # unreadable, or no pod read (none started yet): no load known, none assumed
             samples.pop(name, None)
             continue
         seconds = scrape.counts[name].handling_seconds if name in scrape.counts else 0.0

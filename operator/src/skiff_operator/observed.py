@@ -331,6 +331,7 @@ class MetricsScrape:
 
     counts: Mapping[str, Counts] = field(default_factory=dict)
     problems: Mapping[str, str] = field(default_factory=dict)
+    pods: Mapping[str, int] = field(default_factory=dict)  # pods read per version (autoscaling: none read, no load)
 
     def side(self, versions: Iterable[str]) -> tuple[Counts | None, str]:
         """The counters of `versions` together, or None and why when one of them could not be read fully."""
