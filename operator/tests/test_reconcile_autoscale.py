@@ -210,3 +210,46 @@ async def test_a_canary_gets_the_capacity_of_its_next_step_before_the_weight_mov
     assert model.replicas("v2") == 2
     assert model.version_status("v2")["scaleReason"] == "CapacityAheadOfStep"
     assert model.replicas("v1") == 4
+
+
+def served(requests: int, seconds: float) -> Counts:
+    """Cumulative counters of a version: `requests` OK inference RPCs, `seconds` of handling in all."""
+    return Counts({"OK": requests}, {"0.01": requests, "+Inf": requests}, seconds)
+
+
+async def test_a_passed_step_waits_for_the_pods_autoscaling_sized_for_the_next_weight(make_body: Body) -> None:
+    versions = [
+        {"name": "v1", "modelUri": "pvc://models/m/v1", "replicas": 4},
+        {"name": "v2", "modelUri": "pvc://models/m/v2", "replicas": 1},
+    ]
+    cluster = FakeCluster()
+    cluster.gateway_api = True
+    cluster.deployment_states.update(v1=deployment(4), v2=deployment(1))
+    body = make_body(
+        name="fraud",
+        versions=versions,
+        traffic=[{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}],
+        routing={"gateways": [{"name": "public", "namespace": "infra"}]},
+        rollout={"candidate": "v2", "steps": [{"weight": 10, "pause": "1m"}, {"weight": 50, "pause": "1m"}]},
+        autoscaling={"maxReplicas": 10, "targetConcurrency": 4},
+    )
+    model = Model(body, cluster)
+
+    def weights() -> dict[str, int]:
+        route = cluster.objects[("GRPCRoute", "fraud")]
+        return {b["name"]: b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]}
+
+    await model.at(0, v1=served(0, 0.0), v2=served(0, 0.0))
+    await model.at(15, v1=served(1000, 225.0), v2=served(200, 15.0))
+    assert model.replicas("v2") == 2  # sized for 50% while at 10%; one of the two is ready
+    waiting = await model.at(75, v1=served(5000, 1125.0), v2=served(600, 75.0))
+    rollout = model.body["status"]["rollout"]
+    assert (rollout["verdict"], rollout["reason"]) == ("Waiting", "WaitingForCapacity"), rollout
+    assert "v2 has 1 of the 2 ready replicas" in rollout["message"]
+    assert weights() == {"fraud-v1": 90, "fraud-v2": 10}
+    assert "RolloutStepPassed" not in [e.reason for e in waiting.events]
+
+    cluster.deployment_states["v2"] = deployment(2)
+    await model.at(90, v1=served(6000, 1350.0), v2=served(700, 90.0))
+    assert model.body["status"]["rollout"]["reason"] == "StepPassed"
+    assert weights() == {"fraud-v1": 50, "fraud-v2": 50}

@@ -88,7 +88,7 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
     previous = observed.status
     stored = previous.rollout if previous is not None and isinstance(previous.rollout, RolloutStatus) else None
     rollout = (
-        decide_model_rollout(model, stored, observed.scrape, now)
+        decide_model_rollout(model, stored, observed.scrape, now, capacity_short(model, observed.owned))
         if model.spec.rollout is not None and observed.scrape is not None
         else None
     )
@@ -130,6 +130,24 @@ def deployment_replicas(owned: tuple[OwnedChild, ...]) -> dict[str, int]:
         for c in owned
         if c.kind == DEPLOYMENT.kind and c.version is not None and c.replicas is not None
     }
+
+
+def capacity_short(model: InferenceModel, owned: tuple[OwnedChild, ...]) -> str:
+    """Why an autoscaled rollout candidate may not take its next step's weight yet: its Deployment runs the replicas
+    autoscaling sized for that step (capacity ahead of traffic), and not all of them are ready. Empty otherwise."""
+    rollout = model.spec.rollout
+    if rollout is None or model.spec.version(rollout.candidate).autoscaling is None:
+        return ""
+    child = next(
+        (c for c in owned if c.kind == DEPLOYMENT.kind and c.version == rollout.candidate and c.replicas is not None),
+        None,
+    )
+    if child is None or child.replicas is None or child.ready_replicas >= child.replicas:
+        return ""
+    return (
+        f"{rollout.candidate} has {child.ready_replicas} of the {child.replicas} ready replicas autoscaling sized "
+        "for the next step"
+    )
 
 
 def next_split(model: InferenceModel, rollout: RolloutDecision | None) -> dict[str, int]:
