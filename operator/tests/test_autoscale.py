@@ -5,13 +5,18 @@ from __future__ import annotations
 import pytest
 
 from skiff_operator.autoscale import (
+    MIN_INTERVAL_S,
+    Memory,
     Policy,
     Recommendation,
     ScaleReason,
     VersionLoad,
     average_concurrency,
     decide_replicas,
+    measure,
 )
+from skiff_operator.observed import MetricsScrape
+from skiff_operator.prometheus import Counts
 
 POLICY = Policy(min_replicas=1, max_replicas=10, target_concurrency=4, scale_down_window_seconds=60)
 
@@ -129,3 +134,26 @@ def test_a_version_serving_more_than_its_share_is_sized_for_what_it_served() -> 
     canary = version("v2", replicas=1, weight=10, next_weight=10, concurrency=8.0)
     decisions = {d.name: d.replicas for d in decide_replicas([stable, canary], 1000.0)}
     assert decisions == {"v1": 5, "v2": 2}  # v1: 20 * 90% / 4 = 4.5 -> 5; v2: max(2.0, 8.0) / 4 = 2
+
+
+# --- measure: Little's law over the samples kept in memory -------------------------------------------------------
+
+
+def test_measure_needs_an_earlier_sample_and_reuses_the_last_within_the_min_interval() -> None:
+    def scrape(seconds: float) -> MetricsScrape:
+        return MetricsScrape({"v1": Counts(handling_seconds=seconds)}, pods={"v1": 2})
+
+    first, samples, remembered = measure(Memory(), scrape(100.0), ["v1"], 1000.0)
+    assert first == {"v1": None}
+    memory = Memory(samples, remembered)
+    second, samples, remembered = measure(memory, scrape(160.0), ["v1"], 1015.0)
+    assert second == {"v1": 4.0}  # 60 s of handling in 15 s
+    memory = Memory(samples, remembered)
+    soon, kept, _ = measure(memory, scrape(999.0), ["v1"], 1015.0 + MIN_INTERVAL_S / 2)
+    assert soon == {"v1": 4.0}
+    assert kept == samples  # the sample of 1015 stays the baseline
+    failed, dropped, _ = measure(memory, MetricsScrape({}, {"v1": "timed out"}), ["v1"], 1030.0)
+    assert failed == {"v1": None}
+    assert "v1" not in dropped  # the next pass starts measuring afresh
+    no_pod, _, _ = measure(memory, MetricsScrape({"v1": Counts()}), ["v1"], 1030.0)
+    assert no_pod == {"v1": None}  # no pod read is no load known, not no load

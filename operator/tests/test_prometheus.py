@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
@@ -175,3 +176,22 @@ def test_p99_of_the_runtime_histogram_lands_in_the_right_bucket() -> None:
     p99 = quantile(0.99, parse_exposition(text).buckets)
     assert p99 is not None
     assert 0.002 < p99 <= 0.005
+
+
+def test_the_handling_time_of_inference_rpcs_and_rest_infers_is_summed_and_nothing_else() -> None:
+    pages = Path(__file__).parent / "pages"
+    busy = parse_exposition((pages / "runtime-busy.txt").read_text())
+    idle = parse_exposition((pages / "runtime-idle.txt").read_text())
+    assert busy.handling_seconds == 14.0  # ModelInfer 10 s + REST infer 4 s; health and ModelReady left out
+    assert idle.handling_seconds == 0.0
+    assert add([busy, busy]).handling_seconds == 28.0
+    delta = subtract(busy, idle)
+    assert delta is not None
+    assert delta.handling_seconds == 14.0
+    assert subtract(idle, busy) is None  # the sum went back: a pod restarted
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-1", "x"])
+def test_a_handling_time_sum_that_is_not_a_time_is_refused(value: str) -> None:
+    with pytest.raises(ExpositionError, match="line 1"):
+        parse_exposition(f'grpc_server_handling_seconds_sum{{grpc_method="ModelInfer"}} {value}\n')

@@ -17,17 +17,32 @@ Rules (each has a row in operator/tests/test_autoscale.py):
 - Scale up at once (or after the scale-up window), scale down only to the largest recommendation of the scale-down
   window (the HorizontalPodAutoscaler's stabilisation), and not at all within the tolerance (10%, HPA's default).
 - No load observed (no pod scraped yet, a scrape failed): keep the current replicas; never scale down blind.
+
+Between reconciles the operator keeps a `Memory` per model, in the process only (never in the CR): the last
+handling-time sum per version, the last concurrency measured, and the recommendations of the windows. Lost on a
+restart: the first pass after it measures nothing (NoMetrics, current replicas kept) and the scale-down window
+starts empty again, which only delays a scale-down.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from skiff_operator.observed import MetricsScrape
+from skiff_operator.spec import Autoscaling, InferenceModel
 
 # The HorizontalPodAutoscaler's default: a ratio within 10% of 1 changes nothing.
 TOLERANCE = 0.1
+# While a model has an autoscaled version it is reconciled (and its pods scraped) this often, whatever the resync:
+# Knative's KPA decides every 2 s, HPA every 15 s; 15 s keeps a model's scrape cost at one page per pod per 15 s.
+PERIOD_S = 15.0
+# A measurement needs an interval at least this long: a second pass of the same reconcile (a fraction of a second
+# later) reuses the last concurrency instead of dividing by almost nothing.
+MIN_INTERVAL_S = 5.0
 
 
 class ScaleReason(enum.StrEnum):
@@ -156,3 +171,127 @@ def average_concurrency(before_seconds: float, after_seconds: float, interval: f
     if interval <= 0 or after_seconds < before_seconds:
         return None
     return (after_seconds - before_seconds) / interval
+
+
+def policy_of(autoscaling: Autoscaling) -> Policy:
+    """spec.versions[].autoscaling as the decision reads it."""
+    return Policy(
+        min_replicas=autoscaling.min_replicas,
+        max_replicas=autoscaling.max_replicas,
+        target_concurrency=autoscaling.target_concurrency,
+        scale_up_window_seconds=float(autoscaling.scale_up_window_s),
+        scale_down_window_seconds=float(autoscaling.scale_down_window_s),
+        scale_to_zero=autoscaling.scale_to_zero,
+    )
+
+
+def autoscaled_versions(model: InferenceModel) -> tuple[str, ...]:
+    return tuple(v.name for v in model.spec.versions if v.autoscaling is not None)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One version's handling-time sum (over its pods) and when it was read (seconds since the epoch)."""
+
+    at: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What one model's autoscaling remembers between reconciles, in the operator's memory only."""
+
+    samples: Mapping[str, Sample] = field(default_factory=dict)
+    concurrency: Mapping[str, float] = field(default_factory=dict)  # the last measured, per version
+    history: Mapping[str, tuple[Recommendation, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Autoscale:
+    """What one pass decided: per autoscaled version the replicas and why, what ran before, and the memory to keep."""
+
+    decisions: Mapping[str, ScaleDecision]
+    current: Mapping[str, int]
+    concurrency: Mapping[str, float | None]
+    memory: Memory
+
+    def changed(self) -> tuple[tuple[str, int, ScaleDecision], ...]:
+        """(version, replicas before, decision) of every version whose replicas this pass changes."""
+        return tuple(
+            (name, self.current[name], d) for name, d in self.decisions.items() if d.replicas != self.current[name]
+        )
+
+
+def measure(memory: Memory, scrape: MetricsScrape | None, versions: Sequence[str], now: float) -> tuple[
+    dict[str, float | None], dict[str, Sample], dict[str, float]
+]:  # fmt: skip
+    """Per version the average concurrency since the last sample (None: not measurable this pass: no earlier
+    sample, a pod unreadable, no pod read, a counter went back as a pod left), and the samples and concurrency to
+    remember."""
+    concurrency: dict[str, float | None] = {}
+    samples = dict(memory.samples)
+    remembered = dict(memory.concurrency)
+    for name in versions:
+        if scrape is None or name in scrape.problems or not scrape.pods.get(name):
+            concurrency[name] = None  # unreadable, or no pod read (none started yet): no load known, none assumed
+            samples.pop(name, None)
+            continue
+        seconds = scrape.counts[name].handling_seconds if name in scrape.counts else 0.0
+        before = memory.samples.get(name)
+        if before is not None and now - before.at < MIN_INTERVAL_S:
+            concurrency[name] = memory.concurrency.get(name)  # too soon: the last measurement stands
+            continue
+        measured = None if before is None else average_concurrency(before.seconds, seconds, now - before.at)
+        concurrency[name] = measured
+        samples[name] = Sample(now, seconds)
+        if measured is None:
+            remembered.pop(name, None)
+        else:
+            remembered[name] = measured
+    return concurrency, samples, remembered
+
+
+def plan_autoscale(
+    model: InferenceModel,
+    current: Mapping[str, int],
+    next_weights: Mapping[str, int],
+    scrape: MetricsScrape | None,
+    memory: Memory,
+    now: float,
+) -> Autoscale | None:
+    """Every autoscaled version's replicas for this pass (None when no version is autoscaled). `model` carries the
+    split desired now (a rollout's included); `current`: the replicas each version's Deployment runs (absent: not
+    created yet, spec.versions[].replicas is the starting count); `next_weights`: the split of the rollout's next
+    step (the split now when none comes)."""
+    names = autoscaled_versions(model)
+    if not names:
+        return None
+    concurrency, samples, remembered = measure(memory, scrape, names, now)
+    running = {v.name: current.get(v.name, v.replicas) for v in model.spec.versions if v.name in names}
+    loads = [
+        VersionLoad(
+            name=v.name,
+            policy=policy_of(v.autoscaling),
+            replicas=running[v.name],
+            weight=model.spec.percent_for(v.name),
+            next_weight=next_weights.get(v.name, model.spec.percent_for(v.name)),
+            concurrency=concurrency[v.name],
+            history=memory.history.get(v.name, ()),
+        )
+        for v in model.spec.versions
+        if v.autoscaling is not None
+    ]
+    decisions = {d.name: d for d in decide_replicas(loads, now)}
+    history = {name: d.history for name, d in decisions.items()}
+    return Autoscale(decisions, running, concurrency, Memory(samples, remembered, history))
+
+
+def with_decided_replicas(model: InferenceModel, autoscale: Autoscale | None) -> InferenceModel:
+    """The model with each autoscaled version's replicas replaced by the decision (the CR is not changed)."""
+    if autoscale is None:
+        return model
+    versions = tuple(
+        dataclasses.replace(v, replicas=autoscale.decisions[v.name].replicas) if v.name in autoscale.decisions else v
+        for v in model.spec.versions
+    )
+    return dataclasses.replace(model, spec=dataclasses.replace(model.spec, versions=versions))

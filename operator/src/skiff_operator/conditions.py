@@ -86,6 +86,9 @@ class Reason(enum.StrEnum):
     PER_REQUEST_SPLIT = "PerRequestSplit"
     TRAFFIC_SHIFTED = "TrafficShifted"
     VERSION_DELETED = "VersionDeleted"
+    # autoscaling's Event when it changes a version's replicas (skiff_operator.autoscale; docs/autoscaling.md)
+    SCALED = "Scaled"
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # status.rollout: the step passed, the candidate's pods still start
     # RouteAccepted, and Degraded when a gateway refuses the route (skiff_operator.route_status)
     ROUTE_ACCEPTED = "RouteAccepted"
     ROUTE_PENDING = "RoutePending"

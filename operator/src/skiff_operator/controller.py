@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skiff_operator import names
+from skiff_operator.autoscale import Memory
 from skiff_operator.conditions import READY, find_condition
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kinds import WATCHED_KINDS
@@ -61,6 +62,9 @@ class Shared:
     # The newest body of each model this process has seen (its watch events, its own status patches' answers):
     # a reconcile starts from it instead of a GET. See newest_body.
     bodies: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    # What autoscaling keeps of each model between reconciles (in memory only, never in the CR: lost on a restart,
+    # which delays a scale-down by one window, the safe side).
+    autoscale: dict[Key, Memory] = field(default_factory=dict)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     elector: LeaderElector | None = None
     route_settle_s: float = ROUTE_SETTLE_S
@@ -104,6 +108,7 @@ def model_needs_reconcile(shared: Shared, key: Key, event_type: str | None, body
         shared.kube.forget_model(*key)
         shared.generations.pop(key, None)
         shared.bodies.pop(key, None)
+        shared.autoscale.pop(key, None)
         return False
     remember_body(shared, key, body)
     generation = int((body.get("metadata") or {}).get("generation") or 0)
@@ -128,11 +133,16 @@ async def reconcile_key(shared: Shared, key: Key) -> float | None:
             shared.scheduler.forget(key)
             shared.kube.forget_model(namespace, name)
             shared.generations.pop(key, None)
+            shared.autoscale.pop(key, None)
             return None  # the model is gone; the garbage collector removes its children
         remember_body(shared, key, body)
     shared.generations[key] = int(body.get("metadata", {}).get("generation") or 0)
     try:
-        outcome = await reconcile(body, shared.kube, _now(), route_settle_s=shared.route_settle_s)
+        outcome = await reconcile(
+            body, shared.kube, _now(), route_settle_s=shared.route_settle_s, memory=shared.autoscale.get(key)
+        )
+        if outcome.memory is not None:
+            shared.autoscale[key] = outcome.memory
         writes = [shared.kube.post_event(body, event) for event in outcome.events]
         patch = render_status(outcome.status)  # the one rendering of the typed status
         if patch_changes(body.get("status"), patch):  # unchanged: no write, no watch event
@@ -184,6 +194,7 @@ def _lead(shared: Shared) -> None:
     """Now the leader: the bodies seen while standing by may predate the last leader's final writes (its watch
     events still on their way): read every model afresh, then reconcile them all."""
     shared.bodies.clear()
+    shared.autoscale.clear()  # samples from before the standby spell would average over it
     shared.scheduler.resume(everything=True)
 
 

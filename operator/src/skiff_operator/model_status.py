@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from skiff_operator.autoscale import ScaleReason
 from skiff_operator.conditions import Reason, StatusCondition
 from skiff_operator.rollout import ROLLOUT_REASONS, BaselineStatus, Role, RolloutStatus, SideStatus, Verdict
 from skiff_operator.routing import Mode
@@ -46,6 +47,8 @@ class Status:
     # CLEARED: written as null, which removes it: spec.rollout was removed (read back: null, or unreadable)
     rollout: RolloutStatus | Cleared | None = None
     tls: TLSStatus | None = None  # None: the TLS step did not run
+    # Autoscaled versions as name=replicas/maxReplicas (for kubectl get); CLEARED once no version is autoscaled.
+    scale_summary: str | Cleared | None = None
 
 
 # Every field of the status tree -> its name in the CRD (crds/skiff.dev_inferencemodels.yaml, status).
@@ -58,6 +61,9 @@ WIRE_NAMES: Mapping[str, str] = {
     "version_names": "versionNames",
     "traffic_split": "trafficSplit",
     "gpus": "gpus",
+    "scale_summary": "scaleSummary",
+    "current_replicas": "currentReplicas",
+    "scale_reason": "scaleReason",
     "traffic": "traffic",
     "rollout": "rollout",
     "tls": "tls",
@@ -161,6 +167,9 @@ def parse_status(raw: Any) -> Status | None:
         traffic=_traffic(raw.get("traffic")),
         rollout=None if "rollout" not in raw else _rollout(rollout) or CLEARED,
         tls=_tls(raw.get("tls")),
+        scale_summary=CLEARED
+        if "scaleSummary" in raw and raw["scaleSummary"] is None
+        else _str(raw.get("scaleSummary")),
     )
 
 
@@ -189,6 +198,8 @@ def _version(raw: Mapping[str, Any]) -> VersionStatus:
         endpoint=_str(raw.get("endpoint")) or "",
         model_uri=_str(raw.get("modelUri")),
         model_digest=_str(raw.get("modelDigest")),
+        current_replicas=_int(raw.get("currentReplicas")),
+        scale_reason=_enum(ScaleReason, raw.get("scaleReason")),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Protocol
 
+from skiff_operator.autoscale import autoscaled_versions
 from skiff_operator.conditions import Problem, Reason
 from skiff_operator.errors import ApplyRejected
 from skiff_operator.model_status import Status
@@ -52,9 +53,10 @@ async def _observe_children(
     cluster: ObserveCluster,
 ) -> Observed:
     rollout = model.spec.rollout
-    scrape = None
+    scraped = set(autoscaled_versions(model))  # autoscaling measures every autoscaled version each pass
     if rollout is not None:
-        scrape = await cluster.scrape_metrics(model, {rollout.candidate, *stable_versions(rollout, model.spec.traffic)})
+        scraped |= {rollout.candidate, *stable_versions(rollout, model.spec.traffic)}
+    scrape = await cluster.scrape_metrics(model, scraped) if scraped else None
     served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
     backend_tls = served and await cluster.crd_serves(BACKEND_TLS_POLICY_CRD, "v1")
     owned = await cluster.list_owned(model, routes=served, backend_tls=backend_tls)

@@ -60,6 +60,7 @@ class OwnedChild:
     progress_deadline_exceeded: bool = False  # Deployment condition Progressing, reason ProgressDeadlineExceeded
     headless: bool = False  # a Service with spec.clusterIP None
     route: RouteState | None = None  # a GRPCRoute: what the gateways wrote in its status
+    replicas: int | None = None  # a Deployment's spec.replicas: what autoscaling starts from
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,13 @@ def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
         progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
         headless=kind == SERVICE.kind and (manifest.get("spec") or {}).get("clusterIP") == HEADLESS,
         route=route_state(manifest) if kind == GRPC_ROUTE.kind else None,
+        replicas=_spec_replicas(manifest) if kind == DEPLOYMENT.kind else None,
     )
+
+
+def _spec_replicas(manifest: Mapping[str, Any]) -> int | None:
+    value = (manifest.get("spec") or {}).get("replicas")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def deployment_state(manifest: Mapping[str, Any]) -> DeploymentState:
@@ -342,6 +349,7 @@ class MetricsScrape:
 
     counts: Mapping[str, Counts] = field(default_factory=dict)
     problems: Mapping[str, str] = field(default_factory=dict)
+    pods: Mapping[str, int] = field(default_factory=dict)  # pods read per version (autoscaling: none read, no load)
 
     def side(self, versions: Iterable[str]) -> tuple[Counts | None, str]:
         """The counters of `versions` together, or None and why when one of them could not be read fully."""

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from skiff_operator.auth import auth_problem
+from skiff_operator.autoscale import Autoscale, Memory, plan_autoscale, with_decided_replicas
 from skiff_operator.conditions import Problem
 from skiff_operator.model_fetch import pin_fetched_digests
+from skiff_operator.kinds import DEPLOYMENT
 from skiff_operator.model_status import Status
 from skiff_operator.observed import MetricsScrape, OwnedChild, StoredSecret
 from skiff_operator.rollout import (
     RolloutDecision,
     RolloutStatus,
+    Verdict,
     admit_scraper,
     decide_model_rollout,
+    rollout_traffic,
     with_rollout_traffic,
 )
 from skiff_operator.routing import RoutingPlan, plan_routing, routed_model, version_services_headless
@@ -36,8 +40,9 @@ class Observed:
     grpc_route_served: bool = False
     backend_tls_served: bool = False
     owned: tuple[OwnedChild, ...] = ()  # the children, as listed by label before anything is applied
-    scrape: MetricsScrape | None = None  # the versions' metrics, read when spec.rollout is set
+    scrape: MetricsScrape | None = None  # the versions' metrics, read when spec.rollout or autoscaling is set
     operator_namespace: str | None = None  # the namespace that scrapes the pods' metrics for spec.rollout
+    memory: Memory = field(default_factory=Memory)  # what autoscaling kept of this model in the operator's memory
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class Plan:
     missing_claims: frozenset[str]  # versions whose claim is missing keep their Deployment as it is
     policy_model: InferenceModel  # the model the NetworkPolicy is rendered from (admits the scraper)
     tls: TLSState  # the Secret the pods mount, and the Secrets or Certificate to write first
+    autoscale: Autoscale | None = None  # the autoscaled versions' replicas and why; None without autoscaling
 
     @property
     def headless_versions(self) -> bool:
@@ -83,13 +89,19 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
     previous = observed.status
     stored = previous.rollout if previous is not None and isinstance(previous.rollout, RolloutStatus) else None
     rollout = (
-        decide_model_rollout(model, stored, observed.scrape, now)
+        decide_model_rollout(model, stored, observed.scrape, now, capacity_short(model, observed.owned))
         if model.spec.rollout is not None and observed.scrape is not None
         else None
     )
+    parsed = model
     if rollout is not None:  # the rollout's split is the desired one now; spec.traffic is left as written
         model = with_rollout_traffic(model, rollout)
     model = pin_fetched_digests(model, held_digests(previous))
+    autoscale = plan_autoscale(
+        model, deployment_replicas(observed.owned), next_split(parsed, rollout), observed.scrape, observed.memory,
+        now.timestamp(),
+    )  # fmt: skip
+    model = with_decided_replicas(model, autoscale)  # one writer of replicas: the operator, from the decision
     routing = plan_routing(
         model,
         observed.owned,
@@ -108,6 +120,7 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
         missing_claims=observed.missing_claims,
         policy_model=admit_scraper(model, observed.operator_namespace),
         tls=tls,
+        autoscale=autoscale,
     )
 
 
@@ -119,3 +132,40 @@ def held_digests(previous: Status | None) -> dict[str, tuple[str, str]]:
         for v in versions or ()
         if v.model_uri is not None and v.model_digest is not None
     }
+def deployment_replicas(owned: tuple[OwnedChild, ...]) -> dict[str, int]:
+    """The replicas each version's Deployment runs now, by version label (a version's name, or its fitted
+    form: names.fit_name keeps the names Skiff allows as they are)."""
+    return {
+        c.version: c.replicas
+        for c in owned
+        if c.kind == DEPLOYMENT.kind and c.version is not None and c.replicas is not None
+    }
+
+
+def capacity_short(model: InferenceModel, owned: tuple[OwnedChild, ...]) -> str:
+    """Why an autoscaled rollout candidate may not take its next step's weight yet: its Deployment runs the replicas
+    autoscaling sized for that step (capacity ahead of traffic), and not all of them are ready. Empty otherwise."""
+    rollout = model.spec.rollout
+    if rollout is None or model.spec.version(rollout.candidate).autoscaling is None:
+        return ""
+    child = next(
+        (c for c in owned if c.kind == DEPLOYMENT.kind and c.version == rollout.candidate and c.replicas is not None),
+        None,
+    )
+    if child is None or child.replicas is None or child.ready_replicas >= child.replicas:
+        return ""
+    return (
+        f"{rollout.candidate} has {child.ready_replicas} of the {child.replicas} ready replicas autoscaling sized "
+        "for the next step"
+    )
+
+
+def next_split(model: InferenceModel, rollout: RolloutDecision | None) -> dict[str, int]:
+    """The split the rollout applies at its next step (the candidate's promotion to 100% after the last), so that
+    capacity moves before the weight; empty when no step is coming (no rollout, paused, promoted, rolled back)."""
+    spec = model.spec.rollout
+    if spec is None or rollout is None or rollout.state.verdict not in (Verdict.PROGRESSING, Verdict.WAITING):
+        return {}
+    step = rollout.state.step + 1
+    weight = spec.steps[step].weight if step < len(spec.steps) else 100
+    return {share.version: share.percent for share in rollout_traffic(spec, model.spec.traffic, weight)}

@@ -4,8 +4,11 @@ gRPC code and their handling-time histogram, summed over pods, subtracted betwee
 A page is parsed as it streams (ExpositionReader): line by line under a byte cap and a line cap, keeping only the
 counters below, so a reply costs at most one line of memory whatever its size.
 
-Only two families matter, both from runtime/src/skiff_runtime/metrics.py, restricted to the inference methods:
-`grpc_server_handled_total{grpc_method, grpc_code}` and `grpc_server_handling_seconds_bucket{grpc_method, le}`.
+Only these families matter, all from runtime/src/skiff_runtime/metrics.py, restricted to the inference methods:
+`grpc_server_handled_total{grpc_method, grpc_code}` and `grpc_server_handling_seconds_bucket{grpc_method, le}` (the
+rollout's gate), and the handling-time sums `grpc_server_handling_seconds_sum{grpc_method}` and
+`http_server_handling_seconds_sum{route}` of the inference routes (autoscaling: their growth per second is the
+average number of requests in flight, skiff_operator.autoscale).
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from dataclasses import dataclass, field
 
 HANDLED = "grpc_server_handled_total"
 HANDLING_BUCKET = "grpc_server_handling_seconds_bucket"
+HANDLING_SUM = "grpc_server_handling_seconds_sum"
+HTTP_HANDLING_SUM = "http_server_handling_seconds_sum"
+# The REST routes that run the model: the runtime labels a request with its canonical route.
+INFERENCE_ROUTE_SUFFIX = "/infer"
 # The RPCs that run the model (Open Inference Protocol and TF Serving); health and metadata RPCs do not count.
 INFERENCE_METHODS = frozenset({"ModelInfer", "Predict"})
 INF = "+Inf"
@@ -46,10 +53,12 @@ class LineTooLong(ExpositionError):
 @dataclass(frozen=True)
 class Counts:
     """Cumulative counters of one pod, or of several summed: inference RPCs by gRPC code, and the cumulative
-    handling-time histogram by bucket upper bound (`le`, as exposed: "0.005", "+Inf")."""
+    handling-time histogram by bucket upper bound (`le`, as exposed: "0.005", "+Inf"), and the seconds spent
+    handling inference requests, gRPC and REST together (the histograms' sums)."""
 
     codes: Mapping[str, int] = field(default_factory=dict)
     buckets: Mapping[str, int] = field(default_factory=dict)
+    handling_seconds: float = 0.0
 
     @property
     def requests(self) -> int:
@@ -72,6 +81,7 @@ class ExpositionReader:
         self._number = 0
         self._codes: dict[str, int] = {}
         self._buckets: dict[str, int] = {}
+        self._seconds = 0.0
 
     def feed(self, chunk: bytes) -> None:
         self._read += len(chunk)
@@ -95,7 +105,7 @@ class ExpositionReader:
         if self._partial:
             self._line(bytes(self._partial))
             self._partial.clear()
-        return Counts(dict(self._codes), dict(self._buckets))
+        return Counts(dict(self._codes), dict(self._buckets), self._seconds)
 
     def _line(self, raw: bytes) -> None:
         self._number += 1
@@ -111,10 +121,17 @@ class ExpositionReader:
         if match is None:
             raise ExpositionError(f"line {self._number} is not a Prometheus sample")
         name = match.group("name")
-        if name not in (HANDLED, HANDLING_BUCKET):
+        if name not in (HANDLED, HANDLING_BUCKET, HANDLING_SUM, HTTP_HANDLING_SUM):
             return
         labels = {key: _unescape(value) for key, value in _LABEL.findall(match.group("labels") or "")}
+        if name == HTTP_HANDLING_SUM:
+            if labels.get("route", "").endswith(INFERENCE_ROUTE_SUFFIX):
+                self._seconds += _seconds(match.group("value"), self._number)
+            return
         if labels.get("grpc_method") not in INFERENCE_METHODS:
+            return
+        if name == HANDLING_SUM:
+            self._seconds += _seconds(match.group("value"), self._number)
             return
         value = _count(match.group("value"), self._number)
         if name == HANDLED:
@@ -136,12 +153,14 @@ def add(counts: Iterable[Counts]) -> Counts:
     """The sum of several pods' counters (bucket bounds are the runtime's, the same on every pod)."""
     codes: dict[str, int] = {}
     buckets: dict[str, int] = {}
+    seconds = 0.0
     for item in counts:
         for code, value in item.codes.items():
             codes[code] = codes.get(code, 0) + value
         for bound, value in item.buckets.items():
             buckets[bound] = buckets.get(bound, 0) + value
-    return Counts(codes, buckets)
+        seconds += item.handling_seconds
+    return Counts(codes, buckets, seconds)
 
 
 def subtract(now: Counts, before: Counts) -> Counts | None:
@@ -149,9 +168,10 @@ def subtract(now: Counts, before: Counts) -> Counts | None:
     the difference then means nothing."""
     codes = {code: now.codes.get(code, 0) - before.codes.get(code, 0) for code in {*now.codes, *before.codes}}
     buckets = {b: now.buckets.get(b, 0) - before.buckets.get(b, 0) for b in {*now.buckets, *before.buckets}}
-    if any(value < 0 for value in (*codes.values(), *buckets.values())):
+    seconds = now.handling_seconds - before.handling_seconds
+    if seconds < 0 or any(value < 0 for value in (*codes.values(), *buckets.values())):
         return None
-    return Counts(codes, buckets)
+    return Counts(codes, buckets, seconds)
 
 
 def quantile(q: float, buckets: Mapping[str, int]) -> float | None:
@@ -187,6 +207,16 @@ def _count(value: str, number: int) -> int:
     if not math.isfinite(parsed) or parsed < 0:  # round() of an infinity raises OverflowError
         raise ExpositionError(f"line {number}: a counter cannot be NaN, infinite or negative")
     return round(parsed)
+
+
+def _seconds(value: str, number: int) -> float:
+    try:
+        parsed = float(value)
+    except ValueError as error:
+        raise ExpositionError(f"line {number}: the sample value is not a number") from error
+    if not math.isfinite(parsed) or parsed < 0:
+        raise ExpositionError(f"line {number}: a handling-time sum cannot be NaN, infinite or negative")
+    return parsed
 
 
 def _unescape(value: str) -> str:

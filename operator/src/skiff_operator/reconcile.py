@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skiff_operator import names
+from skiff_operator.autoscale import PERIOD_S, Memory
 from skiff_operator.conditions import Problem, Reason, StatusEvent
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kinds import DEPLOYMENT
@@ -22,7 +23,7 @@ from skiff_operator.plan import Held, Plan, make_plan
 from skiff_operator.route_status import applied_route
 from skiff_operator.routing import prune, services_to_recreate
 from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
-from skiff_operator.summary import Summary, summarize, summarize_problem
+from skiff_operator.summary import Summary, scale_events, summarize, summarize_problem, with_autoscale
 from skiff_operator.tls import TLSState
 from skiff_operator.traffic_status import ROUTE_SETTLE_S
 
@@ -49,8 +50,10 @@ class Outcome:
     # A version became ready during the pass: reconcile() runs a second pass at once (summary.traffic_lags_readiness).
     traffic_lags_readiness: bool = False
     # Ready waits for a gateway to accept the route (no watch event comes when it does): reconcile again after this
-    # many seconds (summary.route_recheck_after_s).
+    # many seconds (summary.route_recheck_after_s); with an autoscaled version, at most autoscale.PERIOD_S.
     recheck_after_s: float | None = None
+    # What autoscaling keeps of the model until the next pass (the caller holds it in memory); None: unchanged.
+    memory: Memory | None = None
 
 
 # A refused apply (quota exceeded, denied by an admission policy) may succeed once someone changes the quota or
@@ -59,28 +62,43 @@ REJECTED_RETRY_S = 30.0
 
 
 async def reconcile(
-    body: Mapping[str, Any], cluster: Cluster, now: datetime.datetime, *, route_settle_s: float = ROUTE_SETTLE_S
+    body: Mapping[str, Any],
+    cluster: Cluster,
+    now: datetime.datetime,
+    *,
+    route_settle_s: float = ROUTE_SETTLE_S,
+    memory: Memory | None = None,
 ) -> Outcome:
     """Brings the children in line with the spec and reports where they stand; the same on every call.
-    `route_settle_s`: in Gateway mode, how long Ready waits after the gateways accepted the route.
+    `route_settle_s`: in Gateway mode, how long Ready waits after the gateways accepted the route; `memory`: what
+    autoscaling kept of this model from the last pass (Outcome.memory hands back the next).
 
     The split is decided from the children as they were when the pass started. When a version became ready
     during the pass (its status shows ready replicas but no applied weight yet), a second pass routes to it
     at once: otherwise status would say Ready while no traffic reaches it until the next watch event.
     """
-    outcome = await _reconcile_once(body, parse_status(body.get("status")), cluster, now, route_settle_s)
+    memory = memory or Memory()
+    outcome = await _reconcile_once(body, parse_status(body.get("status")), cluster, now, route_settle_s, memory)
     if outcome.retry_after_s is not None or not outcome.traffic_lags_readiness:
         return outcome
     # The first pass's status as the API server stores it (times to the second), as a watch event would bring it.
     stored = parse_status(render_status(outcome.status))
-    second = await _reconcile_once(body, stored, cluster, now, route_settle_s)
+    second = await _reconcile_once(body, stored, cluster, now, route_settle_s, outcome.memory or memory)
     return dataclasses.replace(
-        second, events=(*outcome.events, *second.events), applied=(*outcome.applied, *second.applied)
+        second,
+        events=(*outcome.events, *second.events),
+        applied=(*outcome.applied, *second.applied),
+        memory=second.memory or outcome.memory,
     )
 
 
 async def _reconcile_once(
-    body: Mapping[str, Any], previous: Status | None, cluster: Cluster, now: datetime.datetime, route_settle_s: float
+    body: Mapping[str, Any],
+    previous: Status | None,
+    cluster: Cluster,
+    now: datetime.datetime,
+    route_settle_s: float,
+    memory: Memory,
 ) -> Outcome:
     """One pass: parse, then observe -> plan -> render -> apply -> summarize. `previous` is the status the pass
     starts from: the stored one, or the first pass's.
@@ -96,7 +114,7 @@ async def _reconcile_once(
     except SpecError as error:
         return _held(summarize_problem(generation, Problem(error.reason, error.message), None, previous, now))
 
-    observed = await observe(model, previous, cluster)  # 1. one read
+    observed = dataclasses.replace(await observe(model, previous, cluster), memory=memory)  # 1. one read
     plan = make_plan(model, observed, now)  # 2. pure
     manifests = render_all(plan)  # 3. pure: every manifest applied below
     if isinstance(plan, Held):  # the children stay as they are; the TLS step's Secrets are written
@@ -120,12 +138,17 @@ async def _reconcile_once(
     )
     route = applied_route(plan.model, plan.routing, applied.stored)
     summary = summarize(plan, children, applied.deleted, previous, now, route, route_settle_s)  # 5. pure
+    autoscale = plan.autoscale
+    recheck = summary.recheck_after_s
+    if autoscale is not None:  # measured on a period of its own, not the resync's
+        recheck = PERIOD_S if recheck is None else min(recheck, PERIOD_S)
     return Outcome(
-        summary.status,
-        summary.events,
+        with_autoscale(summary.status, autoscale, plan.model, previous),
+        (*summary.events, *scale_events(autoscale)),
         _names(manifests),
         traffic_lags_readiness=summary.traffic_lags_readiness,
-        recheck_after_s=summary.recheck_after_s,
+        recheck_after_s=recheck,
+        memory=autoscale.memory if autoscale is not None else None,
     )
 
 

@@ -67,6 +67,7 @@ ROLLOUT_REASONS = frozenset(
         Reason.ERROR_RATIO_EXCEEDED,
         Reason.LATENCY_RATIO_EXCEEDED,
         Reason.ABORTED,
+        Reason.WAITING_FOR_CAPACITY,
     }
 )
 
@@ -130,6 +131,8 @@ class Observation:
     candidate: Counts | None
     stable: Counts | None
     problem: str = ""
+    # Autoscaling: why the candidate cannot take its next step's weight yet (the pods sized for it still start).
+    capacity_short: str = ""
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,9 @@ def _next_state(
                 f"{_step_label(state, steps)} ({state.weight}%); {rollout.candidate} rolled back to 0%: {numbers}"
             )
             return _rolled_back(state, Reason.LATENCY_RATIO_EXCEEDED, message)
+    if observed.capacity_short:
+        message = f"step {_step_label(state, steps)} passed; waiting at {state.weight}%: {observed.capacity_short}"
+        return replace(state, verdict=Verdict.WAITING, reason=Reason.WAITING_FOR_CAPACITY, message=message)
     return _passed(rollout, state, observed, now, numbers)
 
 
@@ -337,9 +343,14 @@ def _events(previous: RolloutState | None, state: RolloutState) -> tuple[StatusE
 
 
 def decide_model_rollout(
-    model: InferenceModel, previous: RolloutStatus | None, scrape: MetricsScrape, now: datetime.datetime
+    model: InferenceModel,
+    previous: RolloutStatus | None,
+    scrape: MetricsScrape,
+    now: datetime.datetime,
+    capacity_short: str = "",
 ) -> RolloutDecision | None:
-    """The rollout of `model` (None without spec.rollout), from the state in its status and this pass's scrape."""
+    """The rollout of `model` (None without spec.rollout), from the state in its status and this pass's scrape;
+    `capacity_short`: why an autoscaled candidate may not take its next weight yet (empty: it may)."""
     rollout = model.spec.rollout
     if rollout is None:
         return None
@@ -347,7 +358,7 @@ def decide_model_rollout(
     candidate, candidate_problem = scrape.side([rollout.candidate])
     stable_counts, stable_problem = scrape.side(stable)
     problem = "; ".join(p for p in (candidate_problem, stable_problem) if p)
-    observed = Observation(candidate, stable_counts, problem)
+    observed = Observation(candidate, stable_counts, problem, capacity_short)
     revision = revision_of(model.spec.version(rollout.candidate))
     state = rollout_state(previous) if previous is not None else None
     return decide_rollout(rollout, state, observed, revision=revision, stable=stable, now=now)
@@ -363,10 +374,11 @@ def with_rollout_traffic(model: InferenceModel, decision: RolloutDecision) -> In
 
 
 def admit_scraper(model: InferenceModel, operator_namespace: str | None) -> InferenceModel:
-    """With spec.rollout the operator reads the pods' metrics port itself, so its namespace joins the namespaces
-    the NetworkPolicy admits to that port (out of cluster it is unknown, and nothing changes)."""
+    """With spec.rollout or autoscaling the operator reads the pods' metrics port itself, so its namespace joins the
+    namespaces the NetworkPolicy admits to that port (out of cluster it is unknown, and nothing changes)."""
     policy = model.spec.network_policy
-    if model.spec.rollout is None or not operator_namespace or operator_namespace in policy.metrics_namespaces:
+    scrapes = model.spec.rollout is not None or any(v.autoscaling is not None for v in model.spec.versions)
+    if not scrapes or not operator_namespace or operator_namespace in policy.metrics_namespaces:
         return model
     namespaces = (*policy.metrics_namespaces, operator_namespace)
     return replace(model, spec=replace(model.spec, network_policy=replace(policy, metrics_namespaces=namespaces)))

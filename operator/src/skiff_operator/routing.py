@@ -176,7 +176,8 @@ PROVIDERS: Mapping[Mode, Provider] = {Mode.GATEWAY: GatewayProvider(), Mode.SERV
 def service_targets(model: InferenceModel) -> dict[str, int]:
     """Service mode: all versions' replicas together, re-apportioned to spec.traffic (at least one pod for a
     version with any weight; none for a version with 0%, since every pod behind the Service gets connections)."""
-    total = sum(v.replicas for v in model.spec.versions)
+    # An autoscaled version at 0% holds no share of the capacity its decided replicas sized for the others.
+    total = sum(v.replicas for v in model.spec.versions if v.autoscaling is None or model.spec.percent_for(v.name) > 0)
     return apportion_replicas({v.name: model.spec.percent_for(v.name) for v in model.spec.versions}, total)
 
 

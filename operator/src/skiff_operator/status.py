@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from skiff_operator import contract, names
+from skiff_operator.autoscale import ScaleReason
 from skiff_operator.conditions import (
     DEGRADED,
     PROGRESSING,
@@ -61,6 +62,10 @@ class VersionStatus:
     endpoint: str
     model_uri: str | None = None  # a fetched version: the URI model_digest came from (None: pvc://, left out)
     model_digest: str | None = None  # ... the content digest of the model its pods loaded
+    # Autoscaled versions only (skiff_operator.autoscale): the replicas the Deployment ran before this pass (the
+    # decided ones are `replicas`) and why it has them.
+    current_replicas: int | None = None
+    scale_reason: ScaleReason | None = None
 
 
 @dataclass(frozen=True)

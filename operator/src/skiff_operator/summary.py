@@ -7,9 +7,11 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from skiff_operator.autoscale import Autoscale
 from skiff_operator.conditions import (
     READY,
     ConditionStatus,
+    EventType,
     Problem,
     Reason,
     StatusCondition,
@@ -186,3 +188,44 @@ def _with_tls(summary: Summary, tls: TLSState | None) -> Summary:
         return summary
     status = dataclasses.replace(summary.status, tls=tls_status(tls))
     return dataclasses.replace(summary, status=status, events=(*tls.events, *summary.events))
+
+
+def with_autoscale(status: Status, autoscale: Autoscale | None, model: InferenceModel, previous: Status | None) -> (
+    Status
+):  # fmt: skip
+    """status.versions[] of autoscaled versions with the replicas they ran before and why they have theirs, and
+    status.scaleSummary; the summary is cleared once no version is autoscaled."""
+    if autoscale is None:
+        had = previous is not None and isinstance(previous.scale_summary, str)
+        return dataclasses.replace(status, scale_summary=CLEARED) if had else status
+    versions = status.versions
+    if versions is not None:
+        versions = tuple(
+            dataclasses.replace(
+                v, current_replicas=autoscale.current[v.name], scale_reason=autoscale.decisions[v.name].reason
+            )
+            if v.name in autoscale.decisions
+            else v
+            for v in versions
+        )
+    maxima = {v.name: v.autoscaling.max_replicas for v in model.spec.versions if v.autoscaling is not None}
+    summary = " ".join(f"{name}={d.replicas}/{maxima[name]}" for name, d in autoscale.decisions.items())
+    return dataclasses.replace(status, versions=versions, scale_summary=summary)
+
+
+def scale_events(autoscale: Autoscale | None) -> tuple[StatusEvent, ...]:
+    """One Event per version whose replicas this pass changed (none for a pass that changed nothing)."""
+    if autoscale is None:
+        return ()
+    events = []
+    for name, before, decision in autoscale.changed():
+        load = autoscale.concurrency.get(name)
+        measured = f"{load:.1f} requests in flight" if load is not None else "no load measured"
+        events.append(
+            StatusEvent(
+                EventType.NORMAL,
+                Reason.SCALED,
+                f"{name}: {before} -> {decision.replicas} replicas ({decision.reason.value}; {measured})",
+            )
+        )
+    return tuple(events)

@@ -81,7 +81,8 @@ async def scrape_targets(
             per_version.setdefault(version, []).append(page)
         else:
             problems.setdefault(version, f"pod {pod} ({_host(ip)}:{port}): {page}")
-    return MetricsScrape({v: add(counts) for v, counts in per_version.items()}, problems)
+    read = {v: len(counts) for v, counts in per_version.items()}
+    return MetricsScrape({v: add(counts) for v, counts in per_version.items()}, problems, read)
 
 
 async def _scrape(

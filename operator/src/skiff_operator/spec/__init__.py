@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from skiff_operator.errors import SpecError
+from skiff_operator.spec.autoscaling import Autoscaling, parse_autoscaling
 from skiff_operator.spec.grammar import (
     MAX_AFFINITY_DEPTH,
     MAX_NAMESPACE_LENGTH,
@@ -126,6 +127,7 @@ __all__ = [
     "AuthSpec",
     "FetchScheme",
     "FetchedUri",
+    "Autoscaling",
     "GatewayRef",
     "InferenceModel",
     "IssuerKind",
@@ -157,6 +159,7 @@ __all__ = [
     "Version",
     "is_namespace_name",
     "is_object_name",
+    "parse_autoscaling",
     "parse_duration",
     "parse_inference_model",
     "parse_model_uri",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from skiff_operator.spec.autoscaling import Autoscaling
 from skiff_operator.spec.grammar import parse_quantity
 
 # Defaults, written once; test_crd.py checks the CRD's `default:` values agree with these.
@@ -143,6 +144,7 @@ class Version:
     image: str
     resources: Resources
     progress_deadline_s: int = DEFAULT_PROGRESS_DEADLINE_S  # a canary not ready by then keeps 0% of traffic
+    autoscaling: Autoscaling | None = None  # set: the operator decides replicas; `replicas` is the starting count
 
     @property
     def claim(self) -> str | None:

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from skiff_operator.conditions import Reason
 from skiff_operator.errors import SpecError
+from skiff_operator.spec.autoscaling import parse_autoscaling
 from skiff_operator.spec.grammar import (
     _DNS1035,
     _HTTPS_URI,
@@ -116,7 +117,10 @@ def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
     raw_versions = _sequence(spec.get("versions"), "spec.versions")
     if not raw_versions:
         raise SpecError(Reason.INVALID_SPEC, "spec.versions must list at least one version")
-    versions = tuple(_parse_version(_mapping(v, "spec.versions[]"), image, base_resources) for v in raw_versions)
+    versions = tuple(
+        _parse_version(_mapping(v, "spec.versions[]"), image, base_resources, spec.get("autoscaling"))
+        for v in raw_versions
+    )
     names = [v.name for v in versions]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -217,7 +221,7 @@ def parse_storage(raw: Mapping[str, Any]) -> StorageSpec:
     )
 
 
-def _parse_version(raw: Mapping[str, Any], image: str, base: Resources) -> Version:
+def _parse_version(raw: Mapping[str, Any], image: str, base: Resources, autoscaling: Any = None) -> Version:
     name = _string(raw.get("name"), "spec.versions[].name")
     if not _DNS1035.fullmatch(name):
         raise SpecError(Reason.INVALID_SPEC, f"version name {name!r} is not a DNS-1035 label")
@@ -236,6 +240,7 @@ def _parse_version(raw: Mapping[str, Any], image: str, base: Resources) -> Versi
             f"spec.versions[{name}].progressDeadlineSeconds",
             minimum=1,
         ),
+        autoscaling=parse_autoscaling(autoscaling, raw.get("autoscaling"), name),
     )
 
 
