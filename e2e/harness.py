@@ -183,6 +183,16 @@ class VersionPlan:
     gpu_resource: str | None  # None for a CPU-only version
 
 
+def expected_replicas(spec: dict[str, Any], version: dict[str, Any]) -> int:
+    """The replicas a version's Deployment runs on simulated nodes (no runtime, so no load is ever measured):
+    the spec's count, except an autoscaled version at 0% with scaleToZero, which runs none."""
+    autoscaling = {**spec.get("autoscaling", {}), **version.get("autoscaling", {})}
+    shares = {t["version"]: t["percent"] for t in spec.get("traffic", [])} or {version["name"]: 100}
+    if autoscaling and autoscaling.get("scaleToZero") and shares.get(version["name"], 0) == 0:
+        return 0
+    return int(version.get("replicas", 1))
+
+
 def version_plan(model: dict[str, Any]) -> list[VersionPlan]:
     spec = model["spec"]
     plans = []
@@ -193,7 +203,7 @@ def version_plan(model: dict[str, Any]) -> list[VersionPlan]:
             VersionPlan(
                 version=version["name"],
                 deployment=f"{model['metadata']['name']}-{version['name']}",
-                replicas=int(version.get("replicas", 1)),
+                replicas=expected_replicas(spec, version),
                 gpus=gpus,
                 gpu_resource=resources.get("gpuResourceName", "nvidia.com/gpu") if gpus else None,
             )

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from skiff_operator.auth import auth_problem
 from skiff_operator.autoscale import Autoscale, Memory, plan_autoscale, with_decided_replicas
 from skiff_operator.conditions import Problem
-from skiff_operator.model_fetch import pin_fetched_digests
 from skiff_operator.kinds import DEPLOYMENT
+from skiff_operator.model_fetch import pin_fetched_digests
 from skiff_operator.model_status import Status
 from skiff_operator.observed import MetricsScrape, OwnedChild, StoredSecret
 from skiff_operator.rollout import (
@@ -132,6 +132,8 @@ def held_digests(previous: Status | None) -> dict[str, tuple[str, str]]:
         for v in versions or ()
         if v.model_uri is not None and v.model_digest is not None
     }
+
+
 def deployment_replicas(owned: tuple[OwnedChild, ...]) -> dict[str, int]:
     """The replicas each version's Deployment runs now, by version label (a version's name, or its fitted
     form: names.fit_name keeps the names Skiff allows as they are)."""
