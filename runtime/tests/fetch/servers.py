@@ -3,7 +3,6 @@ here) with Range support and faults it can be told to inject, and SeaweedFS's S3
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import socket
@@ -17,13 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from ipaddress import IPv4Address
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from runtime.tests.fakes import Authority
 
 
 def free_port() -> int:
@@ -33,39 +28,12 @@ def free_port() -> int:
 
 
 def make_tls(directory: Path) -> tuple[Path, Path, Path]:
-    """(ca.pem, server cert.pem, server key.pem) for 127.0.0.1."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fetch-test-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(IPv4Address("127.0.0.1"))]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    """(ca.pem, server cert.pem, server key.pem) for 127.0.0.1, from the runtime tests' throwaway CA."""
+    authority = Authority("fetch-test-ca")
+    issued = authority.issue("127.0.0.1", server=True)
     paths = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    for path, data in zip(paths, (authority.pem, issued.cert, issued.key), strict=True):
+        path.write_bytes(data)
     return paths
 
 
