@@ -181,7 +181,8 @@ async def test_turning_autoscaling_off_clears_the_summary(make_body: Body) -> No
     assert wire(outcome.status)["scaleSummary"] is None  # null in the merge patch: removed
 
 
-async def test_a_canary_gets_the_capacity_of_its_next_step_before_the_weight_moves(make_body: Body) -> None:
+def autoscaled_canary(make_body: Body, *, pause: str) -> tuple[Model, FakeCluster]:
+    """fraud: v1 at 100% on 4 pods, the autoscaled candidate v2 at 0% on 1, two rollout steps (10%, 50%)."""
     versions = [
         {"name": "v1", "modelUri": "pvc://models/m/v1", "replicas": 4},
         {"name": "v2", "modelUri": "pvc://models/m/v2", "replicas": 1},
@@ -194,10 +195,14 @@ async def test_a_canary_gets_the_capacity_of_its_next_step_before_the_weight_mov
         versions=versions,
         traffic=[{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}],
         routing={"gateways": [{"name": "public", "namespace": "infra"}]},
-        rollout={"candidate": "v2", "steps": [{"weight": 10, "pause": "10m"}, {"weight": 50, "pause": "10m"}]},
+        rollout={"candidate": "v2", "steps": [{"weight": 10, "pause": pause}, {"weight": 50, "pause": pause}]},
         autoscaling={"maxReplicas": 10, "targetConcurrency": 4},
     )
-    model = Model(body, cluster)
+    return Model(body, cluster), cluster
+
+
+async def test_a_canary_gets_the_capacity_of_its_next_step_before_the_weight_moves(make_body: Body) -> None:
+    model, cluster = autoscaled_canary(make_body, pause="10m")
     await model.at(0, v1=page(0.0), v2=page(0.0))
     # 16 in flight on the split (v1 15, the 10% canary 1): v1 sized for 90% (14.4 -> 4 pods, within tolerance of
     # 4), the canary for its next step's 50% (8 -> 2 pods) while its weight is still 10%.
@@ -218,22 +223,7 @@ def served(requests: int, seconds: float) -> Counts:
 
 
 async def test_a_passed_step_waits_for_the_pods_autoscaling_sized_for_the_next_weight(make_body: Body) -> None:
-    versions = [
-        {"name": "v1", "modelUri": "pvc://models/m/v1", "replicas": 4},
-        {"name": "v2", "modelUri": "pvc://models/m/v2", "replicas": 1},
-    ]
-    cluster = FakeCluster()
-    cluster.gateway_api = True
-    cluster.deployment_states.update(v1=deployment(4), v2=deployment(1))
-    body = make_body(
-        name="fraud",
-        versions=versions,
-        traffic=[{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}],
-        routing={"gateways": [{"name": "public", "namespace": "infra"}]},
-        rollout={"candidate": "v2", "steps": [{"weight": 10, "pause": "1m"}, {"weight": 50, "pause": "1m"}]},
-        autoscaling={"maxReplicas": 10, "targetConcurrency": 4},
-    )
-    model = Model(body, cluster)
+    model, cluster = autoscaled_canary(make_body, pause="1m")
 
     def weights() -> dict[str, int]:
         route = cluster.objects[("GRPCRoute", "fraud")]
