@@ -3,9 +3,10 @@
 `make up` starts kwokctl's control plane on 127.0.0.1 (simulated GPU, MIG and CPU nodes), installs the CRD,
 creates the claims the examples mount in the namespace "default" and starts `skiff-operator run --all-namespaces`
 in the background. Where this machine can run one (root, containerd; devtools/node/), a real node joins too, with
-Traefik serving a Gateway on 127.0.0.1: a background process (`python -m devtools.up node`) holds them and removes them
-on `make down`. Everything lives in one state folder (.cache/up: the kubeconfig, the control plane's files, the
-pids and logs), so `make down` finds and stops all of it, and a second `make up` reuses a running one.
+Traefik serving a Gateway on 127.0.0.1 and SeaweedFS serving S3 on the node's address (the sample model in
+s3://models/sample-cnn/v1, docs/storage.md): a background process (`python -m devtools.up node`) holds them and
+removes them on `make down`. Everything lives in one state folder (.cache/up: the kubeconfig, the control plane's
+files, the pids and logs), so `make down` finds and stops all of it, and a second `make up` reuses a running one.
 
 Run: .venv/bin/python -m devtools.up [up|down|status] [--no-real-node]   (from the repository root)
 """
@@ -21,13 +22,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from devtools import storage
 from devtools.cluster import (
     BUILD_HINT,
+    REAL_NODE_IP,
     REPO,
     Kubectl,
     LocalControlPlane,
@@ -41,6 +44,7 @@ from devtools.cluster import (
 from devtools.gateway import INSTALL_HINT as TRAEFIK_HINT
 from devtools.gateway import Traefik, gateway_manifests, install_gateway_api, traefik_binary
 from devtools.install import OPERATOR, create_model_claims, install_crd
+from skiff_runtime.fetch.sigv4 import Credentials
 
 STATE_DIR = REPO / ".cache" / "up"
 CLUSTER_NAME = "skiff-up"
@@ -50,6 +54,8 @@ OPERATOR_ARGS = ("run", "--all-namespaces", "--standalone")
 CANARY_PATCH = '{"spec":{"traffic":[{"version":"v1","percent":50},{"version":"v2","percent":50}]}}'
 GATEWAY = "public"  # in NAMESPACE, accepting routes from every namespace; Traefik serves it on 127.0.0.1
 NODE_INFO = "node.json"  # written by the node process once the node and the gateway are ready
+S3_SECRET = "s3-reader"  # manifests/examples/s3.yaml's spec.storage.s3.secretName
+SAMPLE_PREFIX = "sample-cnn/v1"  # the sample model in the S3 server's bucket (manifests/examples/s3.yaml)
 NODE_START_TIMEOUT_S = 1200  # a cold image build takes minutes (scripts/images.sh), a cached start seconds
 
 
@@ -152,6 +158,7 @@ def serve_node(state_dir: Path) -> int:
     kube = Kubectl(kubeconfig_path(state_dir))
     node = start_real_node(kube, log=_print, plane=control_plane(state_dir, _print))
     traefik: Traefik | None = None
+    stores = contextlib.ExitStack()
     try:
         port = free_port()
         gateway = gateway_manifests(NAMESPACE, GATEWAY, port)
@@ -159,12 +166,14 @@ def serve_node(state_dir: Path) -> int:
         kube.apply(gateway)
         traefik = Traefik(kube, port, state_dir / "traefik.log")
         traefik.start(NAMESPACE, GATEWAY)
+        s3 = stores.enter_context(start_model_store(kube, state_dir / "s3"))
         info = {
             "gateway": f"127.0.0.1:{port}",
             "gateway_name": GATEWAY,
             "gateway_namespace": NAMESPACE,
             "shared": str(node.paths.shared),
             "runtime_image": node.images[0].name,
+            "s3": s3.url,
         }
         (state_dir / f"{NODE_INFO}.new").write_text(json.dumps(info))
         (state_dir / f"{NODE_INFO}.new").rename(state_dir / NODE_INFO)
@@ -174,10 +183,37 @@ def serve_node(state_dir: Path) -> int:
         return 0
     finally:
         (state_dir / NODE_INFO).unlink(missing_ok=True)
+        stores.close()
         if traefik is not None:
             traefik.stop()
         left = node.stop()
         print(f"real node stopped; left on the machine: {left or 'nothing'}", flush=True)
+
+
+@contextlib.contextmanager
+def start_model_store(kube: Kubectl, workdir: Path) -> Iterator[storage.S3Server]:
+    """SeaweedFS's S3 server on the node's address (pods reach it; nothing off this machine does), the sample model
+    in s3://models/sample-cnn/v1 and the Secret S3_SECRET with the read-only identity in NAMESPACE: what
+    manifests/examples/s3.yaml and docs/storage.md fetch from."""
+    from devtools.traffic import write_sample_model  # Paddle's exporter: in the node process only
+
+    with storage.seaweedfs(workdir, REAL_NODE_IP, storage.UP_S3_PORT) as s3:
+        write_sample_model(workdir / "sample-cnn")
+        size = s3.upload(workdir / "sample-cnn", storage.BUCKET, SAMPLE_PREFIX)
+        kube.apply(s3_secret(NAMESPACE, S3_SECRET, storage.READER))
+        _print(f"S3 (SeaweedFS) on {s3.url}: s3://{storage.BUCKET}/{SAMPLE_PREFIX} ({size:,} B); Secret {S3_SECRET}")
+        yield s3
+
+
+def s3_secret(namespace: str, name: str, credentials: Credentials) -> dict[str, Any]:
+    """The Secret spec.storage.s3.secretName names: the keys the fetch-model init container reads."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "stringData": {"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key},
+    }
 
 
 def spawn_detached(state_dir: Path, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -316,7 +352,8 @@ def pods_note(state_dir: Path) -> str:
     gateway = f"{info['gateway_namespace']}/{info['gateway_name']}"
     return f"""A real node runs too (containerd, kubelet, kube-proxy; pods on 10.244.0.0/24): pods that select the label
 skiff.dev/real-node and tolerate its taint run there, with the runtime image {info["runtime_image"]}
-(`make demo` does it). Traefik serves the Gateway {gateway} on {info["gateway"]}."""
+(`make demo` does it). Traefik serves the Gateway {gateway} on {info["gateway"]}. SeaweedFS serves S3 on
+{info["s3"]} (bucket models, the sample model at sample-cnn/v1, Secret {S3_SECRET}): docs/storage.md."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,11 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from devtools.cluster import Kubectl
+from devtools.storage import serving_certificate
 
 # The operator's two HTTP clients: kopf's own (watches, its annotations, events) and kubernetes_asyncio's (kube.py).
 OPERATOR_USER_AGENTS = ("kopf/", "skiff-operator/", "OpenAPI-Generator/")
@@ -147,7 +144,7 @@ class AdmissionFaults:
         return response
 
     def __enter__(self) -> AdmissionFaults:
-        ca_pem, cert_pem, key_pem = _serving_certificate("127.0.0.1")
+        ca_pem, cert_pem, key_pem = serving_certificate("127.0.0.1")
         faults = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -213,42 +210,6 @@ class AdmissionFaults:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-
-
-def _serving_certificate(ip: str) -> tuple[bytes, bytes, bytes]:
-    """(CA certificate, server certificate for `ip`, server key), PEM."""
-    import ipaddress
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "skiff e2e faults CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ip)]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return ca.public_bytes(serialization.Encoding.PEM), cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
 def secret_values(kube: Kubectl, namespace: str) -> Iterator[tuple[str, bytes]]:
