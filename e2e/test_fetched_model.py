@@ -1,12 +1,14 @@
 """A model fetched from s3:// on a real API server with kwok's simulated pods: the Deployment the operator writes
 carries the fetch-model init container (admitted under Pod Security "restricted"), the credentials from the Secret
 in that container only, and an emptyDir for the model; the digest a pod's fetch reports (its termination message,
-set here as the kubelet would write it) reaches status.versions[] and is pinned into later pods; a failed fetch is
-ModelFetchFailed with its reason. The real fetch against real S3 and HTTPS servers: runtime/tests/fetch/."""
+set here as the kubelet would write it) reaches status.versions[] and is pinned for later pods in the model's digest
+ConfigMap, which the pod template reads from the start (so the Deployment does not roll to learn it); a failed fetch
+is ModelFetchFailed with its reason. The real fetch against real S3 and HTTPS servers: runtime/tests/fetch/."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from devtools.cluster import Kubectl, eventually
@@ -69,26 +71,33 @@ def test_an_s3_model_is_fetched_by_its_init_container_and_its_digest_reaches_sta
     version = eventually(digest_in_status, timeout=60, what="the fetched digest in status.versions[]")
     assert version["modelUri"] == "s3://models/sample-cnn/v1"
 
-    # Later pods must fetch the same content: the Deployment now passes the digest.
-    def pinned_args() -> list[str] | None:
-        current = kube.get("deployment", f"{name}-v1", "-n", namespace)
-        args: list[str] = current["spec"]["template"]["spec"]["initContainers"][0]["args"]
-        return args if "--expect-digest" in args else None
+    # Later pods must fetch the same content: the model's digest ConfigMap pins it, and the template stays as it was.
+    generation = deployment["metadata"]["generation"]
 
-    assert eventually(pinned_args, timeout=60, what="--expect-digest in the pod template")[-2:] == [
-        "--expect-digest", DIGEST,
-    ]  # fmt: skip
+    def pin() -> dict[str, Any] | None:
+        config_map = kube.get_or_none("configmap", f"{name}-model-digests", namespace)
+        data = (config_map or {}).get("data") or {}
+        return json.loads(data["v1"]) if "v1" in data else None
+
+    assert eventually(pin, timeout=60, what="the pin in the digest ConfigMap") == {
+        "uri": "s3://models/sample-cnn/v1", "digest": DIGEST,
+    }  # fmt: skip
+    assert init["env"][-1]["valueFrom"]["configMapKeyRef"] == {
+        "name": f"{name}-model-digests", "key": "v1", "optional": True,
+    }  # fmt: skip
+    time.sleep(3)  # a reconcile or two after the pin: the Deployment is not rewritten
+    current = kube.get("deployment", f"{name}-v1", "-n", namespace)
+    assert current["metadata"]["generation"] == generation
+    assert current["spec"]["template"] == deployment["spec"]["template"]
 
     # A pod whose fetch is refused (the object changed under the URI) is ModelFetchFailed, with its reason.
+    kube.run("delete", "pod", pod["metadata"]["name"], "-n", namespace, "--wait=false")
+
     def new_pod() -> dict[str, Any] | None:
-        pods = [
-            p
-            for p in _version_pods(kube, namespace, name)
-            if "--expect-digest" in p["spec"]["initContainers"][0]["args"]
-        ]
+        pods = [p for p in _version_pods(kube, namespace, name) if p["metadata"]["name"] != pod["metadata"]["name"]]
         return pods[0] if pods else None
 
-    refused = eventually(new_pod, timeout=60, what="a pod of the pinned template")
+    refused = eventually(new_pod, timeout=60, what="a new pod of the same template")
     failure = {"reason": "ChecksumMismatch", "message": "the model at this URI changed"}
     _report_fetch(kube, namespace, refused, {
         "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}},

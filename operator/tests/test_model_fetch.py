@@ -126,21 +126,27 @@ def plan_after(status: dict[str, Any], model: InferenceModel) -> Plan:
     return plan
 
 
-def init_args(plan: Plan) -> list[str]:
-    deployment = next(m for m in render_all(plan) if m["kind"] == "Deployment")
-    args: list[str] = deployment["spec"]["template"]["spec"]["initContainers"][0]["args"]
-    return args
+def rendered(plan: Plan, kind: str) -> dict[str, Any]:
+    return next(m for m in render_all(plan) if m["kind"] == kind)
+
+
+def pins(plan: Plan) -> dict[str, Any]:
+    data: dict[str, Any] = {k: json.loads(v) for k, v in rendered(plan, "ConfigMap")["data"].items()}
+    return data
 
 
 def test_once_status_holds_a_digest_new_pods_expect_it_until_the_uri_changes() -> None:
     status = status_of(fetched_model(), (fetched_pod(),), ready=1)
+    first = plan_after(status_of(fetched_model(), (), ready=0), fetched_model())
     pinned = plan_after(status, fetched_model())
-    assert init_args(pinned)[-2:] == ["--expect-digest", DIGEST]
+    assert pins(pinned) == {"v1": {"uri": "s3://models/bert/v1", "digest": DIGEST}}
+    # The pin lives in the ConfigMap: the pod template is the one the first pods ran (no roll to learn it).
+    assert rendered(pinned, "Deployment")["spec"]["template"] == rendered(first, "Deployment")["spec"]["template"]
     # The pods of the pinned plan are gone (scaled, evicted): status keeps the digest it holds.
     assert wire(summarize_status(pinned.running, ChildStates(), now=NOW))["versions"][0]["modelDigest"] == DIGEST
     moved = plan_after(status, fetched_model("s3://models/bert/v2"))
-    assert "--expect-digest" not in init_args(moved)
+    assert pins(moved) == {}
 
 
 def test_a_version_with_no_digest_yet_is_not_pinned() -> None:
-    assert "--expect-digest" not in init_args(plan_after(status_of(fetched_model(), (), ready=0), fetched_model()))
+    assert pins(plan_after(status_of(fetched_model(), (), ready=0), fetched_model())) == {}

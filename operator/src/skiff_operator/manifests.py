@@ -10,6 +10,7 @@ from skiff_operator.plan import Held, Plan
 from skiff_operator.render.backend_tls import render_backend_ca_config_map, render_backend_tls_policies
 from skiff_operator.render.deployment import render_deployment
 from skiff_operator.render.disruption_budget import render_disruption_budget
+from skiff_operator.render.fetch import render_digest_pins
 from skiff_operator.render.network_policy import render_network_policy
 from skiff_operator.render.route import ParentGateway, render_grpc_route
 from skiff_operator.render.service import render_model_service, render_version_service
@@ -26,7 +27,8 @@ LAST_KINDS = kinds_in_order(Order.LAST)
 
 
 def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
-    """The TLS step's Secrets or Certificate (SelfSigned: only those that must change), then per version its
+    """The TLS step's Secrets or Certificate (SelfSigned: only those that must change), the fetched versions'
+    digest ConfigMap (any version fetched), then per version its
     Deployment (unless its claim is missing: then whatever runs now stays), Service and PodDisruptionBudget (more
     than one replica), the CA ConfigMap and
     BackendTLSPolicies (Gateway mode with TLS), the model Service, the GRPCRoute (Gateway mode), and the
@@ -35,6 +37,9 @@ def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
         return render_tls(plan.model, plan.tls.writes) if plan.tls is not None else []
     running = plan.running
     manifests = render_tls(plan.model, plan.tls.writes)
+    pins = render_digest_pins(running)
+    if pins is not None:
+        manifests.append(pins)
     for version in running.spec.versions:
         manifests += [m for render in VERSION_RENDERERS if (m := render(plan, version)) is not None]
     manifests += render_backend_tls(plan.model, plan.routing)

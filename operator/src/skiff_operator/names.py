@@ -49,6 +49,11 @@ def backend_ca_config_map_name(model: str) -> str:
     return fit_name(model, "backend-ca")
 
 
+def model_digests_config_map_name(model: str) -> str:
+    """The ConfigMap pinning each fetched version's digest ({"uri", "digest"} under the version's name)."""
+    return fit_name(model, "model-digests")
+
+
 def selector_labels(model: str, version: str | None = None) -> dict[str, str]:
     """The labels a Service or Deployment selects pods by (stable for a Deployment's lifetime)."""
     labels = {MODEL_LABEL: fit_name(model)}

@@ -1,4 +1,5 @@
-"""render.fetch: a fetched version's init container, the emptyDir it fills, credentials only in the init container."""
+"""render.fetch: a fetched version's init container, the emptyDir it fills, credentials only in the init container,
+the digest pin read from the model's ConfigMap (the same pod template before and after the digest is known)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from skiff_operator.render.deployment import render_deployment
+from skiff_operator.render.fetch import render_digest_pins
 from skiff_operator.spec import FetchedUri, parse_inference_model
 
 Body = Callable[..., dict[str, Any]]
@@ -52,7 +54,7 @@ def test_an_s3_version_is_fetched_into_an_empty_dir_the_runtime_mounts_read_only
 def test_credentials_reach_the_init_container_only(make_body: Body) -> None:
     pod = pod_spec(s3_body(make_body))
     (init,) = pod["initContainers"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in init["env"]}
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in init["env"] if "secretKeyRef" in e["valueFrom"]}
     assert refs == {
         "AWS_ACCESS_KEY_ID": {"name": "s3-reader", "key": "AWS_ACCESS_KEY_ID"},
         "AWS_SECRET_ACCESS_KEY": {"name": "s3-reader", "key": "AWS_SECRET_ACCESS_KEY"},
@@ -70,15 +72,35 @@ def test_an_https_version_passes_its_sha256_and_no_s3_settings(make_body: Body) 
     (init,) = pod_spec(body)["initContainers"]
     assert init["args"] == ["--uri", "https://models.example/resnet.tgz", "--dest", "/var/lib/skiff/fetch/model",
                             "--sha256", sha]  # fmt: skip
-    assert "env" not in init
+    assert [e["name"] for e in init["env"]] == ["SKIFF_FETCH_PIN"]  # no credential
 
 
-def test_a_pinned_digest_is_expected_by_new_pods(make_body: Body) -> None:
+def test_the_pin_is_read_from_the_model_config_map_so_learning_it_changes_no_pod_template(make_body: Body) -> None:
     digest = "sha256:" + "1" * 64
-    (init,) = pod_spec(s3_body(make_body), pinned=digest)["initContainers"]
-    assert init["args"][-2:] == ["--expect-digest", digest]
-    (unpinned,) = pod_spec(s3_body(make_body))["initContainers"]
-    assert "--expect-digest" not in unpinned["args"]
+    pinned, unpinned = pod_spec(s3_body(make_body), pinned=digest), pod_spec(s3_body(make_body))
+    assert pinned == unpinned
+    (init,) = pinned["initContainers"]
+    assert init["env"][-1] == {"name": "SKIFF_FETCH_PIN", "valueFrom": {"configMapKeyRef": {
+        "name": "demo-model-digests", "key": "v1", "optional": True}}}  # fmt: skip
+    assert digest not in str(init)
+
+
+def test_the_digest_config_map_holds_the_pins_status_knows_and_a_pvc_model_has_none(make_body: Body) -> None:
+    digest = "sha256:" + "1" * 64
+    versions = [{"name": "v1", "modelUri": "s3://models/resnet/v1"}, {"name": "v2", "modelUri": "s3://models/resnet/v2"},
+                {"name": "v3", "modelUri": "pvc://models/resnet/v3"}]  # fmt: skip
+    traffic = [{"version": "v1", "percent": 100}]
+    model = parse_inference_model(make_body(versions=versions, storage=S3_STORAGE, traffic=traffic))
+    v1 = model.spec.versions[0]
+    assert isinstance(v1.model_uri, FetchedUri)
+    pinned = replace(v1, model_uri=replace(v1.model_uri, pinned_digest=digest))
+    model = replace(model, spec=replace(model.spec, versions=(pinned, *model.spec.versions[1:])))
+    config_map = render_digest_pins(model)
+    assert config_map is not None
+    assert config_map["metadata"]["name"] == "demo-model-digests"
+    assert config_map["metadata"]["ownerReferences"][0]["kind"] == "InferenceModel"
+    assert config_map["data"] == {"v1": f'{{"digest": "{digest}", "uri": "s3://models/resnet/v1"}}'}  # v2: not yet
+    assert render_digest_pins(parse_inference_model(make_body())) is None
 
 
 def test_a_pvc_version_has_no_init_container(make_body: Body) -> None:

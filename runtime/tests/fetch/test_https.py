@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from runtime.tests.fetch.servers import Files, https_server, make_tls
 
-from skiff_runtime.fetch.__main__ import main
+from skiff_runtime.fetch.__main__ import PIN_ENV, main
 from skiff_runtime.fetch.delivery import fetch_model
 from skiff_runtime.fetch.digest import directory_digest
 from skiff_runtime.fetch.source import FetchError, FetchReason, Limits, parse_source
@@ -149,3 +149,30 @@ def test_the_cli_refuses_content_other_than_the_expected_digest(
     assert refused["reason"] == "ChecksumMismatch"
     assert digest in refused["message"]
     assert not (tmp_path / "changed").exists()
+
+
+def test_the_pin_from_the_environment_binds_only_the_uri_it_names(
+    served: tuple[str, Files, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, _, ca = served
+    uri = f"{url}/v1.tar.gz"
+    log = tmp_path / "termination-log"
+    args = ["--uri", uri, "--ca-file", str(ca), "--termination-log", str(log)]
+    assert main([*args, "--dest", str(tmp_path / "first")]) == 0
+    digest = json.loads(log.read_text())["digest"]
+    other = "sha256:" + "0" * 64
+    monkeypatch.setenv(PIN_ENV, json.dumps({"uri": uri, "digest": digest}))
+    assert main([*args, "--dest", str(tmp_path / "same")]) == 0
+    monkeypatch.setenv(PIN_ENV, json.dumps({"uri": uri, "digest": other}))
+    assert main([*args, "--dest", str(tmp_path / "changed")]) == 1
+    assert json.loads(log.read_text())["reason"] == "ChecksumMismatch"
+    assert not (tmp_path / "changed").exists()
+    # A pin of the version's previous URI does not bind its new one; an unreadable pin never lets a model through.
+    monkeypatch.setenv(PIN_ENV, json.dumps({"uri": f"{url}/v0.tar.gz", "digest": other}))
+    assert main([*args, "--dest", str(tmp_path / "moved")]) == 0
+    monkeypatch.setenv(PIN_ENV, "not json")
+    assert main([*args, "--dest", str(tmp_path / "garbled")]) == 1
+    refused = json.loads(log.read_text())
+    assert refused["reason"] == "ChecksumMismatch"
+    assert PIN_ENV in refused["message"]
+    assert not (tmp_path / "garbled").exists()

@@ -1,11 +1,15 @@
 """Renders what a fetched version (modelUri s3:// or https://) adds to its pod: the fetch-model init container, the
-emptyDir it fills and the runtime mounts read-only, and the CA bundle volume; nothing for a pvc:// version."""
+emptyDir it fills and the runtime mounts read-only, and the CA bundle volume; nothing for a pvc:// version. And the
+model's digest ConfigMap, which pins what each version's first fetch loaded for its later pods."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from skiff_operator import contract
+from skiff_operator import contract, names
+from skiff_operator.kinds import CONFIG_MAP
+from skiff_operator.render.common import render_metadata
 from skiff_operator.spec import FetchedUri, FetchScheme, InferenceModel, ModelUri, Version
 
 # The init container's bounds: it streams to disk, so a little CPU and memory do (the fetch bounds bytes and time).
@@ -38,8 +42,7 @@ def render_fetch_init_containers(
         "securityContext": security,
     }
     env = _credential_env(model) if fetched.scheme is FetchScheme.S3 else []
-    if env:
-        container["env"] = env
+    container["env"] = [*env, _pin_env(model, version)]
     return [container]
 
 
@@ -55,9 +58,34 @@ def fetch_args(model: InferenceModel, fetched: FetchedUri) -> list[str]:
         args += ["--s3-region", storage.s3.region]
     if storage.ca_config_map_name is not None:
         args += ["--ca-file", f"{contract.STORAGE_CA_DIR}/{contract.STORAGE_CA_KEY}"]
-    if fetched.pinned_digest is not None:
-        args += ["--expect-digest", fetched.pinned_digest]
     return args
+
+
+def _pin_env(model: InferenceModel, version: Version) -> dict[str, Any]:
+    """The version's digest pin from the model's digest ConfigMap, read when the container starts: optional, since
+    the first pods start before any digest is known."""
+    ref = {"name": names.model_digests_config_map_name(model.ref.name), "key": version.name, "optional": True}
+    return {"name": contract.ENV_FETCH_PIN, "valueFrom": {"configMapKeyRef": ref}}
+
+
+def render_digest_pins(model: InferenceModel) -> dict[str, Any] | None:
+    """The model's digest ConfigMap: for each fetched version whose digest status holds for its current URI,
+    {"uri", "digest"} under the version's name (the fetch step refuses other content, and ignores a pin of another
+    URI). None when no version is fetched."""
+    fetched = [v for v in model.spec.versions if v.fetched is not None]
+    if not fetched:
+        return None
+    data = {
+        v.name: json.dumps({"uri": v.fetched.uri, "digest": v.fetched.pinned_digest}, sort_keys=True)
+        for v in fetched
+        if v.fetched is not None and v.fetched.pinned_digest is not None
+    }
+    return {
+        "apiVersion": CONFIG_MAP.api_version,
+        "kind": CONFIG_MAP.kind,
+        "metadata": render_metadata(model, names.model_digests_config_map_name(model.ref.name), None),
+        "data": data,
+    }
 
 
 def _credential_env(model: InferenceModel) -> list[dict[str, Any]]:

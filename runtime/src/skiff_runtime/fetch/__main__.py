@@ -3,8 +3,9 @@ starts. Credentials come from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACC
 Secret the InferenceModel names), never from arguments. On failure it writes `{"reason", "message"}` to the
 termination log (the operator reads it into status as ModelFetchFailed) and exits 1; bad arguments exit 2. On
 success it writes the result (`{"uri", "digest", "files", "bytes", "reused"}`) there too: the operator reports the
-digest in status, and passes it back as --expect-digest to later pods so that a changed object at the same URI is
-refused (ChecksumMismatch) rather than served."""
+digest in status and pins it, for later pods, in a ConfigMap they read as SKIFF_FETCH_PIN (`{"uri", "digest"}`:
+it binds only the URI it names), so that a changed object at the same URI is refused (ChecksumMismatch) rather than
+served, and the pod template never changes to carry it. --expect-digest pins by hand."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from skiff_runtime.fetch.sigv4 import Credentials
 from skiff_runtime.fetch.source import FetchError, FetchReason, Limits, S3Source, parse_source
 from skiff_runtime.fetch.transfer import S3Endpoint, Transport
 
+PIN_ENV = "SKIFF_FETCH_PIN"  # the operator's digest pin ConfigMap's key for this version, {"uri", "digest"}
+
 
 def _parser() -> argparse.ArgumentParser:
     env = os.environ.get
@@ -35,8 +38,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-bytes", type=int, default=int(env("SKIFF_FETCH_MAX_BYTES", str(Limits.max_bytes))))
     p.add_argument("--timeout", type=float, default=float(env("SKIFF_FETCH_TIMEOUT", str(Limits.deadline_seconds))))
     p.add_argument("--expect-digest", default=None, help="refuse a model whose content digest differs (sha256:...)")
+    p.add_argument("--pin", default=env(PIN_ENV) or None, help=f'{{"uri", "digest"}} (${PIN_ENV}): --expect-digest '
+                   "for that URI only")  # fmt: skip
     p.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))
     return p
+
+
+def pinned_digest(pin: str | None, uri: str) -> str | None:
+    """The digest `pin` (`{"uri", "digest"}`, JSON) holds for `uri`; None without a pin or for a pin of another URI
+    (the version moved to a new one). A pin that cannot be read refuses the fetch: it never passes unverified."""
+    if pin is None:
+        return None
+    try:
+        held = json.loads(pin)
+    except ValueError:
+        held = None
+    if (
+        not isinstance(held, dict)
+        or not isinstance(held.get("uri"), str)
+        or not str(held.get("digest")).startswith("sha256:")
+    ):
+        raise FetchError(
+            FetchReason.CHECKSUM_MISMATCH,
+            f'the digest pin ${PIN_ENV} is not {{"uri", "digest": "sha256:..."}}, so the model cannot be '
+            "verified: delete the version's key from the model's digest ConfigMap (the operator writes it again)",
+        )
+    return str(held["digest"]) if held["uri"] == uri else None
 
 
 def _credentials() -> Credentials | None:
@@ -55,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         source = parse_source(args.uri, args.sha256)
+        expected = args.expect_digest or pinned_digest(args.pin, args.uri)
         endpoint = None
         if isinstance(source, S3Source):
             url = args.s3_endpoint or f"https://s3.{args.s3_region}.amazonaws.com"
@@ -68,11 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             endpoint=endpoint,
             log=log,
         )
-        if args.expect_digest is not None and result.digest != args.expect_digest:
+        if expected is not None and result.digest != expected:
             shutil.rmtree(args.dest, ignore_errors=True)  # never leave it for the runtime, nor for a retry to reuse
             raise FetchError(
                 FetchReason.CHECKSUM_MISMATCH,
-                f"the model at this URI changed: its digest is {result.digest}, the version runs {args.expect_digest}; "
+                f"the model at this URI changed: its digest is {result.digest}, the version runs {expected}; "
                 "publish the new model at a new URI and point the version (or a new one) at it",
             )
     except FetchError as error:
