@@ -132,8 +132,7 @@ are exactly what it calls; e2e/test_install.py runs the operator with only these
   resources: [poddisruptionbudgets]
   verbs: [get, list, create, patch, delete]
 # Per-request traffic splits between versions; with TLS, how the gateway verifies the pods (a BackendTLSPolicy per
-# version Service, and a ConfigMap with only the CA certificate it references); fetched models: the ConfigMap that
-# pins each version's digest for its later pods.
+# version Service, and a ConfigMap with only the CA certificate it references).
 - apiGroups: [gateway.networking.k8s.io]
   resources: [grpcroutes, backendtlspolicies]
   verbs: [get, list, create, patch, delete]
