@@ -1,0 +1,337 @@
+"""Fetched models on the real node (devtools/node/), fetched by the runtime image's own init step from real servers
+bound to the node's address: SeaweedFS's S3 (devtools/storage.py) and an HTTPS server with a private CA
+(spec.storage.caConfigMapName). The sample model from s3:// and from https:// answers exactly what the same model
+answers from pvc://, and status names the digest of its files; a wrong checksum, a missing object and a Secret with
+a wrong key each give ModelFetchFailed with the reason and no pod serving; no credential reaches a log, an event or
+status. The digest a version learned pins it without a roll: a changed object at the same URI fails the version's
+next pod loudly while the first keeps serving. And start-up is measured (`kubectl apply` -> first answer) for a
+~100 MB model from s3:// cold beside pvc://, and for the second pod of the same version (docs/storage.md).
+
+The tests share one namespace, one operator, the stores and the models (applied together, so their pods start
+while the first test waits) and run in file order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as triton
+from devtools import storage
+from devtools.cluster import Kubectl, eventually
+from devtools.images import Images
+from devtools.models import real_model
+from devtools.node.config import NETWORK
+from devtools.node.real_node import RealNode
+from devtools.traffic import INPUT, write_sample_model
+
+from e2e.harness import OperatorProcess, condition, wait_model_ready
+from e2e.real_models import create_real_namespace, delete_real_namespace, write_large_model
+from skiff_operator import contract
+from skiff_runtime.fetch.digest import directory_digest
+from skiff_runtime.fetch.sigv4 import Credentials, object_path
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+PVC, S3, HTTPS = "fetch-pvc", "fetch-s3", "fetch-https"
+BAD_SUM, MISSING, DENIED = "fetch-bad-sum", "fetch-missing", "fetch-denied"
+LARGE_S3, LARGE_PVC = "large-s3", "large-pvc"
+WRONG = Credentials(storage.READER.access_key, "wrong-secret-key-never-shown-0123")
+LARGE_MB = 100
+
+
+@dataclass(frozen=True)
+class Stores:
+    namespace: str
+    models: Path  # the claim "models" on the node
+    sample: Path
+    s3: storage.S3Server
+    https: str  # base URL
+    image: str
+    operator: OperatorProcess
+
+
+def s3_storage(s3: storage.S3Server, secret: str) -> dict[str, Any]:
+    return {"s3": {"endpoint": s3.url, "region": storage.REGION, "secretName": secret}}
+
+
+def fetched_model(stores: Stores, name: str, uri: str, storage_spec: dict[str, Any], **version: Any) -> dict[str, Any]:
+    body = real_model(stores.namespace, name, uri, stores.image)
+    body["spec"]["versions"][0].update(version)
+    body["spec"]["storage"] = storage_spec
+    body["spec"]["resources"]["cpu"] = "400m"
+    return body
+
+
+def s3_secret(namespace: str, name: str, credentials: Credentials) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "stringData": {"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key},
+    }
+
+
+def tarball(directory: Path, target: Path) -> str:
+    """`directory`'s files as a .tar.gz (paths relative to it); its sha256."""
+    with tarfile.open(target, "w:gz") as archive:
+        for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+            archive.add(path, arcname=path.relative_to(directory).as_posix())
+    return hashlib.sha256(target.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def stores(
+    real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stores]:
+    if storage.weed_binary() is None:
+        pytest.fail(storage.WEED_HINT, pytrace=False)
+    if not real_node.running:  # make demo's test stops the session's node (one node per machine)
+        real_node.start()
+    namespace = f"e2e-real-fetch-{uuid.uuid4().hex[:6]}"
+    models = create_real_namespace(kube, real_node, namespace)
+    scratch = tmp_path_factory.mktemp("real-fetch")
+    sample = models / "sample-cnn" / "v1"
+    write_sample_model(sample)
+    address = NETWORK.node_ip  # the node's own address: its pods reach it, nothing off this machine does
+    ca, cert, key = storage.serving_certificate(address)
+    for name, data in (("ca.crt", ca), ("cert.pem", cert), ("key.pem", key)):
+        (scratch / name).write_bytes(data)
+    (scratch / "files").mkdir()
+    sha256 = tarball(sample, scratch / "files" / "sample-cnn-v1.tar.gz")
+    operator = OperatorProcess(kube, namespace, scratch / "operator.log")
+    with (
+        storage.seaweedfs(scratch / "weed", address) as s3,
+        storage.https_files(scratch / "files", address, scratch / "cert.pem", scratch / "key.pem") as https,
+    ):
+        s3.upload(sample, storage.BUCKET, "sample-cnn/v1")
+        kube.apply([s3_secret(namespace, "s3-reader", storage.READER), s3_secret(namespace, "s3-wrong", WRONG)])
+        kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "storage-ca", "namespace": namespace},
+                    "data": {"ca.crt": ca.decode()}})  # fmt: skip
+        operator.start()
+        stores = Stores(namespace, models, sample, s3, https, Images.from_script().runtime, operator)
+        reader, wrong, ca_only = s3_storage(s3, "s3-reader"), s3_storage(s3, "s3-wrong"), {"caConfigMapName": "storage-ca"}
+        served = [
+            real_model(namespace, PVC, "pvc://models/sample-cnn/v1", stores.image),
+            fetched_model(stores, S3, "s3://models/sample-cnn/v1", reader),
+            fetched_model(stores, HTTPS, f"{https}/sample-cnn-v1.tar.gz", ca_only, sha256=sha256),
+        ]
+        served[0]["spec"]["resources"]["cpu"] = "400m"
+        failing = [
+            fetched_model(stores, BAD_SUM, f"{https}/sample-cnn-v1.tar.gz", ca_only, sha256="0" * 64),
+            fetched_model(stores, MISSING, "s3://models/nothing-here/v1", reader),
+            fetched_model(stores, DENIED, "s3://models/sample-cnn/v1", wrong),
+        ]
+        for body in failing:  # they never serve: the init container's 250m is what the node reserves for them
+            body["spec"]["resources"] = {"cpu": "100m", "memory": "512Mi"}
+        kube.apply([*served, *failing])
+        try:
+            yield stores
+        finally:
+            operator.stop()
+            print(f"---- operator log ----\n{operator.log()[-20000:]}")
+            for model in (S3, HTTPS, BAD_SUM, MISSING, DENIED, LARGE_S3):
+                print(f"---- {model} fetch log ----\n{real_node.container_log(namespace, f'{model}-*', 'fetch-model')}")
+            delete_real_namespace(kube, namespace)
+
+
+def pods(kube: Kubectl, namespace: str, model: str) -> list[dict[str, Any]]:
+    found = kube.items("pods", namespace, f"skiff.dev/model={model}")
+    return [p for p in found if not p["metadata"].get("deletionTimestamp")]
+
+
+def infer(target: str, model: str) -> np.ndarray | None:
+    """The model's output for INPUT from the pod at host:port `target`; None until it answers."""
+    client = triton.InferenceServerClient(target)
+    request = triton.InferInput("image", list(INPUT.shape), "FP32")
+    request.set_data_from_numpy(INPUT)
+    try:
+        result = client.infer(model, [request], client_timeout=10)
+    except triton.InferenceServerException:
+        return None
+    finally:
+        client.close()
+    (name,) = (out["name"] for out in result.get_response(as_json=True)["outputs"])
+    answer: np.ndarray = result.as_numpy(name)
+    return answer
+
+
+def pod_answer(kube: Kubectl, namespace: str, model: str, pod: dict[str, Any] | None = None) -> np.ndarray:
+    pod = pod or pods(kube, namespace, model)[0]
+    target = f"{pod['status']['podIP']}:{contract.GRPC_PORT}"
+    return eventually(lambda: infer(target, model), timeout=30, what=f"an answer from {model} at {target}")
+
+
+def status_version(kube: Kubectl, namespace: str, model: str) -> dict[str, Any]:
+    versions = (kube.get("inferencemodel", model, "-n", namespace).get("status") or {}).get("versions") or [{}]
+    found: dict[str, Any] = versions[0]
+    return found
+
+
+def test_the_same_model_from_s3_and_https_answers_exactly_as_from_the_pvc(stores: Stores, kube: Kubectl) -> None:
+    for model in (PVC, S3, HTTPS):
+        wait_model_ready(kube, stores.namespace, model, timeout_s=420)
+    expected = pod_answer(kube, stores.namespace, PVC)
+    for model in (S3, HTTPS):
+        np.testing.assert_array_equal(pod_answer(kube, stores.namespace, model), expected)
+    # Status names what was loaded, by content: the same files from either store have the pvc directory's digest.
+    digest = directory_digest(stores.sample)
+    assert status_version(kube, stores.namespace, S3)["modelDigest"] == digest
+    assert status_version(kube, stores.namespace, S3)["modelUri"] == "s3://models/sample-cnn/v1"
+    assert status_version(kube, stores.namespace, HTTPS)["modelDigest"] == digest
+    assert "modelDigest" not in status_version(kube, stores.namespace, PVC)
+    (pod,) = pods(kube, stores.namespace, S3)
+    (init,) = pod["status"]["initContainerStatuses"]
+    assert init["state"]["terminated"]["exitCode"] == 0
+    assert json.loads(init["state"]["terminated"]["message"])["digest"] == digest
+
+
+@pytest.mark.parametrize(
+    ("model", "reason", "says"),
+    [
+        (BAD_SUM, "ChecksumMismatch", "sha256"),
+        (MISSING, "NotFound", "s3://models/nothing-here/v1"),
+        (DENIED, "AccessDenied", "credentials"),
+    ],
+)
+def test_a_failed_fetch_is_model_fetch_failed_with_its_reason_and_no_pod_serves(
+    stores: Stores, kube: Kubectl, model: str, reason: str, says: str
+) -> None:
+    def failed() -> dict[str, Any] | None:
+        body = kube.get("inferencemodel", model, "-n", stores.namespace)
+        if not (body.get("status") or {}).get("conditions"):
+            return None
+        ready = condition(body, "Ready")
+        return ready if ready.get("reason") == "ModelFetchFailed" else None
+
+    ready = eventually(failed, timeout=300, interval=1, what=f"{model} Ready=False ModelFetchFailed")
+    assert ready["status"] == "False"
+    assert f"({reason})" in ready["message"], ready
+    assert says in ready["message"], ready
+    assert "modelDigest" not in status_version(kube, stores.namespace, model)
+    for pod in pods(kube, stores.namespace, model):
+        (runtime,) = pod["status"]["containerStatuses"]
+        assert runtime["ready"] is False
+        assert "running" not in runtime["state"], runtime  # the runtime never started on a model it did not get
+        (init,) = pod["status"]["initContainerStatuses"]
+        assert init["restartCount"] >= 0 and "running" not in init["state"] or init["restartCount"] >= 1
+
+
+def test_no_credential_reaches_a_log_an_event_or_status(stores: Stores, kube: Kubectl, real_node: RealNode) -> None:
+    for model in (S3, DENIED):  # the fetches with credentials have run (and the denied one has failed)
+        eventually(
+            lambda m=model: pods(kube, stores.namespace, m)[0]["status"].get("initContainerStatuses", [{}])[0].get(
+                "lastState", {}).get("terminated") or pods(kube, stores.namespace, m)[0]["status"].get(
+                "initContainerStatuses", [{}])[0].get("state", {}).get("terminated"),
+            timeout=300, what=f"{model}'s fetch to have run",
+        )  # fmt: skip
+    logs = {
+        "operator log": stores.operator.log(),
+        "kubelet log": (real_node.paths.logs / "kubelet.log").read_text(errors="replace"),
+        "containerd log": (real_node.paths.logs / "containerd.log").read_text(errors="replace"),
+    }
+    for path in real_node.paths.pod_logs.glob(f"{stores.namespace}_*/*/*.log"):
+        logs[f"container log {path.relative_to(real_node.paths.pod_logs)}"] = path.read_text(errors="replace")
+    assert any("fetch-model" in name for name in logs), sorted(logs)
+    assert any("fetch:" in text for text in logs.values())  # the fetch step's own log lines are read here
+    events = json.dumps(kube.get("events", "-n", stores.namespace))
+    statuses = {m: json.dumps(kube.get("inferencemodel", m, "-n", stores.namespace)) for m in (S3, DENIED, MISSING)}
+    for secret in (storage.READER.secret_key, WRONG.secret_key):
+        for name, text in {**logs, "events": events, **statuses}.items():
+            assert secret not in text, f"a secret key in the {name}"
+    assert "ModelFetchFailed" in events  # the events were read, and say what failed
+
+
+def first_answer_after_apply(kube: Kubectl, stores: Stores, body: dict[str, Any]) -> float:
+    """Seconds from `kubectl apply` of `body` to the first answer from its pod."""
+    name = body["metadata"]["name"]
+    started = time.monotonic()
+    kube.apply(body)
+    answered_pod(kube, stores.namespace, name, known=set())
+    return time.monotonic() - started
+
+
+def answered_pod(kube: Kubectl, namespace: str, model: str, known: set[str]) -> str:
+    """Waits for a pod of `model` not in `known` to answer INPUT; its name."""
+
+    def answered() -> str | None:
+        for pod in pods(kube, namespace, model):
+            ip = pod.get("status", {}).get("podIP")
+            if pod["metadata"]["name"] not in known and ip and infer(f"{ip}:{contract.GRPC_PORT}", model) is not None:
+                return str(pod["metadata"]["name"])
+        return None
+
+    return eventually(answered, timeout=600, interval=0.2, what=f"a new pod of {model} to answer")
+
+
+def test_start_up_of_a_100_mb_model_from_s3_beside_pvc(stores: Stores, kube: Kubectl) -> None:
+    for model in (BAD_SUM, MISSING, DENIED, PVC, HTTPS):  # room on the 2-core node
+        kube.run("delete", "inferencemodel", model, "-n", stores.namespace, "--wait=true", "--timeout=120s")
+    large = stores.models / "large" / "v1"
+    size = write_large_model(large, LARGE_MB)
+    stores.s3.upload(large, storage.BUCKET, "large/v1")
+    from_s3 = fetched_model(stores, LARGE_S3, "s3://models/large/v1", s3_storage(stores.s3, "s3-reader"))
+    from_pvc = real_model(stores.namespace, LARGE_PVC, "pvc://models/large/v1", stores.image)
+    from_pvc["spec"]["resources"]["cpu"] = "400m"
+    cold_s3 = first_answer_after_apply(kube, stores, from_s3)
+    pvc = first_answer_after_apply(kube, stores, from_pvc)
+    np.testing.assert_array_equal(pod_answer(kube, stores.namespace, LARGE_S3), pod_answer(kube, stores.namespace, LARGE_PVC))
+    # The second pod of the same version (a scale-up), on the same node: it fetches again (no node cache yet).
+    (first,) = pods(kube, stores.namespace, LARGE_S3)
+    started = time.monotonic()
+    kube.run("patch", "inferencemodel", LARGE_S3, "-n", stores.namespace, "--type=json",
+             "-p", '[{"op": "replace", "path": "/spec/versions/0/replicas", "value": 2}]')  # fmt: skip
+    answered_pod(kube, stores.namespace, LARGE_S3, known={first["metadata"]["name"]})
+    second = time.monotonic() - started
+    print(f"START-UP {size / 1e6:.0f} MB model, kubectl apply -> first answer: s3:// cold {cold_s3:.1f}s, "
+          f"pvc:// {pvc:.1f}s; second pod of the s3:// version (scale 1 -> 2) -> its first answer {second:.1f}s")  # fmt: skip
+    assert cold_s3 < 600 and pvc < 600 and second < 600
+    for model in (LARGE_S3, LARGE_PVC):
+        kube.run("delete", "inferencemodel", model, "-n", stores.namespace, "--wait=true", "--timeout=120s")
+
+
+def test_the_learned_digest_pins_without_a_roll_and_a_changed_object_fails_the_next_pod(
+    stores: Stores, kube: Kubectl
+) -> None:
+    wait_model_ready(kube, stores.namespace, S3, timeout_s=240)
+    digest = directory_digest(stores.sample)
+    config_map = eventually(
+        lambda: (kube.get_or_none("configmap", f"{S3}-model-digests", stores.namespace) or {}).get("data"),
+        timeout=60, what="the digest ConfigMap's pin",
+    )  # fmt: skip
+    assert json.loads(config_map["v1"]) == {"uri": "s3://models/sample-cnn/v1", "digest": digest}
+    deployment = kube.get("deployment", f"{S3}-v1", "-n", stores.namespace)
+    assert deployment["metadata"]["generation"] == 1  # learning the digest did not change the pod template
+    (serving,) = pods(kube, stores.namespace, S3)
+    expected = pod_answer(kube, stores.namespace, S3, serving)
+
+    # The object under the same URI changes; the version's next pod must not serve it.
+    params = next(p for p in stores.sample.iterdir() if p.suffix == ".pdiparams")
+    changed = bytearray(params.read_bytes())
+    changed[-1] ^= 0xFF
+    assert stores.s3.put(object_path(storage.BUCKET, f"sample-cnn/v1/{params.name}"), bytes(changed)) == 200
+    kube.run("patch", "inferencemodel", S3, "-n", stores.namespace, "--type=json",
+             "-p", '[{"op": "replace", "path": "/spec/versions/0/replicas", "value": 2}]')  # fmt: skip
+
+    def refused() -> dict[str, Any] | None:
+        body = kube.get("inferencemodel", S3, "-n", stores.namespace)
+        degraded = condition(body, "Degraded") if (body.get("status") or {}).get("conditions") else {}
+        return degraded if degraded.get("reason") == "ModelFetchFailed" else None
+
+    degraded = eventually(refused, timeout=300, interval=1, what=f"{S3} Degraded=True ModelFetchFailed")
+    assert "(ChecksumMismatch)" in degraded["message"] and "changed" in degraded["message"], degraded
+    new = [p for p in pods(kube, stores.namespace, S3) if p["metadata"]["name"] != serving["metadata"]["name"]]
+    assert new and all(not s["ready"] for p in new for s in p["status"].get("containerStatuses", [])), new
+    # The first pod still serves what it loaded, and status still names that.
+    np.testing.assert_array_equal(pod_answer(kube, stores.namespace, S3, serving), expected)
+    assert status_version(kube, stores.namespace, S3)["modelDigest"] == digest
+    assert kube.get("deployment", f"{S3}-v1", "-n", stores.namespace)["metadata"]["generation"] == 2  # replicas only
