@@ -119,7 +119,11 @@ def stores(
                     "data": {"ca.crt": ca.decode()}})  # fmt: skip
         operator.start()
         stores = Stores(namespace, models, sample, s3, https, Images.from_script().runtime, operator)
-        reader, wrong, ca_only = s3_storage(s3, "s3-reader"), s3_storage(s3, "s3-wrong"), {"caConfigMapName": "storage-ca"}
+        reader, wrong, ca_only = (
+            s3_storage(s3, "s3-reader"),
+            s3_storage(s3, "s3-wrong"),
+            {"caConfigMapName": "storage-ca"},
+        )
         served = [
             real_model(namespace, PVC, "pvc://models/sample-cnn/v1", stores.image),
             fetched_model(stores, S3, "s3://models/sample-cnn/v1", reader),
@@ -171,6 +175,15 @@ def pod_answer(kube: Kubectl, namespace: str, model: str, pod: dict[str, Any] | 
     return eventually(lambda: infer(target, model), timeout=30, what=f"an answer from {model} at {target}")
 
 
+def fetch_exit_code(pod: dict[str, Any]) -> int | None:
+    """The exit code of the pod's fetch-model init container's last run (None: it has not finished one)."""
+    for status in pod.get("status", {}).get("initContainerStatuses", []):
+        for state in (status.get("state", {}), status.get("lastState", {})):
+            if "terminated" in state:
+                return int(state["terminated"]["exitCode"])
+    return None
+
+
 def status_version(kube: Kubectl, namespace: str, model: str) -> dict[str, Any]:
     versions = (kube.get("inferencemodel", model, "-n", namespace).get("status") or {}).get("versions") or [{}]
     found: dict[str, Any] = versions[0]
@@ -200,7 +213,7 @@ def test_the_same_model_from_s3_and_https_answers_exactly_as_from_the_pvc(stores
     [
         (BAD_SUM, "ChecksumMismatch", "sha256"),
         (MISSING, "NotFound", "s3://models/nothing-here/v1"),
-        (DENIED, "AccessDenied", "credentials"),
+        (DENIED, "AccessDenied", "check the keys in spec.storage.s3.secretName"),
     ],
 )
 def test_a_failed_fetch_is_model_fetch_failed_with_its_reason_and_no_pod_serves(
@@ -218,22 +231,20 @@ def test_a_failed_fetch_is_model_fetch_failed_with_its_reason_and_no_pod_serves(
     assert f"({reason})" in ready["message"], ready
     assert says in ready["message"], ready
     assert "modelDigest" not in status_version(kube, stores.namespace, model)
-    for pod in pods(kube, stores.namespace, model):
-        (runtime,) = pod["status"]["containerStatuses"]
-        assert runtime["ready"] is False
-        assert "running" not in runtime["state"], runtime  # the runtime never started on a model it did not get
-        (init,) = pod["status"]["initContainerStatuses"]
-        assert init["restartCount"] >= 0 and "running" not in init["state"] or init["restartCount"] >= 1
+    (pod,) = pods(kube, stores.namespace, model)
+    (runtime,) = pod["status"]["containerStatuses"]
+    assert runtime["ready"] is False
+    assert "running" not in runtime["state"], runtime  # the runtime never started on a model it did not get
+    assert fetch_exit_code(pod) == 1
 
 
 def test_no_credential_reaches_a_log_an_event_or_status(stores: Stores, kube: Kubectl, real_node: RealNode) -> None:
     for model in (S3, DENIED):  # the fetches with credentials have run (and the denied one has failed)
-        eventually(
-            lambda m=model: pods(kube, stores.namespace, m)[0]["status"].get("initContainerStatuses", [{}])[0].get(
-                "lastState", {}).get("terminated") or pods(kube, stores.namespace, m)[0]["status"].get(
-                "initContainerStatuses", [{}])[0].get("state", {}).get("terminated"),
-            timeout=300, what=f"{model}'s fetch to have run",
-        )  # fmt: skip
+
+        def fetched(model: str = model) -> bool:
+            return fetch_exit_code(pods(kube, stores.namespace, model)[0]) is not None
+
+        eventually(fetched, timeout=300, what=f"{model}'s fetch to have run")
     logs = {
         "operator log": stores.operator.log(),
         "kubelet log": (real_node.paths.logs / "kubelet.log").read_text(errors="replace"),
@@ -284,7 +295,9 @@ def test_start_up_of_a_100_mb_model_from_s3_beside_pvc(stores: Stores, kube: Kub
     from_pvc["spec"]["resources"]["cpu"] = "400m"
     cold_s3 = first_answer_after_apply(kube, stores, from_s3)
     pvc = first_answer_after_apply(kube, stores, from_pvc)
-    np.testing.assert_array_equal(pod_answer(kube, stores.namespace, LARGE_S3), pod_answer(kube, stores.namespace, LARGE_PVC))
+    np.testing.assert_array_equal(
+        pod_answer(kube, stores.namespace, LARGE_S3), pod_answer(kube, stores.namespace, LARGE_PVC)
+    )
     # The second pod of the same version (a scale-up), on the same node: it fetches again (no node cache yet).
     (first,) = pods(kube, stores.namespace, LARGE_S3)
     started = time.monotonic()
@@ -293,8 +306,8 @@ def test_start_up_of_a_100_mb_model_from_s3_beside_pvc(stores: Stores, kube: Kub
     answered_pod(kube, stores.namespace, LARGE_S3, known={first["metadata"]["name"]})
     second = time.monotonic() - started
     print(f"START-UP {size / 1e6:.0f} MB model, kubectl apply -> first answer: s3:// cold {cold_s3:.1f}s, "
-          f"pvc:// {pvc:.1f}s; second pod of the s3:// version (scale 1 -> 2) -> its first answer {second:.1f}s")  # fmt: skip
-    assert cold_s3 < 600 and pvc < 600 and second < 600
+          f"pvc:// {pvc:.1f}s; the s3:// version's second pod (scale 1 -> 2) -> its answer {second:.1f}s")  # fmt: skip
+    assert max(cold_s3, pvc, second) < 600
     for model in (LARGE_S3, LARGE_PVC):
         kube.run("delete", "inferencemodel", model, "-n", stores.namespace, "--wait=true", "--timeout=120s")
 
@@ -309,9 +322,10 @@ def test_the_learned_digest_pins_without_a_roll_and_a_changed_object_fails_the_n
         timeout=60, what="the digest ConfigMap's pin",
     )  # fmt: skip
     assert json.loads(config_map["v1"]) == {"uri": "s3://models/sample-cnn/v1", "digest": digest}
-    deployment = kube.get("deployment", f"{S3}-v1", "-n", stores.namespace)
-    assert deployment["metadata"]["generation"] == 1  # learning the digest did not change the pod template
+    # Learning the digest changed no pod template: the version's one ReplicaSet, its first pod still serving.
+    assert len(kube.items("replicasets", stores.namespace, f"skiff.dev/model={S3}")) == 1
     (serving,) = pods(kube, stores.namespace, S3)
+    assert serving["status"]["containerStatuses"][0]["restartCount"] == 0
     expected = pod_answer(kube, stores.namespace, S3, serving)
 
     # The object under the same URI changes; the version's next pod must not serve it.
@@ -328,10 +342,11 @@ def test_the_learned_digest_pins_without_a_roll_and_a_changed_object_fails_the_n
         return degraded if degraded.get("reason") == "ModelFetchFailed" else None
 
     degraded = eventually(refused, timeout=300, interval=1, what=f"{S3} Degraded=True ModelFetchFailed")
-    assert "(ChecksumMismatch)" in degraded["message"] and "changed" in degraded["message"], degraded
-    new = [p for p in pods(kube, stores.namespace, S3) if p["metadata"]["name"] != serving["metadata"]["name"]]
-    assert new and all(not s["ready"] for p in new for s in p["status"].get("containerStatuses", [])), new
+    assert "(ChecksumMismatch): the model at this URI changed" in degraded["message"], degraded
+    (new,) = (p for p in pods(kube, stores.namespace, S3) if p["metadata"]["name"] != serving["metadata"]["name"])
+    assert not new["status"]["containerStatuses"][0]["ready"], new
+    assert fetch_exit_code(new) == 1
     # The first pod still serves what it loaded, and status still names that.
     np.testing.assert_array_equal(pod_answer(kube, stores.namespace, S3, serving), expected)
     assert status_version(kube, stores.namespace, S3)["modelDigest"] == digest
-    assert kube.get("deployment", f"{S3}-v1", "-n", stores.namespace)["metadata"]["generation"] == 2  # replicas only
+    assert len(kube.items("replicasets", stores.namespace, f"skiff.dev/model={S3}")) == 1  # a scale-up, no roll

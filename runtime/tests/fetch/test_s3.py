@@ -100,5 +100,7 @@ def test_failures_give_their_reason_and_leave_no_model(
     with pytest.raises(FetchError) as error:
         fetch(s3, uri, tmp_path / "model", keys, limits)
     assert error.value.reason is reason
+    if reason is FetchReason.ACCESS_DENIED:  # the message says what to check next
+        assert "check the keys in spec.storage.s3.secretName" in error.value.message
     assert READER[1] not in str(error.value)
     assert not (tmp_path / "model").exists()

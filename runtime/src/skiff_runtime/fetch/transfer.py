@@ -61,10 +61,25 @@ class Budget:
             raise FetchError(FetchReason.TIMEOUT, f"the fetch took longer than {self.limits.deadline_seconds:.0f} s")
 
 
+# What to do next, by reason, after "<url>: HTTP <status>" (the fetch's message, shown in ModelFetchFailed).
+NEXT_STEPS = {
+    FetchReason.ACCESS_DENIED: "the server refused the credentials: check the keys in spec.storage.s3.secretName and "
+    "that their identity may read and list this bucket",
+    FetchReason.NOT_FOUND: "nothing is there: check the modelUri (bucket, prefix or path)",
+}
+
+
 def _reason(status: int) -> FetchReason:
     if status in STATUS_REASONS:
         return STATUS_REASONS[status]
     return FetchReason.SERVER_ERROR if status >= 500 else FetchReason.NOT_FOUND
+
+
+def http_error(url: str, status: int) -> FetchError:
+    """The failure an HTTP status >= 300 is: its reason, the URL (no query), the status and what to do next."""
+    reason = _reason(status)
+    hint = NEXT_STEPS.get(reason)
+    return FetchError(reason, f"{redacted(url)}: HTTP {status}" + (f"; {hint}" if hint else ""))
 
 
 class Transport:
@@ -120,7 +135,7 @@ class Transport:
         response = self._open(url, headers)
         with response:
             if response.status >= 300:
-                raise FetchError(_reason(response.status), f"{redacted(url)}: HTTP {response.status}")
+                raise http_error(url, response.status)
             data = response.read(cap + 1)
         if len(data) > cap:
             raise FetchError(FetchReason.TOO_LARGE, f"{redacted(url)}: a listing page larger than {cap} bytes")
@@ -140,7 +155,7 @@ class Transport:
                 response = self._open(url, headers_for(have))
                 with response:
                     if response.status >= 300:
-                        raise FetchError(_reason(response.status), f"{redacted(url)}: HTTP {response.status}")
+                        raise http_error(url, response.status)
                     if have and response.status != 206:  # Range ignored: start again
                         budget.used -= have
                         have, digest = 0, hashlib.sha256()
