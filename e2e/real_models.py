@@ -40,7 +40,7 @@ def create_real_namespace(kube: Kubectl, real_node: RealNode, namespace: str) ->
             "metadata": {"name": namespace, "labels": {RESTRICTED: "restricted", "skiff.dev/e2e": "true"}},
         }
     )
-    eventually(lambda: kube.get_or_none("serviceaccount", "default", namespace), timeout=60, what="serviceaccount")
+    eventually(lambda: kube.get_or_none("serviceaccount", "default", namespace), timeout=180, what="serviceaccount")
     models = real_node.shared_dir(namespace)
     create_model_claims(kube, namespace, [CLAIM], host_dirs={CLAIM: models})
     return models
