@@ -262,6 +262,18 @@ def test_no_credential_reaches_a_log_an_event_or_status(stores: Stores, kube: Ku
     assert "ModelFetchFailed" in events  # the events were read, and say what failed
 
 
+def delete_models(kube: Kubectl, namespace: str, models: tuple[str, ...]) -> None:
+    """The models deleted and their pods gone (terminating pods hold their CPU: a measurement must not wait on it)."""
+    for model in models:
+        kube.run("delete", "inferencemodel", model, "-n", namespace, "--wait=true", "--timeout=120s")
+
+    def gone() -> bool:
+        labels = [p["metadata"].get("labels", {}) for p in kube.items("pods", namespace)]
+        return not [found for found in labels if found.get("skiff.dev/model") in models]
+
+    eventually(gone, timeout=180, what=f"the pods of {', '.join(models)} to be gone")
+
+
 def first_answer_after_apply(kube: Kubectl, stores: Stores, body: dict[str, Any]) -> float:
     """Seconds from `kubectl apply` of `body` to the first answer from its pod."""
     name = body["metadata"]["name"]
@@ -285,8 +297,7 @@ def answered_pod(kube: Kubectl, namespace: str, model: str, known: set[str]) -> 
 
 
 def test_start_up_of_a_100_mb_model_from_s3_beside_pvc(stores: Stores, kube: Kubectl) -> None:
-    for model in (BAD_SUM, MISSING, DENIED, PVC, HTTPS):  # room on the 2-core node
-        kube.run("delete", "inferencemodel", model, "-n", stores.namespace, "--wait=true", "--timeout=120s")
+    delete_models(kube, stores.namespace, (BAD_SUM, MISSING, DENIED, PVC, HTTPS))  # room on the 2-core node
     large = stores.models / "large" / "v1"
     size = write_large_model(large, LARGE_MB)
     stores.s3.upload(large, storage.BUCKET, "large/v1")
@@ -308,8 +319,7 @@ def test_start_up_of_a_100_mb_model_from_s3_beside_pvc(stores: Stores, kube: Kub
     print(f"START-UP {size / 1e6:.0f} MB model, kubectl apply -> first answer: s3:// cold {cold_s3:.1f}s, "
           f"pvc:// {pvc:.1f}s; the s3:// version's second pod (scale 1 -> 2) -> its answer {second:.1f}s")  # fmt: skip
     assert max(cold_s3, pvc, second) < 600
-    for model in (LARGE_S3, LARGE_PVC):
-        kube.run("delete", "inferencemodel", model, "-n", stores.namespace, "--wait=true", "--timeout=120s")
+    delete_models(kube, stores.namespace, (LARGE_S3, LARGE_PVC))
 
 
 def test_the_learned_digest_pins_without_a_roll_and_a_changed_object_fails_the_next_pod(
