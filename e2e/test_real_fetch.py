@@ -34,7 +34,7 @@ from devtools.node.config import NETWORK
 from devtools.node.real_node import RealNode
 from devtools.traffic import INPUT, write_sample_model
 
-from e2e.harness import OperatorProcess, condition, wait_model_ready
+from e2e.harness import OperatorProcess, condition
 from e2e.real_models import create_real_namespace, delete_real_namespace, write_large_model
 from skiff_operator import contract
 from skiff_runtime.fetch.digest import directory_digest
@@ -153,8 +153,8 @@ def pods(kube: Kubectl, namespace: str, model: str) -> list[dict[str, Any]]:
     return [p for p in found if not p["metadata"].get("deletionTimestamp")]
 
 
-def infer(target: str, model: str) -> np.ndarray | None:
-    """The model's output for INPUT from the pod at host:port `target`; None until it answers."""
+def infer(target: str, model: str) -> list[np.ndarray] | None:
+    """The model's output for INPUT from the pod at host:port `target` (in a list: truthy); None until it answers."""
     client = triton.InferenceServerClient(target)
     request = triton.InferInput("image", list(INPUT.shape), "FP32")
     request.set_data_from_numpy(INPUT)
@@ -165,14 +165,33 @@ def infer(target: str, model: str) -> np.ndarray | None:
     finally:
         client.close()
     (name,) = (out["name"] for out in result.get_response(as_json=True)["outputs"])
-    answer: np.ndarray = result.as_numpy(name)
-    return answer
+    return [result.as_numpy(name)]
 
 
 def pod_answer(kube: Kubectl, namespace: str, model: str, pod: dict[str, Any] | None = None) -> np.ndarray:
     pod = pod or pods(kube, namespace, model)[0]
     target = f"{pod['status']['podIP']}:{contract.GRPC_PORT}"
-    return eventually(lambda: infer(target, model), timeout=30, what=f"an answer from {model} at {target}")
+    (answer,) = eventually(lambda: infer(target, model), timeout=30, what=f"an answer from {model} at {target}")
+    return answer
+
+
+def wait_ready(kube: Kubectl, namespace: str, model: str, timeout_s: float = 420) -> None:
+    """The model Ready=True; on a timeout, its pods' phases and container states say where it stopped."""
+
+    def ready() -> bool:
+        body = kube.get("inferencemodel", model, "-n", namespace)
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in body.get("status", {}).get("conditions", []))
+
+    try:
+        eventually(ready, timeout=timeout_s, interval=1, what=f"{model} Ready")
+    except TimeoutError:
+        for pod in kube.items("pods", namespace, f"skiff.dev/model={model}"):
+            status = pod.get("status", {})
+            states = [
+                s.get("state") for s in status.get("initContainerStatuses", []) + status.get("containerStatuses", [])
+            ]
+            print(f"{pod['metadata']['name']}: {status.get('phase')} {status.get('conditions')} {states}")
+        raise
 
 
 def fetch_exit_code(pod: dict[str, Any]) -> int | None:
@@ -192,7 +211,7 @@ def status_version(kube: Kubectl, namespace: str, model: str) -> dict[str, Any]:
 
 def test_the_same_model_from_s3_and_https_answers_exactly_as_from_the_pvc(stores: Stores, kube: Kubectl) -> None:
     for model in (PVC, S3, HTTPS):
-        wait_model_ready(kube, stores.namespace, model, timeout_s=420)
+        wait_ready(kube, stores.namespace, model)
     expected = pod_answer(kube, stores.namespace, PVC)
     for model in (S3, HTTPS):
         np.testing.assert_array_equal(pod_answer(kube, stores.namespace, model), expected)
@@ -305,7 +324,9 @@ def test_start_up_of_a_100_mb_model_from_s3_beside_pvc(stores: Stores, kube: Kub
     from_pvc = real_model(stores.namespace, LARGE_PVC, "pvc://models/large/v1", stores.image)
     from_pvc["spec"]["resources"]["cpu"] = "400m"
     cold_s3 = first_answer_after_apply(kube, stores, from_s3)
+    print(f"START-UP {size / 1e6:.0f} MB model from s3:// (cold): kubectl apply -> first answer {cold_s3:.1f}s")
     pvc = first_answer_after_apply(kube, stores, from_pvc)
+    print(f"START-UP {size / 1e6:.0f} MB model from pvc://: kubectl apply -> first answer {pvc:.1f}s")
     np.testing.assert_array_equal(
         pod_answer(kube, stores.namespace, LARGE_S3), pod_answer(kube, stores.namespace, LARGE_PVC)
     )
@@ -325,7 +346,7 @@ def test_start_up_of_a_100_mb_model_from_s3_beside_pvc(stores: Stores, kube: Kub
 def test_the_learned_digest_pins_without_a_roll_and_a_changed_object_fails_the_next_pod(
     stores: Stores, kube: Kubectl
 ) -> None:
-    wait_model_ready(kube, stores.namespace, S3, timeout_s=240)
+    wait_ready(kube, stores.namespace, S3)
     digest = directory_digest(stores.sample)
     config_map = eventually(
         lambda: (kube.get_or_none("configmap", f"{S3}-model-digests", stores.namespace) or {}).get("data"),
