@@ -97,7 +97,7 @@ def parse_task(raw: Any, version: str) -> TaskSpec | None:
     where = f"spec.versions[{version}].task"
     task = _mapping(raw, where)
     try:
-        name = TaskName(task.get("name"))
+        name = TaskName(str(task.get("name")))
     except ValueError:
         known = ", ".join(t.value for t in TaskName)
         raise SpecError(Reason.INVALID_SPEC, f"{where}.name must be one of {known}") from None
@@ -131,7 +131,9 @@ def _parse_options(raw: Mapping[str, Any], where: str) -> OcrOptions:
         raise SpecError(
             Reason.INVALID_SPEC, f"{where} has no option {', '.join(unknown)}; the options are {', '.join(by_key)}"
         )
-    values = {by_key[key]: _option(value, OCR_OPTIONS[by_key[key]], f"{where}.{key}") for key, value in raw.items()}
+    values: dict[str, Any] = {
+        by_key[key]: _option(value, OCR_OPTIONS[by_key[key]], f"{where}.{key}") for key, value in raw.items()
+    }
     return OcrOptions(**values)
 
 
