@@ -1,5 +1,5 @@
 # Two commands do everything:  `make demo` (the main job) and `make test` (every test, as CI runs it).
-.PHONY: demo demo-runtime up down test e2e controlplane manifests lint unit proto setup clean bench bench-peers gpu-check
+.PHONY: demo demo-ocr demo-runtime up down test e2e controlplane manifests lint unit proto setup clean bench bench-peers gpu-check
 PY := .venv/bin/python
 
 setup:
@@ -11,6 +11,11 @@ setup:
 # The cluster stays up afterwards; `make down` stops it.
 demo: setup
 	@$(PY) -m devtools.demo $(if $(NO_REAL_NODE),--no-real-node)
+
+# manifests/examples/ocr.yaml on the real node (PP-OCRv4 from the runtime image), rendered images read through the
+# gateway and their text printed beside the in-process task's (docs/ocr.md). Needs the real node of `make up`.
+demo-ocr: setup
+	@$(PY) -m devtools.demo --ocr
 
 # A local cluster that keeps running: control plane (built once), CRD, the examples' claims, the operator, and
 # where the machine can run one a real node with Traefik as the gateway (NO_REAL_NODE=1: simulated nodes only).

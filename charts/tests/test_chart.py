@@ -390,3 +390,32 @@ def test_priority_precedence_must_match_before_service_accounts(helm: Helm) -> N
         helm.template("apiPriority.matchingPrecedence=9000")
     assert "apiPriority/matchingPrecedence" in error.value.stderr
     helm.template("apiPriority.matchingPrecedence=8999")
+
+
+def test_the_policy_checks_only_the_claims_a_model_mounts_whatever_its_versions_serve() -> None:
+    """The admission policy's `claims` variable (what the user must be able to `get`) on a model whose versions
+    mount a claim, fetch from S3 and read the image's own OCR weights (packaged://): only the claim is checked. A
+    task (versions[].task) names paths inside its version's own model directory, so it needs no rule of its own."""
+    import celpy
+    from celpy import celtypes
+
+    def split(text: celtypes.StringType, separator: celtypes.StringType) -> celtypes.ListType:
+        """Kubernetes' CEL strings library `split()`, which cel-python lacks ..."""
+        return celtypes.ListType([celtypes.StringType(part) for part in str(text).split(str(separator))])
+
+    def substring(text: celtypes.StringType, start: celtypes.IntType) -> celtypes.StringType:
+        """... and its `substring()`."""
+        return celtypes.StringType(str(text)[int(start) :])
+
+    template = (CHART / "templates" / "admissionpolicy.yaml").read_text()
+    match = re.search(r'- name: claims\n\s+expression: "(.+)"\n', template)
+    assert match is not None
+    environment = celpy.Environment()
+    program = environment.program(environment.compile(match.group(1)), functions={"split": split, "substring": substring})
+    versions = [
+        {"name": "v1", "modelUri": "pvc://models/ocr/v4", "task": {"name": "ocr"}},
+        {"name": "v2", "modelUri": "s3://models/ocr/v4", "task": {"name": "ocr"}},
+        {"name": "v3", "modelUri": "packaged://pp-ocrv4", "task": {"name": "ocr"}},
+    ]
+    claims = program.evaluate({"object": celpy.json_to_cel({"spec": {"versions": versions}})})
+    assert [str(claim) for claim in claims] == ["models", "", ""]

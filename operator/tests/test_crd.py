@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import re
 from collections.abc import Iterator
@@ -18,7 +19,8 @@ from celpy import celtypes
 
 from skiff_operator import kinds
 from skiff_operator import spec as spec_module
-from skiff_operator.spec import parse_inference_model
+from skiff_operator.spec import MAX_TASK_PATH, TASK_PATH, TASK_SUB_MODELS, OcrOptions, TaskName, parse_inference_model
+from skiff_operator.spec.task import OCR_OPTIONS
 from tests.conftest import crd_schema, example_paths, load_crd
 from tests.fakes import defaulted
 
@@ -245,6 +247,9 @@ def test_invalid_example_fails_its_schema_check(case: dict[str, Any]) -> None:
         ("http://models.example/m.tgz", False),
         ("oci://ghcr.io/acme/m:1", False),
         ("file:///models", False),
+        ("packaged://pp-ocrv4", True),
+        ("packaged://pp-ocrv5", False),
+        ("packaged://", False),
     ],
 )
 def test_model_uri_rules_agree_with_the_parser(uri: str, valid: bool) -> None:
@@ -412,3 +417,37 @@ def test_the_quantity_pattern_agrees_with_the_parser(quantity: str, valid: bool)
     else:
         with pytest.raises(spec_module.SpecError):
             spec_module.parse_quantity(quantity, "resources.cpu")
+
+
+def test_the_task_options_bounds_are_the_parsers() -> None:
+    """versions[].task.options: one CRD property per OcrOptions field, with the parser's type and bounds."""
+    task = crd_schema()["properties"]["spec"]["properties"]["versions"]["items"]["properties"]["task"]
+    options = task["properties"]["options"]["properties"]
+    assert sorted(options) == sorted(bound.key for bound in OCR_OPTIONS.values())
+    assert sorted(OCR_OPTIONS) == sorted(field.name for field in dataclasses.fields(OcrOptions))
+    types = {bool: "boolean", int: "integer", float: "number"}
+    for bound in OCR_OPTIONS.values():
+        schema = options[bound.key]
+        assert schema["type"] == types[bound.kind], bound.key
+        assert (schema.get("minimum"), schema.get("maximum")) == (bound.minimum, bound.maximum), bound.key
+    assert task["properties"]["name"]["enum"] == [t.value for t in TaskName]
+    assert task["properties"]["models"]["required"] == list(TASK_SUB_MODELS[TaskName.OCR])
+    for path in (task["properties"]["dictionary"], *task["properties"]["models"]["properties"].values()):
+        assert path["maxLength"] == MAX_TASK_PATH
+        assert path["pattern"] == f"^{TASK_PATH.pattern}$"
+
+
+@pytest.mark.parametrize(
+    ("path", "valid"),
+    [("det", True), ("ocr/v4/det_infer", True), ("rec/keys.v1.txt", True), ("../det", False), ("/det", False),
+     ("det/../x", False), (".hidden", False), ("det/", False), ("a" * 257, False)],
+)  # fmt: skip
+def test_task_paths_agree_with_the_parser(path: str, valid: bool) -> None:
+    body = {"metadata": {"name": "ocr"}, "spec": {"versions": [
+        {"name": "v1", "modelUri": "pvc://models/ocr", "task": {"name": "ocr", "dictionary": path}}]}}  # fmt: skip
+    assert (schema_errors(defaulted(body)) == []) is valid
+    if valid:
+        assert parse_inference_model(body).spec.versions[0].task.dictionary == path  # type: ignore[union-attr]
+    else:
+        with pytest.raises(spec_module.SpecError, match="relative path inside the version's model directory"):
+            parse_inference_model(body)

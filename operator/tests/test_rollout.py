@@ -19,11 +19,12 @@ from skiff_operator.rollout import (
     RolloutStatus,
     Verdict,
     decide_rollout,
+    revision_of,
     rollout_state,
     rollout_status,
     rollout_traffic,
 )
-from skiff_operator.spec import Analysis, RolloutSpec, RolloutStep, TrafficShare
+from skiff_operator.spec import Analysis, RolloutSpec, RolloutStep, TrafficShare, parse_spec
 
 T0 = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
 BOUNDS = ("0.005", "0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "+Inf")
@@ -273,3 +274,18 @@ def test_the_applied_split_comes_from_the_rollout_and_spec_traffic_is_untouched(
     before = tuple(dataclasses.replace(s) for s in shares)
     assert {s.version: s.percent for s in rollout_traffic(ROLLOUT, shares, weight)} == split
     assert shares == before
+
+
+def test_a_new_task_or_packaged_weights_is_a_new_revision_and_the_same_spec_is_not() -> None:
+    """A rollout starts again when the candidate's task changes (its knobs, its sub-models) as when its model does."""
+
+    def revision(uri: str, task: dict[str, Any] | None) -> str:
+        entry: dict[str, Any] = {"name": "v2", "modelUri": uri, **({"task": task} if task else {})}
+        return revision_of(parse_spec({"versions": [entry]}).versions[0])
+
+    ocr = {"name": "ocr", "options": {"textScore": 0.5}}
+    assert revision("packaged://pp-ocrv4", ocr) == revision("packaged://pp-ocrv4", ocr)
+    assert "packaged://pp-ocrv4" in revision("packaged://pp-ocrv4", ocr)
+    assert revision("packaged://pp-ocrv4", ocr) != revision("packaged://pp-ocrv4", {"name": "ocr"})
+    assert revision("pvc://models/ocr", ocr) != revision("pvc://models/ocr", None)
+    assert revision("pvc://models/ocr", None) == revision("pvc://models/ocr", None)

@@ -10,10 +10,16 @@ import jsonschema
 import pytest
 
 from skiff_operator.conditions import Problem, Reason, StatusCondition, StatusEvent
-from skiff_operator.model_status import parse_status
+from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.observed import ChildStates, DeploymentState, PodEvent, PodState
-from skiff_operator.spec import InferenceModel, parse_inference_model
-from skiff_operator.status import patch_changes, transition_events
+from skiff_operator.spec import InferenceModel, parse_inference_model, parse_spec
+from skiff_operator.status import (
+    SubModelStatus,
+    VersionStatus,
+    patch_changes,
+    sub_model_statuses,
+    transition_events,
+)
 from skiff_operator.summary import summarize_blocked, summarize_status
 from tests.conftest import crd_schema, stored_body, wire
 
@@ -464,3 +470,32 @@ def test_transition_events(
 )
 def test_a_status_patch_that_changes_nothing_is_recognised(current: Any, patch: Any, changes: bool) -> None:
     assert patch_changes(current, patch) is changes
+
+
+def test_a_task_version_lists_its_sub_models_loaded_once_a_pod_is_ready() -> None:
+    spec = parse_spec(
+        {
+            "versions": [
+                {"name": "v1", "modelUri": "pvc://models/bert"},
+                {"name": "mine", "modelUri": "s3://models/ocr", "task": {"name": "ocr", "models": {
+                    "det": "v4/det", "cls": "cls", "rec": "v4/rec"}}},
+                {"name": "v4", "modelUri": "packaged://pp-ocrv4", "task": {"name": "ocr"}},
+            ],
+            "traffic": [{"version": "v1", "percent": 100}],
+        }
+    )  # fmt: skip
+    assert sub_model_statuses(spec.version("v1"), loaded=True) is None  # one model: no subModels at all
+    assert sub_model_statuses(spec.version("mine"), loaded=False) == (
+        SubModelStatus("det", "v4/det", False), SubModelStatus("cls", "cls", False),
+        SubModelStatus("rec", "v4/rec", False),
+    )  # fmt: skip
+    packaged = sub_model_statuses(spec.version("v4"), loaded=True)
+    assert packaged is not None
+    assert [(s.path, s.loaded) for s in packaged] == [
+        ("packaged://pp-ocrv4/det", True), ("packaged://pp-ocrv4/cls", True), ("packaged://pp-ocrv4/rec", True)
+    ]  # fmt: skip
+    wire = render_status(Status(observed_generation=1, versions=(
+        VersionStatus("v4", 1, 1, 1, True, 100, "ocr-v4:8001", sub_models=packaged),)))  # fmt: skip
+    assert wire["versions"][0]["subModels"][0] == {"name": "det", "path": "packaged://pp-ocrv4/det", "loaded": True}
+    assert parse_status(wire) == Status(observed_generation=1, versions=(
+        VersionStatus("v4", 1, 1, 1, True, 100, "ocr-v4:8001", sub_models=packaged),))  # fmt: skip

@@ -47,6 +47,27 @@ ENV_LOG_LEVEL = "SKIFF_LOG_LEVEL"
 ENV_MAX_QUEUE_DELAY_US = "SKIFF_MAX_QUEUE_DELAY_US"
 ENV_MAX_QUEUE_SIZE = "SKIFF_MAX_QUEUE_SIZE"
 
+# A version that serves a task (spec.versions[].task): the task, its sub-model directories (NAME=DIR,..., relative to
+# SKIFF_MODEL_DIR), the dictionary (a file) and the ocr knobs, one variable per spec.task.options field.
+ENV_TASK = "SKIFF_TASK"
+ENV_TASK_MODELS = "SKIFF_TASK_MODELS"
+ENV_OCR_DICTIONARY = "SKIFF_OCR_DICTIONARY"
+ENV_OCR_OPTIONS = {  # skiff_operator.spec.OcrOptions field -> the runtime's variable
+    "box_thresh": "SKIFF_OCR_BOX_THRESH",
+    "unclip_ratio": "SKIFF_OCR_UNCLIP_RATIO",
+    "det_max_side": "SKIFF_OCR_DET_MAX_SIDE",
+    "text_score": "SKIFF_OCR_TEXT_SCORE",
+    "use_classifier": "SKIFF_OCR_USE_CLASSIFIER",
+    "rec_width_step": "SKIFF_OCR_REC_WIDTH_STEP",
+    "max_images": "SKIFF_OCR_MAX_IMAGES",
+    "max_image_mb": "SKIFF_OCR_MAX_IMAGE_MB",
+    "max_pixels": "SKIFF_OCR_MAX_PIXELS",
+    "max_boxes": "SKIFF_OCR_MAX_BOXES",
+}
+# modelUri packaged://<name>: weights inside the runtime image (runtime/Dockerfile, Dockerfile.gpu copy them here, one
+# directory per sub-model and the dictionary in rec/: the runtime's default layout), read in place: no volume.
+PACKAGED_WEIGHTS_ROOT = "/opt/skiff-weights"
+
 # TLS on the inference port (spec.tls): where the pod finds its certificate Secrets, and the variables naming them.
 TLS_DIR = "/etc/skiff/tls"  # a kubernetes.io/tls Secret: tls.crt, tls.key (and ca.crt)
 CLIENT_CA_DIR = "/etc/skiff/client-ca"  # mutual TLS: a Secret holding ca.crt

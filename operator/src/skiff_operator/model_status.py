@@ -15,7 +15,7 @@ from skiff_operator.conditions import Reason, StatusCondition
 from skiff_operator.rollout import ROLLOUT_REASONS, BaselineStatus, Role, RolloutStatus, SideStatus, Verdict
 from skiff_operator.routing import Mode
 from skiff_operator.spec import TLSMode
-from skiff_operator.status import NULL_WHEN_NONE, VersionStatus
+from skiff_operator.status import NULL_WHEN_NONE, SubModelStatus, VersionStatus
 from skiff_operator.tls import TLSStatus
 from skiff_operator.traffic import HoldReason
 from skiff_operator.traffic_status import TrafficStatus, TrafficVersionStatus
@@ -82,6 +82,10 @@ WIRE_NAMES: Mapping[str, str] = {
     "traffic_percent": "trafficPercent",
     "model_uri": "modelUri",
     "model_digest": "modelDigest",
+    "sub_models": "subModels",
+    # SubModelStatus
+    "path": "path",
+    "loaded": "loaded",
     # TrafficStatus, TrafficVersionStatus
     "mode": "mode",
     "desired_split": "desiredSplit",
@@ -200,6 +204,17 @@ def _version(raw: Mapping[str, Any]) -> VersionStatus:
         model_digest=_str(raw.get("modelDigest")),
         current_replicas=_int(raw.get("currentReplicas")),
         scale_reason=_enum(ScaleReason, raw.get("scaleReason")),
+        sub_models=_sub_models(raw.get("subModels")),
+    )
+
+
+def _sub_models(raw: Any) -> tuple[SubModelStatus, ...] | None:
+    if not isinstance(raw, list):
+        return None
+    return tuple(
+        SubModelStatus(str(entry["name"]), _str(entry.get("path")) or "", entry.get("loaded") is True)
+        for entry in _entries(raw)
+        if isinstance(entry.get("name"), str)
     )
 
 

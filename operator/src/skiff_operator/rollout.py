@@ -142,10 +142,18 @@ class RolloutDecision:
 
 
 def revision_of(version: Version) -> str:
-    """What identifies the candidate's build: a new image or model starts the rollout again."""
+    """What identifies the candidate's build: a new image, model or task starts the rollout again."""
+    task = version.task
+    return _model_revision(version) + ("" if task is None else f" task:{task.name} {task!r}")
+
+
+def _model_revision(version: Version) -> str:
     fetched = version.fetched
     if fetched is not None:
         return f"{version.image} {fetched.uri}" + (f" sha256:{fetched.sha256}" if fetched.sha256 else "")
+    packaged = version.packaged
+    if packaged is not None:
+        return f"{version.image} {packaged.uri}"
     uri = version.model_uri
     assert isinstance(uri, ModelUri)
     return f"{version.image} {uri.claim}/{uri.path}"

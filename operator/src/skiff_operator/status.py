@@ -50,6 +50,19 @@ WRITTEN_AS_NULL = MappingProxyType({NULL_WHEN_NONE: True})
 
 
 @dataclass(frozen=True)
+class SubModelStatus:
+    """One sub-model of a version that serves a task: its directory and whether the version's pods loaded it."""
+
+    name: str
+    path: str  # inside the version's modelUri (packaged://pp-ocrv4/det for the image's own weights)
+    # A ready pod of the version has it loaded: the runtime answers SERVING on the health port (the readiness probe)
+    # only once every sub-model is loaded and has run a warm-up request on every worker; a sub-model that fails to
+    # load stops the runtime with a ModelLoadFailed termination message naming its directory, which the version's
+    # conditions carry.
+    loaded: bool
+
+
+@dataclass(frozen=True)
 class VersionStatus:
     """One entry of status.versions: a version's replica counts, readiness, share and address."""
 
@@ -66,6 +79,7 @@ class VersionStatus:
     # decided ones are `replicas`) and why it has them.
     current_replicas: int | None = None
     scale_reason: ScaleReason | None = None
+    sub_models: tuple[SubModelStatus, ...] | None = None  # a task version (spec.versions[].task) only
 
 
 @dataclass(frozen=True)
@@ -145,9 +159,20 @@ def version_statuses(model: InferenceModel, versions: Sequence[VersionSummary]) 
             ),
             model_uri=v.model_uri if v.model_digest else None,
             model_digest=v.model_digest,
+            sub_models=sub_model_statuses(model.spec.version(v.name), loaded=v.ready > 0),
         )
         for v in versions
     )
+
+
+def sub_model_statuses(version: Version, *, loaded: bool) -> tuple[SubModelStatus, ...] | None:
+    """status.versions[].subModels of a task version: each sub-model's directory, loaded once a pod is ready."""
+    task = version.task
+    if task is None:
+        return None
+    packaged = version.packaged
+    prefix = f"{packaged.uri}/" if packaged is not None else ""
+    return tuple(SubModelStatus(sub, prefix + task.sub_model_dir(sub), loaded) for sub in task.sub_models)
 
 
 def model_endpoint(model: InferenceModel) -> str:

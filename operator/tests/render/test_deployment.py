@@ -396,3 +396,51 @@ def test_rest_adds_the_http_port_and_its_variable_only_when_on(make_body: Body) 
     off = make_body()
     assert "SKIFF_HTTP_PORT" not in env(off)
     assert all(p["containerPort"] != 8000 for p in container(off)["ports"])
+
+
+def test_a_one_model_version_gets_no_task_env(make_body: Body) -> None:
+    assert not [name for name in env(make_body()) if name.startswith(("SKIFF_TASK", "SKIFF_OCR_"))]
+
+
+def test_an_ocr_version_on_its_own_volume_names_its_sub_models_dictionary_and_knobs(make_body: Body) -> None:
+    task = {"name": "ocr", "models": {"det": "v4/det", "cls": "cls", "rec": "v4/rec"}, "dictionary": "v4/keys.txt",
+            "options": {"boxThresh": 0.6, "useClassifier": False, "maxPixels": 4000000}}  # fmt: skip
+    body = make_body(versions=[{"name": "v1", "modelUri": "pvc://models/ocr", "task": task}])
+    rendered = env(body)
+    assert rendered["SKIFF_MODEL_DIR"] == "/models/v1"
+    assert rendered["SKIFF_TASK"] == "ocr"
+    assert rendered["SKIFF_TASK_MODELS"] == "det=v4/det,cls=cls,rec=v4/rec"
+    assert rendered["SKIFF_OCR_DICTIONARY"] == "/models/v1/v4/keys.txt"
+    assert (rendered["SKIFF_OCR_BOX_THRESH"], rendered["SKIFF_OCR_USE_CLASSIFIER"]) == ("0.6", "false")
+    assert rendered["SKIFF_OCR_MAX_PIXELS"] == "4000000"
+    assert "SKIFF_OCR_UNCLIP_RATIO" not in rendered  # left out: the runtime's default
+    assert container(body)["volumeMounts"][0] == {
+        "name": "model", "mountPath": "/models/v1", "readOnly": True, "subPath": "ocr"
+    }  # fmt: skip
+
+
+def test_an_ocr_version_on_the_default_layout_names_no_directories(make_body: Body) -> None:
+    rendered = env(make_body(versions=[{"name": "v1", "modelUri": "pvc://models/ocr", "task": {"name": "ocr"}}]))
+    assert rendered["SKIFF_TASK"] == "ocr"
+    assert "SKIFF_TASK_MODELS" not in rendered
+    assert "SKIFF_OCR_DICTIONARY" not in rendered
+
+
+def test_packaged_weights_are_read_from_the_image_with_no_model_volume(make_body: Body) -> None:
+    body = make_body(versions=[{"name": "v4", "modelUri": "packaged://pp-ocrv4", "task": {"name": "ocr"}}])
+    assert env(body)["SKIFF_MODEL_DIR"] == "/opt/skiff-weights/pp-ocrv4"
+    assert "model" not in {volume["name"] for volume in pod_spec(body)["volumes"]}
+    assert "model" not in {mount["name"] for mount in container(body)["volumeMounts"]}
+    assert "initContainers" not in pod_spec(body)  # nothing is fetched
+
+
+def test_changing_a_task_knob_rolls_the_pods(make_body: Body) -> None:
+    def config_hash(options: dict[str, Any]) -> str:
+        versions = [{"name": "v1", "modelUri": "pvc://models/ocr", "task": {"name": "ocr", "options": options}}]
+        annotations: dict[str, str] = deployment(make_body(versions=versions))["spec"]["template"]["metadata"][
+            "annotations"
+        ]
+        return annotations[CONFIG_HASH_ANNOTATION]
+
+    assert config_hash({}) == config_hash({})
+    assert config_hash({}) != config_hash({"textScore": 0.7})

@@ -147,10 +147,13 @@ def _render_toleration(toleration: Toleration) -> dict[str, Any]:
 
 
 def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]:
-    mount: dict[str, Any] = {"name": "model", "mountPath": model_dir(version), "readOnly": True}
-    sub_path = model_sub_path(version)
-    if sub_path:
-        mount["subPath"] = sub_path
+    mounts: list[dict[str, Any]] = []
+    if version.packaged is None:  # packaged:// weights are read where the image holds them
+        mount: dict[str, Any] = {"name": "model", "mountPath": model_dir(version), "readOnly": True}
+        sub_path = model_sub_path(version)
+        if sub_path:
+            mount["subPath"] = sub_path
+        mounts.append(mount)
     return {
         "name": contract.CONTAINER_NAME,
         "image": version.image,
@@ -169,7 +172,7 @@ def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]
         ],
         "resources": render_resources(version),
         "volumeMounts": [
-            mount,
+            *mounts,
             {"name": "tmp", "mountPath": contract.TMP_DIR},
             *(
                 [{"name": contract.TRT_CACHE_VOLUME, "mountPath": contract.TRT_CACHE_DIR}]
@@ -198,7 +201,25 @@ def container_security_context() -> dict[str, Any]:
 
 
 def model_dir(version: Version) -> str:
+    """Where the runtime reads the version's files: its mount, or the image's own weights (packaged://)."""
+    packaged = version.packaged
+    if packaged is not None:
+        return f"{contract.PACKAGED_WEIGHTS_ROOT}/{packaged.weights}"
     return f"{contract.MODEL_ROOT}/{version.name}"
+
+
+def render_task_env(version: Version) -> list[tuple[str, object | None]]:
+    """SKIFF_TASK and the task's sub-model directories, dictionary and knobs; nothing for a one-model version."""
+    task = version.task
+    if task is None:
+        return []
+    options = task.options
+    return [
+        (contract.ENV_TASK, task.name.value),
+        (contract.ENV_TASK_MODELS, ",".join(f"{sub}={path}" for sub, path in task.models) or None),
+        (contract.ENV_OCR_DICTIONARY, None if task.dictionary is None else f"{model_dir(version)}/{task.dictionary}"),
+        *((env, getattr(options, field)) for field, env in contract.ENV_OCR_OPTIONS.items()),
+    ]
 
 
 def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
@@ -233,6 +254,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         (contract.ENV_LOG_LEVEL, runtime.log_level.value),
         (contract.ENV_MAX_QUEUE_DELAY_US, runtime.max_queue_delay_us),
         (contract.ENV_MAX_QUEUE_SIZE, runtime.max_queue_size),
+        *render_task_env(version),
         *render_tls_env(model),
         *render_auth_env(model),
     ]

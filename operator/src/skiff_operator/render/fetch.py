@@ -102,7 +102,10 @@ def _credential_env(model: InferenceModel) -> list[dict[str, Any]]:
 
 
 def render_model_volume(model: InferenceModel, version: Version) -> list[dict[str, Any]]:
-    """The `model` volume (the claim, or the emptyDir a fetch fills) and, for a fetch with a CA, its ConfigMap."""
+    """The `model` volume (the claim, or the emptyDir a fetch fills) and, for a fetch with a CA, its ConfigMap; none
+    for packaged:// weights, which are in the image."""
+    if version.packaged is not None:
+        return []
     if version.fetched is None:
         return [{"name": "model", "persistentVolumeClaim": {"claimName": version.claim, "readOnly": True}}]
     volumes: list[dict[str, Any]] = [{"name": "model", "emptyDir": {}}]

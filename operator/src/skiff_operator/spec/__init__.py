@@ -62,6 +62,7 @@ from skiff_operator.spec.model import (
     ModelUri,
     NetworkPolicySpec,
     ObjectRef,
+    PackagedUri,
     Peer,
     Probes,
     Resources,
@@ -83,6 +84,16 @@ from skiff_operator.spec.model import (
     Version,
 )
 from skiff_operator.spec.parsing import parse_inference_model, parse_model_uri, parse_spec, parse_tls
+from skiff_operator.spec.task import (
+    MAX_TASK_PATH,
+    PACKAGED_WEIGHTS,
+    TASK_PATH,
+    TASK_SUB_MODELS,
+    OcrOptions,
+    TaskName,
+    TaskSpec,
+    parse_task,
+)
 
 __all__ = [
     "CALIBRATION_PATH",
@@ -121,7 +132,11 @@ __all__ = [
     "MAX_OBJECT_NAME_LENGTH",
     "MAX_QUANTITY",
     "MAX_QUANTITY_LENGTH",
+    "MAX_TASK_PATH",
     "MAX_WORKERS",
+    "PACKAGED_WEIGHTS",
+    "TASK_PATH",
+    "TASK_SUB_MODELS",
     "Affinity",
     "Analysis",
     "AuthSpec",
@@ -137,6 +152,8 @@ __all__ = [
     "ModelUri",
     "NetworkPolicySpec",
     "ObjectRef",
+    "OcrOptions",
+    "PackagedUri",
     "Peer",
     "Probes",
     "Resources",
@@ -152,6 +169,8 @@ __all__ = [
     "StorageSpec",
     "TLSMode",
     "TLSSpec",
+    "TaskName",
+    "TaskSpec",
     "TensorRTOptions",
     "TensorRTPrecision",
     "Toleration",
@@ -165,5 +184,6 @@ __all__ = [
     "parse_model_uri",
     "parse_quantity",
     "parse_spec",
+    "parse_task",
     "parse_tls",
 ]

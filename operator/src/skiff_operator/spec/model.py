@@ -11,6 +11,7 @@ from typing import Any
 
 from skiff_operator.spec.autoscaling import Autoscaling
 from skiff_operator.spec.grammar import parse_quantity
+from skiff_operator.spec.task import TaskSpec
 
 # Defaults, written once; test_crd.py checks the CRD's `default:` values agree with these.
 DEFAULT_IMAGE = "ghcr.io/skiff-dev/skiff-runtime:0.1.0"
@@ -106,6 +107,18 @@ class FetchedUri:
 
 
 @dataclass(frozen=True)
+class PackagedUri:
+    """packaged://<weights>: model files the runtime image itself holds (contract.PACKAGED_WEIGHTS), for a task;
+    nothing is mounted or fetched."""
+
+    weights: str
+
+    @property
+    def uri(self) -> str:
+        return f"packaged://{self.weights}"
+
+
+@dataclass(frozen=True)
 class S3Storage:
     """spec.storage.s3: where s3:// URIs are read and with which credentials."""
 
@@ -139,12 +152,13 @@ class Version:
     """One model version, with the model-wide image and resources already merged into it."""
 
     name: str
-    model_uri: ModelUri | FetchedUri
+    model_uri: ModelUri | FetchedUri | PackagedUri
     replicas: int
     image: str
     resources: Resources
     progress_deadline_s: int = DEFAULT_PROGRESS_DEADLINE_S  # a canary not ready by then keeps 0% of traffic
     autoscaling: Autoscaling | None = None  # set: the operator decides replicas; `replicas` is the starting count
+    task: TaskSpec | None = None  # set: the version serves a task (e.g. ocr) made of several models
 
     @property
     def claim(self) -> str | None:
@@ -155,6 +169,11 @@ class Version:
     def fetched(self) -> FetchedUri | None:
         """The s3:// or https:// source of a fetched version; None for pvc://."""
         return self.model_uri if isinstance(self.model_uri, FetchedUri) else None
+
+    @property
+    def packaged(self) -> PackagedUri | None:
+        """The image's own weights (packaged://); None for a mounted or fetched version."""
+        return self.model_uri if isinstance(self.model_uri, PackagedUri) else None
 
 
 @dataclass(frozen=True)

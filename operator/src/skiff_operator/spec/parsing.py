@@ -73,6 +73,7 @@ from skiff_operator.spec.model import (
     ModelUri,
     NetworkPolicySpec,
     ObjectRef,
+    PackagedUri,
     Peer,
     Probes,
     Resources,
@@ -93,6 +94,7 @@ from skiff_operator.spec.model import (
     TrafficShare,
     Version,
 )
+from skiff_operator.spec.task import PACKAGED_WEIGHTS, TaskSpec, parse_task
 
 
 def parse_inference_model(body: Mapping[str, Any]) -> InferenceModel:
@@ -141,10 +143,22 @@ def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
     )
 
 
-def parse_model_uri(uri: str, sha256: str | None = None) -> ModelUri | FetchedUri:
-    """pvc:// (mounted), s3:// or https:// (fetched); `sha256` (versions[].sha256) belongs to https:// only."""
+def parse_model_uri(uri: str, sha256: str | None = None) -> ModelUri | FetchedUri | PackagedUri:
+    """pvc:// (mounted), s3:// or https:// (fetched), packaged:// (in the image); `sha256` (versions[].sha256)
+    belongs to https:// only."""
     if uri.startswith(_RESERVED_SCHEMES):
         raise SpecError(Reason.UNSUPPORTED_MODEL_URI, f"{_shown(uri)}: oci:// model URIs are not supported yet")
+    if uri.startswith(PACKAGED_SCHEME):
+        weights = uri.removeprefix(PACKAGED_SCHEME)
+        if weights not in PACKAGED_WEIGHTS:
+            raise SpecError(
+                Reason.INVALID_MODEL_URI,
+                f"{_shown(uri)}: the runtime image packages {', '.join(PACKAGED_SCHEME + w for w in PACKAGED_WEIGHTS)}"
+                " only; name one of them, or your own weights with pvc://, s3:// or https://",
+            )
+        if sha256 is not None:
+            raise SpecError(Reason.INVALID_MODEL_URI, f"{uri}: sha256 is checked only for https:// modelUris")
+        return PackagedUri(weights)
     if uri.startswith(("s3://", "https://")):
         return parse_fetched_uri(uri, sha256)
     if sha256 is not None:
@@ -226,12 +240,17 @@ def _parse_version(raw: Mapping[str, Any], image: str, base: Resources, autoscal
     if not _DNS1035.fullmatch(name):
         raise SpecError(Reason.INVALID_SPEC, f"version name {name!r} is not a DNS-1035 label")
     overrides = _mapping(raw.get("resources", {}), f"spec.versions[{name}].resources")
+    model_uri = parse_model_uri(
+        _string(raw.get("modelUri"), f"spec.versions[{name}].modelUri"),
+        _optional_string(raw.get("sha256"), f"spec.versions[{name}].sha256"),
+    )
+    task = parse_task(raw.get("task"), name)
+    if isinstance(model_uri, PackagedUri):
+        _check_packaged(model_uri, task, name)
     return Version(
         name=name,
-        model_uri=parse_model_uri(
-            _string(raw.get("modelUri"), f"spec.versions[{name}].modelUri"),
-            _optional_string(raw.get("sha256"), f"spec.versions[{name}].sha256"),
-        ),
+        model_uri=model_uri,
+        task=task,
         replicas=_int(raw.get("replicas", DEFAULT_REPLICAS), f"spec.versions[{name}].replicas", minimum=0),
         image=_string(raw.get("image", image), f"spec.versions[{name}].image"),
         resources=_parse_resources(overrides, base),
@@ -242,6 +261,25 @@ def _parse_version(raw: Mapping[str, Any], image: str, base: Resources, autoscal
         ),
         autoscaling=parse_autoscaling(autoscaling, raw.get("autoscaling"), name),
     )
+
+
+PACKAGED_SCHEME = "packaged://"
+
+
+def _check_packaged(uri: PackagedUri, task: TaskSpec | None, version: str) -> None:
+    """packaged:// weights serve their own task, in the layout the image holds them in."""
+    serves = PACKAGED_WEIGHTS[uri.weights]
+    if task is None or task.name is not serves:
+        raise SpecError(
+            Reason.INVALID_SPEC,
+            f"spec.versions[{version}]: {uri.uri} holds the weights of the {serves} task: add task: {{name: {serves}}}",
+        )
+    if task.models or task.dictionary is not None:
+        raise SpecError(
+            Reason.INVALID_SPEC,
+            f"spec.versions[{version}].task: {uri.uri} has its own layout, so task.models and task.dictionary name "
+            "nothing in it: leave them out, or serve your own weights from pvc://, s3:// or https://",
+        )
 
 
 def _parse_resources(raw: Mapping[str, Any], base: Resources | None) -> Resources:
