@@ -48,6 +48,7 @@ from skiff_operator.spec.model import (
     MAX_CALIBRATION_PATH,
     MAX_MESSAGE_MB,
     MAX_WORKERS,
+    NO_OPERATOR_DEFAULTS,
     Affinity,
     Analysis,
     AuthSpec,
@@ -62,6 +63,7 @@ from skiff_operator.spec.model import (
     ModelUri,
     NetworkPolicySpec,
     ObjectRef,
+    OperatorDefaults,
     Peer,
     Probes,
     Resources,
@@ -83,6 +85,7 @@ from skiff_operator.spec.model import (
     Version,
 )
 from skiff_operator.spec.parsing import parse_inference_model, parse_model_uri, parse_spec, parse_tls
+from skiff_operator.spec.pod_template import PodTemplate, SpreadDomain, parse_spread_domains
 
 __all__ = [
     "CALIBRATION_PATH",
@@ -122,6 +125,7 @@ __all__ = [
     "MAX_QUANTITY",
     "MAX_QUANTITY_LENGTH",
     "MAX_WORKERS",
+    "NO_OPERATOR_DEFAULTS",
     "Affinity",
     "Analysis",
     "AuthSpec",
@@ -137,7 +141,9 @@ __all__ = [
     "ModelUri",
     "NetworkPolicySpec",
     "ObjectRef",
+    "OperatorDefaults",
     "Peer",
+    "PodTemplate",
     "Probes",
     "Resources",
     "RolloutSpec",
@@ -149,6 +155,7 @@ __all__ = [
     "Scheduling",
     "ShapeRange",
     "SpecError",
+    "SpreadDomain",
     "StorageSpec",
     "TLSMode",
     "TLSSpec",
@@ -165,5 +172,6 @@ __all__ = [
     "parse_model_uri",
     "parse_quantity",
     "parse_spec",
+    "parse_spread_domains",
     "parse_tls",
 ]
