@@ -509,19 +509,19 @@ def test_tenant_pod_template_names_only_what_it_could_use_itself(
 
     secret_env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hidden", "key": "ca.crt"}}}]
     refused = first_refusal(kube, tenant, shaped("secret-env", env=secret_env))
-    assert f"you ({user}) cannot get every Secret spec.podTemplate names (hidden" in refused
+    assert f"you ({user}) cannot get every Secret spec.podTemplate.env[].valueFrom.secretKeyRef names in" in refused
     sidecar = {"name": "agent", "image": "vault:1.17"}
     cases = {
         "secret-volume": (shaped("secret-volume", volumes=[{"name": "s", "secret": {"secretName": "hidden"}}]),
-                          "cannot get every Secret spec.podTemplate names (hidden"),
+                          "cannot get every Secret spec.podTemplate.volumes names"),
         "projected-secret": (shaped("projected-secret", volumes=[{"name": "p", "projected": {"sources": [
                                  {"secret": {"name": "hidden"}}]}}]),
-                             "cannot get every Secret spec.podTemplate names"),
+                             "cannot get every Secret spec.podTemplate.volumes[].projected names"),
         "sidecar-env-from": (shaped("sidecar-env-from", sidecars=[{**sidecar, "envFrom": [
                                  {"secretRef": {"name": "hidden"}}]}]),
-                             "cannot get every Secret spec.podTemplate names"),
+                             "cannot get every Secret spec.podTemplate.sidecars[].env and envFrom names"),
         "config-map": (shaped("config-map", envFrom=[{"configMapRef": {"name": "hidden-ca"}}]),
-                       "cannot get every ConfigMap spec.podTemplate names (hidden-ca"),
+                       "cannot get every ConfigMap spec.podTemplate.envFrom[].configMapRef names"),
         "claim": (shaped("claim", volumes=[{"name": "c", "persistentVolumeClaim": {"claimName": "fraud-models"}}]),
                   "cannot get every PersistentVolumeClaim the model mounts (models, fraud-models)"),
         "service-account": (shaped("service-account", serviceAccountName="default"),
