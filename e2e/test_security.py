@@ -509,11 +509,14 @@ def test_tenant_pod_template_names_only_what_it_could_use_itself(
 
     secret_env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hidden", "key": "ca.crt"}}}]
     refused = first_refusal(kube, tenant, shaped("secret-env", env=secret_env))
-    assert f"you ({user}) cannot get every Secret spec.podTemplate.env[].valueFrom.secretKeyRef names in" in refused
+    assert (
+        f"you ({user}) cannot get every Secret spec.podTemplate.env[].valueFrom.secretKeyRef names (hidden) in"
+        in refused
+    )
     sidecar = {"name": "agent", "image": "vault:1.17"}
     cases = {
         "secret-volume": (shaped("secret-volume", volumes=[{"name": "s", "secret": {"secretName": "hidden"}}]),
-                          "cannot get every Secret spec.podTemplate.volumes names"),
+                          "cannot get every Secret spec.podTemplate.volumes names (hidden) in"),
         "projected-secret": (shaped("projected-secret", volumes=[{"name": "p", "projected": {"sources": [
                                  {"secret": {"name": "hidden"}}]}}]),
                              "cannot get every Secret spec.podTemplate.volumes[].projected names"),
@@ -521,7 +524,7 @@ def test_tenant_pod_template_names_only_what_it_could_use_itself(
                                  {"secretRef": {"name": "hidden"}}]}]),
                              "cannot get every Secret spec.podTemplate.sidecars[].env and envFrom names"),
         "config-map": (shaped("config-map", envFrom=[{"configMapRef": {"name": "hidden-ca"}}]),
-                       "cannot get every ConfigMap spec.podTemplate.envFrom[].configMapRef names"),
+                       "cannot get every ConfigMap spec.podTemplate.envFrom[].configMapRef names (hidden-ca) in"),
         "claim": (shaped("claim", volumes=[{"name": "c", "persistentVolumeClaim": {"claimName": "fraud-models"}}]),
                   "cannot get every PersistentVolumeClaim the model mounts (models, fraud-models)"),
         "service-account": (shaped("service-account", serviceAccountName="default"),
