@@ -319,7 +319,8 @@ def test_make_push_copies_both_images_to_a_registry(images: Images, registry: st
         assert pushed_layers(f"{registry}/skiff/skiff-{name}:{version}") == images.inspect(local)["RootFS"]["Layers"]
     # It ends with the chart and InferenceModel settings that use the pushed images.
     assert f"--set image.repository={registry}/skiff/skiff-operator --set image.tag={version}" in done.stdout
-    assert f"spec.runtime.image: {registry}/skiff/skiff-runtime:{version}" in done.stdout
+    assert "--set-json 'watchNamespaces=[\"default\"]'" in done.stdout  # the examples' namespace
+    assert f"spec.runtime.image then run {registry}/skiff/skiff-runtime:{version}" in done.stdout
 
 
 def test_make_push_without_a_registry_says_what_to_run() -> None:

@@ -4,6 +4,7 @@ A model that asks for more GPUs than any node has stays Ready=False with a reaso
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -94,3 +95,76 @@ def test_more_gpus_than_any_node_has_is_not_ready_with_insufficient_gpu(
 def _owner(child: dict[str, Any]) -> dict[str, Any]:
     (reference,) = child["metadata"]["ownerReferences"]
     return {key: reference[key] for key in ("kind", "name", "uid", "controller")}
+
+
+def test_a_pod_template_reaches_restricted_pods_and_a_displaced_field_is_named_in_an_event(
+    kube: Kubectl, namespace: str, claims: list[str], operator: OperatorProcess
+) -> None:
+    """spec.podTemplate on pods that Pod Security "restricted" admits (the namespace enforces it): a
+    ServiceAccount, a sidecar, a Secret volume, env, spread; a label the operator owns is not applied, and said so."""
+    kube.apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "model-reader", "namespace": namespace}}
+    )
+    kube.run("create", "secret", "generic", "agent-config", "-n", namespace, "--from-literal=agent.hcl=x")
+    body = load_example("cpu", namespace)
+    name = body["metadata"]["name"]
+    body["spec"]["podTemplate"] = {
+        "serviceAccountName": "model-reader",
+        "labels": {"team": "fraud", "skiff.dev/model": "not-this-one"},
+        "annotations": {"vault.hashicorp.com/agent-inject": "false"},
+        "env": [{"name": "AWS_REGION", "value": "eu-west-1"}],
+        "volumes": [{"name": "agent-config", "secret": {"secretName": "agent-config"}}],
+        "volumeMounts": [{"name": "agent-config", "mountPath": "/etc/agent", "readOnly": True}],
+        "sidecars": [{"name": "agent", "image": "registry.k8s.io/pause:3.10", "securityContext": {"runAsUser": 4000},
+                      "volumeMounts": [{"name": "agent-config", "mountPath": "/etc/agent"}]}],
+        "spreadAcross": ["Nodes"],
+    }  # fmt: skip
+    kube.apply(body)
+    kube.run("wait", "--for=condition=Ready", f"inferencemodel/{name}", "-n", namespace, "--timeout=120s")
+
+    (pod, *_) = kube.items("pods", namespace, f"skiff.dev/model={name}")
+    spec = pod["spec"]
+    assert spec["serviceAccountName"] == "model-reader"
+    assert [c["name"] for c in spec["containers"]] == ["runtime", "agent"]
+    agent = spec["containers"][1]["securityContext"]
+    assert (agent["runAsUser"], agent["allowPrivilegeEscalation"], agent["capabilities"]) == (
+        4000,
+        False,
+        {"drop": ["ALL"]},
+    )
+    assert {"name": "AWS_REGION", "value": "eu-west-1"} in spec["containers"][0]["env"]
+    assert pod["metadata"]["labels"]["team"] == "fraud"
+    assert pod["metadata"]["labels"]["skiff.dev/model"] == name  # the operator's label won
+    assert [c["topologyKey"] for c in spec["topologySpreadConstraints"]] == ["kubernetes.io/hostname"]
+    events = kube.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}")
+    assert "PodTemplateOverridden" in events
+    assert "spec.podTemplate.labels[skiff.dev/model]" in events
+
+
+def test_a_sidecar_asking_for_privilege_is_refused_by_the_crd_and_its_restricted_variant_admitted(
+    kube: Kubectl, namespace: str
+) -> None:
+    body = load_example("cpu", namespace)
+    body["metadata"]["name"] = "privileged"
+    body["spec"]["podTemplate"] = {
+        "sidecars": [{"name": "agent", "image": "busybox", "securityContext": {"privileged": True}}]
+    }
+    refused = kube.attempt("create", "-f", "-", stdin=json.dumps(body))
+    assert refused.returncode != 0
+    assert "a sidecar may not be privileged (Pod Security 'restricted'): remove privileged" in refused.stderr
+    body["spec"]["podTemplate"]["sidecars"][0]["securityContext"] = {"privileged": False, "runAsUser": 4000}
+    assert kube.attempt("create", "-f", "-", stdin=json.dumps(body)).returncode == 0
+
+
+def test_a_host_path_volume_is_refused_and_a_secret_volume_admitted(kube: Kubectl, namespace: str) -> None:
+    body = load_example("cpu", namespace)
+    body["metadata"]["name"] = "host-path"
+    body["spec"]["podTemplate"] = {"volumes": [{"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}}]}
+    refused = kube.attempt("create", "-f", "-", stdin=json.dumps(body))
+    assert refused.returncode != 0
+    assert "hostPath" in refused.stderr, refused.stderr  # unknown to the schema (strict), or no source left (CEL)
+    loose = kube.attempt("create", "--validate=false", "-f", "-", stdin=json.dumps(body))  # pruned: no source left
+    assert loose.returncode != 0
+    assert "a volume needs exactly one of configMap, secret" in loose.stderr, loose.stderr
+    body["spec"]["podTemplate"] = {"volumes": [{"name": "docker", "secret": {"secretName": "creds"}}]}
+    assert kube.attempt("create", "-f", "-", stdin=json.dumps(body)).returncode == 0

@@ -498,6 +498,84 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
         assert create_as(kube, cases[case][0]) == (0, ""), case
 
 
+def test_tenant_pod_template_names_only_what_it_could_use_itself(
+    kube: Kubectl, namespace: str, claims: list[str], policy: list[dict[str, Any]], tenant: Kubectl
+) -> None:
+    """spec.podTemplate: each refusal beside the variant the same tenant is allowed."""
+    user = f"system:serviceaccount:{namespace}:{TENANT}"
+
+    def shaped(name: str, **pod_template: Any) -> dict[str, Any]:
+        return tenant_model(namespace, name, podTemplate=pod_template)
+
+    secret_env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hidden", "key": "ca.crt"}}}]
+    refused = first_refusal(kube, tenant, shaped("secret-env", env=secret_env))
+    assert (
+        f"you ({user}) cannot get every Secret spec.podTemplate.env[].valueFrom.secretKeyRef names (hidden) in"
+        in refused
+    )
+    sidecar = {"name": "agent", "image": "vault:1.17"}
+    cases = {
+        "secret-volume": (shaped("secret-volume", volumes=[{"name": "s", "secret": {"secretName": "hidden"}}]),
+                          "cannot get every Secret spec.podTemplate.volumes names (hidden) in"),
+        "projected-secret": (shaped("projected-secret", volumes=[{"name": "p", "projected": {"sources": [
+                                 {"secret": {"name": "hidden"}}]}}]),
+                             "cannot get every Secret spec.podTemplate.volumes[].projected names"),
+        "sidecar-env-from": (shaped("sidecar-env-from", sidecars=[{**sidecar, "envFrom": [
+                                 {"secretRef": {"name": "hidden"}}]}]),
+                             "cannot get every Secret spec.podTemplate.sidecars[].env and envFrom names"),
+        "config-map": (shaped("config-map", envFrom=[{"configMapRef": {"name": "hidden-ca"}}]),
+                       "cannot get every ConfigMap spec.podTemplate.envFrom[].configMapRef names (hidden-ca) in"),
+        "claim": (shaped("claim", volumes=[{"name": "c", "persistentVolumeClaim": {"claimName": "fraud-models"}}]),
+                  "cannot get every PersistentVolumeClaim the model mounts (models, fraud-models)"),
+        "service-account": (shaped("service-account", serviceAccountName="default"),
+                            f"cannot create pods in namespace {namespace}, so spec.podTemplate may not set"),
+        "sidecar": (shaped("sidecar", sidecars=[sidecar]), "cannot create pods"),
+        "spread": (shaped("spread", topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "example.com/rack",
+                                                                "whenUnsatisfiable": "ScheduleAnyway"}]),
+                   "may spread over kubernetes.io/hostname and the node label keys"),
+    }  # fmt: skip
+    for case, (body, expected) in cases.items():
+        code, stderr = create_as(tenant, body)
+        assert code != 0, f"{case}: the tenant's model was admitted"
+        assert expected in stderr, f"{case}: {stderr}"
+
+    # The allowed variants: what the tenant may read it may mount and read into env; spread over nodes and zones.
+    readable = shaped(
+        "readable",
+        env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "readable", "key": "ca.crt"}}}],
+        envFrom=[{"configMapRef": {"name": "readable-ca"}}],
+        volumes=[{"name": "s", "secret": {"secretName": "readable"}},
+                 {"name": "p", "projected": {"sources": [{"secret": {"name": "readable"}}]}},
+                 {"name": "c", "persistentVolumeClaim": {"claimName": "models"}}],
+        topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                    "whenUnsatisfiable": "ScheduleAnyway"},
+                                   {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                    "whenUnsatisfiable": "ScheduleAnyway"}],
+        labels={"team": "fraud"},
+        annotations={"sidecar.istio.io/inject": "true"},
+    )  # fmt: skip
+    assert create_as(tenant, readable) == (0, "")
+    # One who may create pods may pick the ServiceAccount and add a sidecar, as a pod of their own would.
+    kube.apply(
+        [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": "pod-creator", "namespace": namespace},
+             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "pod-creator", "namespace": namespace},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-creator"},
+             "subjects": [{"kind": "ServiceAccount", "name": TENANT, "namespace": namespace}]},
+        ]
+    )  # fmt: skip
+
+    def admitted() -> bool | None:
+        return (
+            create_as(tenant, shaped("identity", serviceAccountName="default", sidecars=[sidecar])) == (0, "") or None
+        )
+
+    eventually(admitted, timeout=30, what="a pod creator's model with a ServiceAccount and a sidecar to be admitted")
+
+
 # -- the chart's RBAC is minimal: a removed verb fails a named check -------------------------------------------
 
 

@@ -238,8 +238,9 @@ log in with 'skopeo login ${registry%%/*}', or pass SKOPEO_FLAGS=--dest-tls-veri
   cat <<EOF
 ==> pushed. Install with these images:
     helm install skiff charts/skiff -n skiff-system --create-namespace \\
-      --set image.repository=$registry/skiff-operator --set image.tag=$version
-    and in every InferenceModel:  spec.runtime.image: $registry/skiff-runtime:$version
+      --set image.repository=$registry/skiff-operator --set image.tag=$version \\
+      --set-json 'watchNamespaces=["default"]'
+    Models that name no spec.runtime.image then run $registry/skiff-runtime:$version (chart value runtimeImage).
 EOF
 }
 

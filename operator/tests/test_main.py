@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from skiff_operator.__main__ import SILENCED_BELOW_INFO, configure_logging, parse_run_config
+from skiff_operator.spec import DEFAULT_IMAGE, SpreadDomain
 
 
 def test_namespaces_are_repeatable() -> None:
@@ -137,3 +138,21 @@ def test_route_settle_seconds_is_an_option_within_bounds(capsys: pytest.CaptureF
         with pytest.raises(SystemExit):
             parse_run_config(["run", "-n", "ml", "--route-settle-seconds", bad])
         assert f"--route-settle-seconds {bad}" in capsys.readouterr().err
+
+
+def test_the_default_runtime_image_and_spread_reach_the_operators_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    plain = parse_run_config(["run", "-n", "ml"]).options.defaults
+    assert (plain.runtime_image, plain.spread_across) == (DEFAULT_IMAGE, ())
+    chosen = parse_run_config(
+        ["run", "-n", "ml", "--default-runtime-image", "registry.local:5000/ml/skiff-runtime:0.1.0",
+         "--default-spread-across", "Nodes,Zones"]
+    ).options.defaults  # fmt: skip
+    assert chosen.runtime_image == "registry.local:5000/ml/skiff-runtime:0.1.0"
+    assert chosen.spread_across == (SpreadDomain.NODES, SpreadDomain.ZONES)
+    for flag, bad, said in (
+        ("--default-spread-across", "Racks", "give one of Nodes, Zones"),
+        ("--default-runtime-image", "two words", "give an image reference"),
+    ):
+        with pytest.raises(SystemExit):
+            parse_run_config(["run", "-n", "ml", flag, bad])
+        assert said in capsys.readouterr().err

@@ -292,3 +292,19 @@ async def test_version_services_keep_a_cluster_ip_where_a_grpc_route_targets_the
     assert cluster.deleted == [("Service", "demo-v1")]
     assert cluster_ips(cluster) == {"demo-v1": None, "demo": None}
     assert ("GRPCRoute", "demo") in cluster.objects
+
+
+async def test_a_displaced_pod_template_field_is_told_once_per_generation(make_body: Body) -> None:
+    cluster = FakeCluster()
+    body = make_body(podTemplate={"env": [{"name": "SKIFF_MODEL_NAME", "value": "x"}, {"name": "A", "value": "1"}]})
+    body["metadata"]["generation"] = 2
+    first = await reconcile(body, cluster, NOW)
+    (told,) = [e for e in first.events if e.reason == "PodTemplateOverridden"]
+    assert told.type == "Warning"
+    assert "spec.podTemplate.env[SKIFF_MODEL_NAME]" in told.message
+    assert "spec.podTemplate.env[A]" not in told.message
+    body["status"] = wire(first.status)
+    again = await reconcile(body, cluster, NOW)
+    assert [e for e in again.events if e.reason == "PodTemplateOverridden"] == []
+    clean = make_body(podTemplate={"env": [{"name": "A", "value": "1"}]})
+    assert [e for e in (await reconcile(clean, FakeCluster(), NOW)).events if e.reason == "PodTemplateOverridden"] == []

@@ -61,6 +61,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/* The runtime image of models that name none (--default-runtime-image): runtimeImage, else skiff-runtime beside
+the operator image (what `make push REGISTRY=host/ns` pushed), with the operator's tag. */}}
+{{- define "skiff.runtimeImage" -}}
+{{- if .Values.runtimeImage }}
+{{- .Values.runtimeImage }}
+{{- else }}
+{{- printf "%s/skiff-runtime:%s" (dir .Values.image.repository) (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The admission policy's image prefixes, as a JSON list: admissionPolicy.allowedImagePrefixes, else the registry
+and namespace the runtime image is in ("host/ns/"; a tag or digest never holds a "/"). */}}
+{{- define "skiff.allowedImagePrefixes" -}}
+{{- if .Values.admissionPolicy.allowedImagePrefixes }}
+{{- .Values.admissionPolicy.allowedImagePrefixes | toJson }}
+{{- else }}
+{{- list (printf "%s/" (dir (include "skiff.runtimeImage" .))) | toJson }}
+{{- end }}
+{{- end }}
+
 {{/* True (non-empty) when the operator watches every namespace: only with clusterWide, an explicit opt-in. */}}
 {{- define "skiff.clusterwide" -}}
 {{- if .Values.clusterWide }}

@@ -15,6 +15,9 @@ import kopf
 from skiff_operator.controller import OperatorOptions
 from skiff_operator.handlers import build_registry
 from skiff_operator.leader import LeaseOptions, default_identity
+from skiff_operator.spec import DEFAULT_IMAGE, OperatorDefaults, SpecError, parse_spread_domains
+
+MAX_IMAGE_LENGTH = 512  # the CRD's maxLength of spec.runtime.image
 
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -93,6 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
         "gateway's data plane to follow (default %(default)s)",
     )
     run.add_argument(
+        "--default-runtime-image",
+        default=os.environ.get("SKIFF_OPERATOR_DEFAULT_RUNTIME_IMAGE", DEFAULT_IMAGE),
+        metavar="IMAGE",
+        help="the runtime image of a model whose spec.runtime.image is unset (the chart passes its runtimeImage; "
+        "default %(default)s)",
+    )
+    run.add_argument(
+        "--default-spread-across",
+        default="",
+        metavar="DOMAINS",
+        help="spread every version's pods across Nodes, Zones or Nodes,Zones where a model sets neither "
+        "spec.podTemplate.spreadAcross nor topologySpreadConstraints (default: no spread)",
+    )
+    run.add_argument(
         "--log-level",
         default=os.environ.get("SKIFF_OPERATOR_LOG_LEVEL", "INFO"),
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -116,6 +133,15 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
         parser.error(f"--workers {args.workers}: give at least 1")
     if not 0 <= args.route_settle_seconds <= 300:
         parser.error(f"--route-settle-seconds {args.route_settle_seconds:g}: give 0 to 300")
+    try:
+        spread = parse_spread_domains(
+            [d.strip() for d in args.default_spread_across.split(",") if d.strip()], "--default-spread-across"
+        )
+    except SpecError as error:
+        parser.error(error.message)
+    image = args.default_runtime_image.strip()
+    if not image or len(image) > MAX_IMAGE_LENGTH or any(c.isspace() for c in image):
+        parser.error(f"--default-runtime-image {image!r}: give an image reference such as host/ns/skiff-runtime:0.1.0")
     lease = None
     if args.leader_elect:
         if not args.lease_namespace or not _NAMESPACE.match(args.lease_namespace):
@@ -141,6 +167,7 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
             route_settle_s=args.route_settle_seconds,
             lease=lease,
             namespaces=() if args.all_namespaces else tuple(ns.strip() for ns in namespaces),
+            defaults=OperatorDefaults(runtime_image=image, spread_across=spread),
         ),
     )
 

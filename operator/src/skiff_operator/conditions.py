@@ -78,6 +78,8 @@ class Reason(enum.StrEnum):
     CANARY_NOT_READY = "CanaryNotReady"
     PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
     DRAINING = "Draining"
+    # spec.podTemplate (skiff_operator.render.pod_template): an Event reason
+    POD_TEMPLATE_OVERRIDDEN = "PodTemplateOverridden"
     GATEWAY_API_MISSING = "GatewayAPIMissing"
     BACKEND_TLS_UNAVAILABLE = "BackendTLSUnavailable"  # Gateway mode with TLS: no BackendTLSPolicy can be made
     # SplitApproximated: whether whole pods can give spec.traffic (Service mode) or a route splits per request

@@ -22,6 +22,7 @@ from skiff_operator.leader import LeaderElector, LeaseOptions
 from skiff_operator.model_status import Status, render_status
 from skiff_operator.reconcile import reconcile
 from skiff_operator.scheduler import Key, Scheduler, SchedulerOptions
+from skiff_operator.spec import NO_OPERATOR_DEFAULTS, OperatorDefaults
 from skiff_operator.status import patch_changes
 from skiff_operator.traffic_status import ROUTE_SETTLE_S
 
@@ -43,6 +44,7 @@ class OperatorOptions:
     watch_retry_s: float = 5.0  # pause before a failed Pod watch starts again
     lease: LeaseOptions | None = None  # leader election between replicas; None: this replica always works
     route_settle_s: float = ROUTE_SETTLE_S  # Gateway mode: Ready this long after the gateways accepted the route
+    defaults: OperatorDefaults = NO_OPERATOR_DEFAULTS  # what a model that says nothing gets (runtime image, spread)
 
     def scheduler(self) -> SchedulerOptions:
         return SchedulerOptions(self.child_debounce_s, self.resync_interval_s, self.workers)
@@ -68,6 +70,7 @@ class Shared:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     elector: LeaderElector | None = None
     route_settle_s: float = ROUTE_SETTLE_S
+    defaults: OperatorDefaults = NO_OPERATOR_DEFAULTS
 
 
 def child_owner(body: Mapping[str, Any]) -> Key | None:
@@ -139,7 +142,12 @@ async def reconcile_key(shared: Shared, key: Key) -> float | None:
     shared.generations[key] = int(body.get("metadata", {}).get("generation") or 0)
     try:
         outcome = await reconcile(
-            body, shared.kube, _now(), route_settle_s=shared.route_settle_s, memory=shared.autoscale.get(key)
+            body,
+            shared.kube,
+            _now(),
+            route_settle_s=shared.route_settle_s,
+            memory=shared.autoscale.get(key),
+            defaults=shared.defaults,
         )
         if outcome.memory is not None:
             shared.autoscale[key] = outcome.memory
@@ -171,7 +179,13 @@ def start_operator(kube: Kube, stack: contextlib.AsyncExitStack, options: Operat
     """The scheduler, the Pod watches and (with a lease) the leader elector, started on the running loop."""
     holder: list[Shared] = []
     scheduler = Scheduler(lambda key: reconcile_key(holder[0], key), options.scheduler(), _log)
-    shared = Shared(kube=kube, exit_stack=stack, scheduler=scheduler, route_settle_s=options.route_settle_s)
+    shared = Shared(
+        kube=kube,
+        exit_stack=stack,
+        scheduler=scheduler,
+        route_settle_s=options.route_settle_s,
+        defaults=options.defaults,
+    )
     holder.append(shared)
     if options.lease is not None:
         scheduler.pause()  # a standby: watches warm, models known, nothing written until it leads

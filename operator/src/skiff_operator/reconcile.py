@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from skiff_operator import names
 from skiff_operator.autoscale import PERIOD_S, Memory
-from skiff_operator.conditions import Problem, Reason, StatusEvent
+from skiff_operator.conditions import EventType, Problem, Reason, StatusEvent
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kinds import DEPLOYMENT
 from skiff_operator.manifests import FIRST_KINDS, LAST_KINDS, render_all
@@ -20,9 +20,11 @@ from skiff_operator.observe import ObserveCluster, observe
 from skiff_operator.observed import ChildStates, OwnedChild
 from skiff_operator.ownership import name_conflict_message
 from skiff_operator.plan import Held, Plan, make_plan
+from skiff_operator.render.deployment import pod_template_overrides
+from skiff_operator.render.pod_template import overridden_message
 from skiff_operator.route_status import applied_route
 from skiff_operator.routing import prune, services_to_recreate
-from skiff_operator.spec import InferenceModel, SpecError, parse_inference_model
+from skiff_operator.spec import NO_OPERATOR_DEFAULTS, InferenceModel, OperatorDefaults, SpecError, parse_inference_model
 from skiff_operator.summary import Summary, scale_events, summarize, summarize_problem, with_autoscale
 from skiff_operator.tls import TLSState
 from skiff_operator.traffic_status import ROUTE_SETTLE_S
@@ -68,22 +70,26 @@ async def reconcile(
     *,
     route_settle_s: float = ROUTE_SETTLE_S,
     memory: Memory | None = None,
+    defaults: OperatorDefaults = NO_OPERATOR_DEFAULTS,
 ) -> Outcome:
     """Brings the children in line with the spec and reports where they stand; the same on every call.
     `route_settle_s`: in Gateway mode, how long Ready waits after the gateways accepted the route; `memory`: what
-    autoscaling kept of this model from the last pass (Outcome.memory hands back the next).
+    autoscaling kept of this model from the last pass (Outcome.memory hands back the next); `defaults`: the
+    operator's command-line defaults (runtime image, topology spread).
 
     The split is decided from the children as they were when the pass started. When a version became ready
     during the pass (its status shows ready replicas but no applied weight yet), a second pass routes to it
     at once: otherwise status would say Ready while no traffic reaches it until the next watch event.
     """
     memory = memory or Memory()
-    outcome = await _reconcile_once(body, parse_status(body.get("status")), cluster, now, route_settle_s, memory)
+    outcome = await _reconcile_once(
+        body, parse_status(body.get("status")), cluster, now, route_settle_s, memory, defaults
+    )
     if outcome.retry_after_s is not None or not outcome.traffic_lags_readiness:
         return outcome
     # The first pass's status as the API server stores it (times to the second), as a watch event would bring it.
     stored = parse_status(render_status(outcome.status))
-    second = await _reconcile_once(body, stored, cluster, now, route_settle_s, outcome.memory or memory)
+    second = await _reconcile_once(body, stored, cluster, now, route_settle_s, outcome.memory or memory, defaults)
     return dataclasses.replace(
         second,
         events=(*outcome.events, *second.events),
@@ -99,6 +105,7 @@ async def _reconcile_once(
     now: datetime.datetime,
     route_settle_s: float,
     memory: Memory,
+    defaults: OperatorDefaults = NO_OPERATOR_DEFAULTS,
 ) -> Outcome:
     """One pass: parse, then observe -> plan -> render -> apply -> summarize. `previous` is the status the pass
     starts from: the stored one, or the first pass's.
@@ -110,7 +117,7 @@ async def _reconcile_once(
     """
     generation = int(body.get("metadata", {}).get("generation", 0))
     try:
-        model = parse_inference_model(body)
+        model = parse_inference_model(body, defaults)
     except SpecError as error:
         return _held(summarize_problem(generation, Problem(error.reason, error.message), None, previous, now))
 
@@ -144,12 +151,23 @@ async def _reconcile_once(
         recheck = PERIOD_S if recheck is None else min(recheck, PERIOD_S)
     return Outcome(
         with_autoscale(summary.status, autoscale, plan.model, previous),
-        (*summary.events, *scale_events(autoscale)),
+        (*summary.events, *scale_events(autoscale), *pod_template_events(plan.model, previous)),
         _names(manifests),
         traffic_lags_readiness=summary.traffic_lags_readiness,
         recheck_after_s=recheck,
         memory=autoscale.memory if autoscale is not None else None,
     )
+
+
+def pod_template_events(model: InferenceModel, previous: Status | None) -> tuple[StatusEvent, ...]:
+    """PodTemplateOverridden, once per generation (the first pass that sees it), when the operator's own fields
+    displaced some of spec.podTemplate."""
+    if previous is not None and previous.observed_generation == model.ref.generation:
+        return ()
+    overridden = pod_template_overrides(model)
+    if not overridden:
+        return ()
+    return (StatusEvent(EventType.WARNING, Reason.POD_TEMPLATE_OVERRIDDEN, overridden_message(overridden)),)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -12,6 +13,7 @@ from skiff_operator.kinds import DEPLOYMENT
 from skiff_operator.render.auth import render_auth_env, render_auth_mounts, render_auth_volumes
 from skiff_operator.render.common import render_metadata
 from skiff_operator.render.fetch import model_sub_path, render_fetch_init_containers, render_model_volume
+from skiff_operator.render.pod_template import MergedPod, merge_pod_template
 from skiff_operator.render.tls import render_tls_annotations, render_tls_env, render_tls_mounts, render_tls_volumes
 from skiff_operator.spec import (
     MAX_WORKERS,
@@ -40,11 +42,7 @@ def gpu_taint_key(gpu_resource: str) -> str:
 def render_deployment(model: InferenceModel, version: Version) -> dict[str, Any]:
     name = names.deployment_name(model.ref.name, version.name)
     selector = names.selector_labels(model.ref.name, version.name)
-    pod_spec = _render_pod_spec(model, version)
-    pod_labels = names.object_labels(model.ref.name, version.name)
-    # Certificate content is not in the pod spec (only the Secret's name), so a renewal changes no hash: the
-    # runtime reloads the files. The TLS mode annotation is, so changing the mode rolls the pods.
-    tls_annotations = render_tls_annotations(model)
+    pod = render_pod(model, version)
     return {
         "apiVersion": DEPLOYMENT.api_version,
         "kind": DEPLOYMENT.kind,
@@ -60,16 +58,38 @@ def render_deployment(model: InferenceModel, version: Version) -> dict[str, Any]
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": {
-                    "labels": pod_labels,
+                    "labels": pod.labels,
                     "annotations": {
-                        **tls_annotations,
-                        CONFIG_HASH_ANNOTATION: config_hash(pod_labels, pod_spec, tls_annotations),
+                        **pod.annotations,
+                        CONFIG_HASH_ANNOTATION: config_hash(pod.labels, pod.spec, pod.annotations),
                     },
                 },
-                "spec": pod_spec,
+                "spec": pod.spec,
             },
         },
     }
+
+
+def render_pod(model: InferenceModel, version: Version) -> MergedPod:
+    """The pod template of a version: the operator's pod with spec.podTemplate merged under it."""
+    # Certificate content is not in the pod spec (only the Secret's name), so a renewal changes no hash: the
+    # runtime reloads the files. The TLS mode annotation is, so changing the mode rolls the pods.
+    merged = merge_pod_template(
+        model.spec.pod_template,
+        names.object_labels(model.ref.name, version.name),
+        {**render_tls_annotations(model), CONFIG_HASH_ANNOTATION: ""},  # the key is the operator's
+        _render_pod_spec(model, version),
+        names.selector_labels(model.ref.name, version.name),
+        container_security_context(),
+    )
+    annotations = {k: v for k, v in merged.annotations.items() if k != CONFIG_HASH_ANNOTATION}
+    return dataclasses.replace(merged, annotations=annotations)
+
+
+def pod_template_overrides(model: InferenceModel) -> tuple[str, ...]:
+    """The spec.podTemplate fields the operator's own displaced, over every version, each once."""
+    overridden = (field for version in model.spec.versions for field in render_pod(model, version).overridden)
+    return tuple(dict.fromkeys(overridden))
 
 
 def config_hash(labels: dict[str, str], pod_spec: dict[str, Any], annotations: dict[str, str] | None = None) -> str:

@@ -48,6 +48,7 @@ from skiff_operator.spec.model import (
     MAX_CALIBRATION_PATH,
     MAX_MESSAGE_MB,
     MAX_WORKERS,
+    NO_OPERATOR_DEFAULTS,
     Affinity,
     Analysis,
     AuthSpec,
@@ -63,6 +64,7 @@ from skiff_operator.spec.model import (
     NetworkPolicySpec,
     ObjectRef,
     PackagedUri,
+    OperatorDefaults,
     Peer,
     Probes,
     Resources,
@@ -94,6 +96,7 @@ from skiff_operator.spec.task import (
     TaskSpec,
     parse_task,
 )
+from skiff_operator.spec.pod_template import PodTemplate, SpreadDomain, parse_spread_domains
 
 __all__ = [
     "CALIBRATION_PATH",
@@ -137,6 +140,7 @@ __all__ = [
     "PACKAGED_WEIGHTS",
     "TASK_PATH",
     "TASK_SUB_MODELS",
+    "NO_OPERATOR_DEFAULTS",
     "Affinity",
     "Analysis",
     "AuthSpec",
@@ -154,7 +158,9 @@ __all__ = [
     "ObjectRef",
     "OcrOptions",
     "PackagedUri",
+    "OperatorDefaults",
     "Peer",
+    "PodTemplate",
     "Probes",
     "Resources",
     "RolloutSpec",
@@ -166,6 +172,7 @@ __all__ = [
     "Scheduling",
     "ShapeRange",
     "SpecError",
+    "SpreadDomain",
     "StorageSpec",
     "TLSMode",
     "TLSSpec",
@@ -185,5 +192,6 @@ __all__ = [
     "parse_quantity",
     "parse_spec",
     "parse_task",
+    "parse_spread_domains",
     "parse_tls",
 ]

@@ -12,8 +12,13 @@ from typing import Any
 from skiff_operator.spec.autoscaling import Autoscaling
 from skiff_operator.spec.grammar import parse_quantity
 from skiff_operator.spec.task import TaskSpec
+from skiff_operator.spec.pod_template import PodTemplate, SpreadDomain
+
+NO_POD_TEMPLATE = PodTemplate()
 
 # Defaults, written once; test_crd.py checks the CRD's `default:` values agree with these.
+# The runtime image of a model that names none: the operator's --default-runtime-image (the chart passes the image
+# it was installed with); this placeholder only when the operator runs without that flag.
 DEFAULT_IMAGE = "ghcr.io/skiff-dev/skiff-runtime:0.1.0"
 DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"
 DEFAULT_MAX_BATCH_SIZE = 8
@@ -379,6 +384,7 @@ class ModelSpec:
     auth: AuthSpec | None = None
     rollout: RolloutSpec | None = None
     storage: StorageSpec = StorageSpec()
+    pod_template: PodTemplate = NO_POD_TEMPLATE
 
     def version(self, name: str) -> Version:
         for version in self.versions:
@@ -388,6 +394,17 @@ class ModelSpec:
 
     def percent_for(self, name: str) -> int:
         return sum(share.percent for share in self.traffic if share.version == name)
+
+
+@dataclass(frozen=True)
+class OperatorDefaults:
+    """What the operator's command line fills in where a model says nothing (the chart sets both)."""
+
+    runtime_image: str = DEFAULT_IMAGE  # --default-runtime-image
+    spread_across: tuple[SpreadDomain, ...] = ()  # --default-spread-across
+
+
+NO_OPERATOR_DEFAULTS = OperatorDefaults()
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from skiff_operator.spec.model import (
     DEFAULT_GPU,
     DEFAULT_GPU_RESOURCE,
     DEFAULT_GRACE_PERIOD_S,
-    DEFAULT_IMAGE,
     DEFAULT_IMAGE_PULL_POLICY,
     DEFAULT_ISSUER_GROUP,
     DEFAULT_LOG_LEVEL,
@@ -59,6 +58,7 @@ from skiff_operator.spec.model import (
     INTERMEDIATE_TENSOR_MODES,
     MAX_CALIBRATION_PATH,
     MAX_MESSAGE_MB,
+    NO_OPERATOR_DEFAULTS,
     Affinity,
     Analysis,
     AuthSpec,
@@ -74,6 +74,7 @@ from skiff_operator.spec.model import (
     NetworkPolicySpec,
     ObjectRef,
     PackagedUri,
+    OperatorDefaults,
     Peer,
     Probes,
     Resources,
@@ -95,10 +96,12 @@ from skiff_operator.spec.model import (
     Version,
 )
 from skiff_operator.spec.task import PACKAGED_WEIGHTS, TaskSpec, parse_task
+from skiff_operator.spec.pod_template import parse_pod_template
 
 
-def parse_inference_model(body: Mapping[str, Any]) -> InferenceModel:
-    """Turns a CR body into an InferenceModel, applying the CRD's defaults; raises SpecError if it cannot."""
+def parse_inference_model(body: Mapping[str, Any], defaults: OperatorDefaults = NO_OPERATOR_DEFAULTS) -> InferenceModel:
+    """Turns a CR body into an InferenceModel, applying the CRD's defaults and the operator's (`defaults`); raises
+    SpecError if it cannot."""
     metadata = _mapping(body.get("metadata"), "metadata")
     name = _string(metadata.get("name"), "metadata.name")
     if not _DNS1035.fullmatch(name):
@@ -109,12 +112,13 @@ def parse_inference_model(body: Mapping[str, Any]) -> InferenceModel:
         uid=str(metadata.get("uid", "")),
         generation=_int(metadata.get("generation", 0), "metadata.generation"),
     )
-    return InferenceModel(ref=ref, spec=parse_spec(_mapping(body.get("spec"), "spec")))
+    return InferenceModel(ref=ref, spec=parse_spec(_mapping(body.get("spec"), "spec"), defaults))
 
 
-def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
+def parse_spec(spec: Mapping[str, Any], defaults: OperatorDefaults = NO_OPERATOR_DEFAULTS) -> ModelSpec:
     runtime = _mapping(spec.get("runtime", {}), "spec.runtime")
-    image = _string(runtime.get("image", DEFAULT_IMAGE), "spec.runtime.image")
+    # An empty image (what a CRD of before --default-runtime-image stored as its default) is the operator's too.
+    image = _string(runtime.get("image") or defaults.runtime_image, "spec.runtime.image")
     base_resources = _parse_resources(_mapping(spec.get("resources", {}), "spec.resources"), None)
     raw_versions = _sequence(spec.get("versions"), "spec.versions")
     if not raw_versions:
@@ -140,6 +144,7 @@ def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
         auth=_parse_auth(spec.get("auth")),
         rollout=_parse_rollout(spec.get("rollout"), names, traffic),
         storage=parse_storage(_mapping(spec.get("storage", {}), "spec.storage")),
+        pod_template=parse_pod_template(spec.get("podTemplate"), defaults.spread_across),
     )
 
 
