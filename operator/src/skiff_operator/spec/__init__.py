@@ -63,8 +63,8 @@ from skiff_operator.spec.model import (
     ModelUri,
     NetworkPolicySpec,
     ObjectRef,
-    PackagedUri,
     OperatorDefaults,
+    PackagedUri,
     Peer,
     Probes,
     Resources,
@@ -86,6 +86,7 @@ from skiff_operator.spec.model import (
     Version,
 )
 from skiff_operator.spec.parsing import parse_inference_model, parse_model_uri, parse_spec, parse_tls
+from skiff_operator.spec.pod_template import PodTemplate, SpreadDomain, parse_spread_domains
 from skiff_operator.spec.task import (
     MAX_TASK_PATH,
     PACKAGED_WEIGHTS,
@@ -96,7 +97,6 @@ from skiff_operator.spec.task import (
     TaskSpec,
     parse_task,
 )
-from skiff_operator.spec.pod_template import PodTemplate, SpreadDomain, parse_spread_domains
 
 __all__ = [
     "CALIBRATION_PATH",
@@ -137,10 +137,10 @@ __all__ = [
     "MAX_QUANTITY_LENGTH",
     "MAX_TASK_PATH",
     "MAX_WORKERS",
+    "NO_OPERATOR_DEFAULTS",
     "PACKAGED_WEIGHTS",
     "TASK_PATH",
     "TASK_SUB_MODELS",
-    "NO_OPERATOR_DEFAULTS",
     "Affinity",
     "Analysis",
     "AuthSpec",
@@ -157,8 +157,8 @@ __all__ = [
     "NetworkPolicySpec",
     "ObjectRef",
     "OcrOptions",
-    "PackagedUri",
     "OperatorDefaults",
+    "PackagedUri",
     "Peer",
     "PodTemplate",
     "Probes",
@@ -191,7 +191,7 @@ __all__ = [
     "parse_model_uri",
     "parse_quantity",
     "parse_spec",
-    "parse_task",
     "parse_spread_domains",
+    "parse_task",
     "parse_tls",
 ]

@@ -11,8 +11,8 @@ from typing import Any
 
 from skiff_operator.spec.autoscaling import Autoscaling
 from skiff_operator.spec.grammar import parse_quantity
-from skiff_operator.spec.task import TaskSpec
 from skiff_operator.spec.pod_template import PodTemplate, SpreadDomain
+from skiff_operator.spec.task import TaskSpec
 
 NO_POD_TEMPLATE = PodTemplate()
 

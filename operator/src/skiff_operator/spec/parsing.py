@@ -73,8 +73,8 @@ from skiff_operator.spec.model import (
     ModelUri,
     NetworkPolicySpec,
     ObjectRef,
-    PackagedUri,
     OperatorDefaults,
+    PackagedUri,
     Peer,
     Probes,
     Resources,
@@ -95,8 +95,8 @@ from skiff_operator.spec.model import (
     TrafficShare,
     Version,
 )
-from skiff_operator.spec.task import PACKAGED_WEIGHTS, TaskSpec, parse_task
 from skiff_operator.spec.pod_template import parse_pod_template
+from skiff_operator.spec.task import PACKAGED_WEIGHTS, TaskSpec, parse_task
 
 
 def parse_inference_model(body: Mapping[str, Any], defaults: OperatorDefaults = NO_OPERATOR_DEFAULTS) -> InferenceModel:
