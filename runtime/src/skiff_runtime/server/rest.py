@@ -148,9 +148,10 @@ class RestServer:
             )
         except web.HTTPException as exc:
             response = _error(exc.status, f"{exc.reason}: {request.method} {request.path[:200]}")
-        except Exception as exc:
-            log.exception("unexpected error", extra={"path": request.path[:200]})
-            response = _error(500, f"internal error: {type(exc).__name__}: {exc}")
+        except Exception:
+            incident = errors.new_incident()
+            log.exception("unexpected error", extra={"path": request.path[:200], "incident": incident})
+            response = _error(500, errors.internal_error_message(incident))
         finally:
             self._busy.discard(request.protocol)
             if not self._busy:
