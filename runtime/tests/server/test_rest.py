@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -265,3 +267,46 @@ async def test_an_unexpected_error_is_a_500_with_an_incident_id_and_no_exception
     logged = [r for r in caplog.records if getattr(r, "incident", None) == incident.group(1)]
     assert logged and "tenant-b" in str(logged[0].exc_info[1])  # type: ignore[index]
     assert (known_status, known_reply["error"]) == (404, "unknown model 'x'")  # a SkiffError is said in full
+
+
+def _announce(port: int, length: int) -> socket.socket:
+    """A REST infer request whose headers announce `length` bytes of body, of which none is sent."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(
+        b"POST /v2/models/two_io/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+        + f"Inference-Header-Content-Length: 100\r\nContent-Length: {length}\r\n\r\n".encode()
+    )
+    return sock
+
+
+def test_bodies_are_charged_to_the_budget_from_their_content_length_before_they_arrive(
+    runtime_factory, model_dirs
+) -> None:
+    """A 64 MiB budget: two requests announcing 30 MiB each (none of it sent) hold 60 MiB of it on their headers,
+    so a third is refused 429 at once, before its body; a small request still fits and is served. Before, the
+    budget was charged only once a body had arrived: all three were admitted and waited for 90 MiB together."""
+    runtime = runtime_factory(
+        model_dirs["two_io"], "two_io", "--workers", "1", "--http-port", "0", "--max-request-memory-mb", "64",
+        "--receive-timeout-s", "30",
+    )  # fmt: skip
+    runtime.wait_serving()
+    holders = [_announce(runtime.http_port, 30 << 20) for _ in range(2)]
+    try:
+        time.sleep(0.5)  # both admitted and charged
+        third = _announce(runtime.http_port, 30 << 20)
+        started = time.monotonic()
+        reply = third.recv(65536)
+        assert time.monotonic() - started < 5
+        assert reply.startswith(b"HTTP/1.1 429"), reply[:200]
+        assert b"request memory budget full" in reply
+        third.close()
+        body = {"inputs": [
+            {"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+            {"name": "ids", "shape": [1, 2], "datatype": "INT64", "data": [1, 2]},
+        ]}  # fmt: skip
+        status, _, answer = _call(f"{runtime.http_url}/v2/models/two_io/infer", "POST", json.dumps(body).encode())
+        assert status == 200, answer
+    finally:
+        for sock in holders:
+            sock.close()
+    assert runtime.terminate() == 0
