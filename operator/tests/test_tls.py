@@ -276,7 +276,8 @@ async def test_self_signed_never_takes_over_an_existing_secret(make_body: Body) 
 async def test_a_service_name_conflict_writes_no_tls_secret_or_certificate(make_body: Body) -> None:
     """The conflict is found before anything is written: not even the TLS step's Secrets (SelfSigned) or its
     Certificate (CertManager) are applied for a model that cannot have its Service."""
-    for tls, crds in ((SELF_SIGNED, ()), ({"mode": "CertManager", "issuerRef": {"name": "corp"}}, ("certificates.cert-manager.io",))):  # fmt: skip
+    cert_manager = {"mode": "CertManager", "issuerRef": {"name": "corp"}}
+    for tls, crds in ((SELF_SIGNED, ()), (cert_manager, ("certificates.cert-manager.io",))):
         cluster = TLSFakeCluster(crds=crds)
         cluster.objects[("Service", "demo")] = {"kind": "Service", "metadata": {"name": "demo"}, "spec": {}}
         before = copy.deepcopy(cluster.objects)

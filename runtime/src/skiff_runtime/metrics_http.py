@@ -29,7 +29,7 @@ class _Handler(WSGIRequestHandler):
 
     timeout = IDLE_TIMEOUT_S
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  # the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # the base class's parameter names
         pass
 
 
