@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from socket import socket
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
@@ -25,9 +24,11 @@ IDLE_TIMEOUT_S = 5.0
 
 
 class _Handler(WSGIRequestHandler):
-    """Times out a socket that sends nothing for IDLE_TIMEOUT_S (socketserver sets `timeout` on it); logs nothing."""
+    """Times out a socket that sends nothing for the server's `idle_timeout_s`; logs nothing."""
 
-    timeout = IDLE_TIMEOUT_S
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(getattr(self.server, "idle_timeout_s", IDLE_TIMEOUT_S))
 
     def log_message(self, format: str, *args: Any) -> None:  # the base class's parameter names
         pass
@@ -36,11 +37,10 @@ class _Handler(WSGIRequestHandler):
 class MetricsServer(ThreadingWSGIServer):
     """One thread per connection, at most `max_connections` at once; a connection past them is closed unread."""
 
-    max_connections = MAX_CONNECTIONS
-
-    def server_activate(self) -> None:
-        self._places = threading.BoundedSemaphore(self.max_connections)
-        super().server_activate()
+    def __init__(self, address: tuple[str, int], idle_timeout_s: float, max_connections: int) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self._places = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._places.acquire(blocking=False):
@@ -56,18 +56,22 @@ class MetricsServer(ThreadingWSGIServer):
         """A socket that timed out or broke off is the client's business: no traceback on stderr."""
         log.debug("metrics connection ended with an error", exc_info=True)
 
-    def process_request_thread(self, request: socket, client_address: Any) -> None:
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
             self._places.release()
 
 
-def serve_metrics(host: str, port: int, registry: CollectorRegistry, timeout_s: float = IDLE_TIMEOUT_S,
-                  max_connections: int = MAX_CONNECTIONS) -> MetricsServer:  # fmt: skip
+def serve_metrics(
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    timeout_s: float = IDLE_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
+) -> MetricsServer:
     """Serve `registry` at /metrics on host:port (0 picks a free port) from a daemon thread; returns the server."""
-    handler = type("Handler", (_Handler,), {"timeout": timeout_s})
-    server_class = type("Server", (MetricsServer,), {"max_connections": max_connections})
-    server = make_server(host, port, make_wsgi_app(registry), server_class, handler_class=handler)
+    server = MetricsServer((host, port), timeout_s, max_connections)
+    server.set_app(make_wsgi_app(registry))
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
-    return server  # type: ignore[return-value]
+    return server
