@@ -112,6 +112,9 @@ def test_an_existing_service_and_secret_are_never_taken_over(
     )
     assert comparable(kube.get("service", name, "-n", namespace)) == before[0]
     assert kube.items("deployment", namespace, f"skiff.dev/model={name}") == []  # nothing of the model applied
+    # Not even the TLS step's Secrets: the Service's conflict stops the pass before anything is written.
+    secrets = {s["metadata"]["name"] for s in kube.items("secret", namespace)}
+    assert not secrets & {f"{name}-tls-ca", f"{name}-tls"}, secrets
 
     # Deleting the model leaves the victim: it was never the model's child.
     kube.run("delete", "inferencemodel", name, "-n", namespace, "--wait=true", "--timeout=60s")

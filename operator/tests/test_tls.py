@@ -273,6 +273,28 @@ async def test_self_signed_never_takes_over_an_existing_secret(make_body: Body) 
     assert "theirs" not in json.dumps(wire(outcome.status))
 
 
+async def test_a_service_name_conflict_writes_no_tls_secret_or_certificate(make_body: Body) -> None:
+    """The conflict is found before anything is written: not even the TLS step's Secrets (SelfSigned) or its
+    Certificate (CertManager) are applied for a model that cannot have its Service."""
+    cert_manager = {"mode": "CertManager", "issuerRef": {"name": "corp"}}
+    for tls, crds in ((SELF_SIGNED, ()), (cert_manager, ("certificates.cert-manager.io",))):
+        cluster = TLSFakeCluster(crds=crds)
+        cluster.objects[("Service", "demo")] = {"kind": "Service", "metadata": {"name": "demo"}, "spec": {}}
+        before = copy.deepcopy(cluster.objects)
+        outcome = await reconcile(make_body(tls=tls), cluster, NOW)
+        assert condition(wire(outcome.status), "Ready") == ("False", "NameConflict")
+        assert "Service/demo exists" in wire(outcome.status)["conditions"][0]["message"]
+        assert outcome.applied == ()
+        assert cluster.objects == before  # no Secret demo-tls-ca / demo-tls, no Certificate
+
+        # The allowed variant: the Service gone, the same model writes its TLS objects (and, SelfSigned, its
+        # children; CertManager's wait for the certificate to be issued).
+        del cluster.objects[("Service", "demo")]
+        outcome = await reconcile(make_body(tls=tls), cluster, NOW)
+        written = ("Secret/demo-tls", "Service/demo") if tls is SELF_SIGNED else ("Certificate/demo-tls",)
+        assert set(written) <= set(outcome.applied)
+
+
 async def test_cert_manager_refuses_a_secret_it_did_not_issue_and_a_foreign_certificate(make_body: Body) -> None:
     cluster = TLSFakeCluster(crds=("certificates.cert-manager.io",))
     body = make_body(tls={"mode": "CertManager", "issuerRef": {"name": "corp"}})

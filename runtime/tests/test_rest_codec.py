@@ -126,8 +126,13 @@ def test_json_is_bounded_before_it_is_parsed() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "ok"), [("12", 12), ("0", 0), (None, None), ("13", "invalid"), ("-1", "invalid"), ("x", "invalid")]
-)
+    ("value", "ok"),
+    [
+        ("12", 12), ("0", 0), (" 7 ", 7), ("012", 12), (None, None),
+        ("13", "invalid"), ("-1", "invalid"), ("x", "invalid"), ("", "invalid"), ("\u00b2", "invalid"),
+        ("1" * 4301, "invalid"),  # int() itself refuses 4,301 digits (ValueError): a 500 before
+    ],
+)  # fmt: skip
 def test_header_length_must_lie_within_the_body(value: str | None, ok: object) -> None:
     if ok == "invalid":
         with pytest.raises(InvalidInput, match="Inference-Header-Content-Length"):

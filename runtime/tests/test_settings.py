@@ -128,6 +128,7 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "max_connection_age_s": ("60", 60.0),
         "max_connection_age_grace_s": ("10", 10.0),
         "max_streams_per_connection": ("32", 32),
+        "max_calls_per_peer": ("16", 16),
         "batch_timeout_s": ("90", 90.0),
         "grace_period_s": ("2.5", 2.5),
         "log_level": ("debug", "DEBUG"),

@@ -13,7 +13,7 @@ from skiff_operator import names
 from skiff_operator.autoscale import PERIOD_S, Memory
 from skiff_operator.conditions import EventType, Problem, Reason, StatusEvent
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
-from skiff_operator.kinds import DEPLOYMENT
+from skiff_operator.kinds import DEPLOYMENT, SERVICE
 from skiff_operator.manifests import FIRST_KINDS, LAST_KINDS, render_all
 from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.observe import ObserveCluster, observe
@@ -125,15 +125,17 @@ async def _reconcile_once(
     plan = make_plan(model, observed, now)  # 2. pure
     manifests = render_all(plan)  # 3. pure: every manifest applied below
     if isinstance(plan, Held):  # the children stay as they are; the TLS step's Secrets are written
+        conflict = await check_held_ownership(plan, observed.owned, cluster) if manifests else None
+        if conflict is not None:  # nothing is written for a model that cannot have its children
+            return await _hold(generation, conflict, plan.tls, (), cluster, previous, now)
         return await _hold(generation, plan.problem, plan.tls, manifests, cluster, previous, now)
     tls = plan.tls
-    # 4. apply: ownership first (a name held by an object this model does not control is never written), then
-    # every manifest (TLS first, routes last), then prune.
+    # 4. apply: ownership first (a name held by an object this model does not control stops the pass before
+    # anything is written, the TLS step's Secrets and Certificate included), then every manifest (TLS first,
+    # routes last), then prune.
     conflict = await check_ownership(plan, manifests, cluster)
     if conflict is not None:
-        return await _hold(
-            generation, conflict, tls, [m for m in manifests if m["kind"] in FIRST_KINDS], cluster, previous, now
-        )
+        return await _hold(generation, conflict, tls, (), cluster, previous, now)
     try:
         applied = await apply_plan(plan, manifests, cluster)
     except ApplyRejected as error:
@@ -187,13 +189,37 @@ def rendered_names(plan: Plan, manifests: Sequence[Mapping[str, Any]]) -> set[tu
     return rendered
 
 
+def core_names(model: InferenceModel) -> set[tuple[str, str]]:
+    """(kind, name) of the children every model has, known from the spec alone: the model Service and each
+    version's Deployment and Service."""
+    name = model.ref.name
+    core = {(SERVICE.kind, names.model_service_name(name))}
+    for version in model.spec.versions:
+        core |= {(DEPLOYMENT.kind, names.deployment_name(name, version.name))}
+        core |= {(SERVICE.kind, names.version_service_name(name, version.name))}
+    return core
+
+
 async def check_ownership(plan: Plan, manifests: Sequence[Mapping[str, Any]], cluster: Cluster) -> Problem | None:
     """NameConflict when a name this pass writes is held by an object the model does not control. Names the
     label-selected list returned are the model's; only the others are looked up. A refused look-up is
     ApplyFailed (no RBAC, say so; do not crash-loop)."""
-    ref = plan.model.ref
     checked = [m for m in manifests if m["kind"] not in FIRST_KINDS]  # the TLS step checked its own
-    unknown = rendered_names(plan, checked) - {(child.kind, child.name) for child in plan.routing.owned}
+    return await _occupied(plan.model, rendered_names(plan, checked), plan.routing.owned, cluster)
+
+
+async def check_held_ownership(plan: Held, owned: Sequence[OwnedChild], cluster: Cluster) -> Problem | None:
+    """NameConflict when a held pass would write the TLS step's objects (a Certificate waiting for cert-manager,
+    say) for a model whose core children (`core_names`) someone else holds: those writes wait for the conflict's
+    end like every other."""
+    return await _occupied(plan.model, core_names(plan.model), owned, cluster)
+
+
+async def _occupied(
+    model: InferenceModel, wanted: set[tuple[str, str]], owned: Sequence[OwnedChild], cluster: Cluster
+) -> Problem | None:
+    ref = model.ref
+    unknown = wanted - {(child.kind, child.name) for child in owned}
     try:
         conflicts = await cluster.find_occupants(ref.namespace, ref.uid, unknown) if unknown else ()
     except ApplyRejected as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 # Echoed client strings (names, datatypes, versions) are cut to this many characters in error messages.
 MAX_ECHO_CHARS = 80
 
@@ -11,6 +13,17 @@ def shown(text: str) -> str:
     if len(text) <= MAX_ECHO_CHARS:
         return repr(text)
     return f"{text[:MAX_ECHO_CHARS]!r}... ({len(text)} characters)"
+
+
+def new_incident() -> str:
+    """An id for one unexpected error: logged with its traceback, and the only thing of it a caller is told."""
+    return secrets.token_hex(6)
+
+
+def internal_error_message(incident: str) -> str:
+    """What a caller hears of an unexpected error. Never the exception's text: it can name files, addresses or
+    another request's data."""
+    return f"internal error {incident}: retry, or report the id (the runtime's log has the details under it)"
 
 
 class SkiffError(Exception):

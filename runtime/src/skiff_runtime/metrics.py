@@ -15,12 +15,13 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from google.protobuf import descriptor_pool
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from skiff_runtime.batching.batcher import BatchStats
 from skiff_runtime.gpus import NvmlDevice, visible_gpus
+from skiff_runtime.metrics_http import serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -252,5 +253,5 @@ class RuntimeMetrics:
 
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP server in a thread; returns the bound port."""
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        server = serve_metrics(host, port, self.registry)  # bounded threads and idle time, see metrics_http
         return int(server.server_port)

@@ -80,16 +80,23 @@ class RestBody:
         return JSON_TYPE if self.header_length is None else BINARY_TYPE
 
 
+MAX_HEADER_LENGTH_DIGITS = 20
+
+
 def parse_header_length(value: str | None, body_length: int) -> int | None:
     """The Inference-Header-Content-Length header: the JSON's byte length, within the body."""
     if value is None:
         return None
-    if not value.strip().isdigit() or int(value) > body_length:
+    # At most 20 ASCII digits (any byte count fits): int() is never asked to parse 4,301 digits (Python refuses
+    # that with ValueError: a 500 per request) or a Unicode digit such as '²' (isdigit() accepts it, int() not).
+    digits = value.strip()
+    usable = 0 < len(digits) <= MAX_HEADER_LENGTH_DIGITS and digits.isascii() and digits.isdigit()
+    if not usable or int(digits) > body_length:
         raise InvalidInput(
             f"{HEADER_LENGTH}: {shown(value)} is not a byte count within the {body_length}-byte body; "
             "it must be the length of the JSON header that starts the body"
         )
-    return int(value)
+    return int(digits)
 
 
 def _load_json(data: bytes | memoryview) -> dict[str, Any]:

@@ -245,6 +245,7 @@ class RuntimeSettings:
     max_connection_age_s: float = 300.0
     max_connection_age_grace_s: float = 30.0
     max_streams_per_connection: int = 100
+    max_calls_per_peer: int = 0
     batch_timeout_s: float = 60.0
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
@@ -436,6 +437,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("max_connection_age_grace_s", _seconds, "seconds calls on a closing connection may still run (30)"),
     Option("max_streams_per_connection", _positive, "concurrent calls one client connection may open (100)"),
+    Option(
+        "max_calls_per_peer",
+        _non_negative,
+        "calls one client address may have open at once on the inference port (default 0 = half of "
+        "--max-queue-size, so one address never holds the rest; behind a gateway each gateway pod is one address)",
+    ),
     Option(
         "batch_timeout_s",
         _seconds,

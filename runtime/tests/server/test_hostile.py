@@ -240,3 +240,34 @@ def test_small_methods_refuse_a_large_message_unparsed_and_answer_a_small_one(co
         assert "takes at most 65536" in (refused.value.details() or "")
         (listing,) = info(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
         assert "grpc.health.v1.Health" in {s.name for s in listing.list_services_response.service}
+
+
+def test_one_address_holding_calls_on_the_inference_port_cannot_block_another(runtime_factory, model_dirs) -> None:
+    """Peer 127.0.0.2 opens as many header-only ModelInfer calls as the server takes at once (25 here: a queue of
+    8, one worker of batch 1, plus 16). Before the per-address cap its first 8 held the whole queue (a call holds
+    a queue place while its message arrives) and every other client was RESOURCE_EXHAUSTED for the 30 s receive
+    timeout; now it holds half the queue (4), its 5th and later calls are refused at once, and another client is
+    served throughout."""
+    runtime = runtime_factory(
+        model_dirs["conv"], "conv", "--workers", "1", "--max-batch-size", "1", "--max-queue-size", "8",
+        "--receive-timeout-s", "30",
+    )  # fmt: skip
+    runtime.wait_serving()
+    holder = Connection(runtime.target, "127.0.0.2")
+    try:
+        held = [holder.open("/inference.GRPCInferenceService/ModelInfer") for _ in range(25)]
+        time.sleep(1.0)  # every call's headers are in
+        ended = [s for s in held if s.ended is not None]
+        assert len(ended) == 25 - 4, f"{len(ended)} of the holder's calls were refused, expected 21"
+        assert all(s.ended - s.opened < 0.9 for s in ended)  # type: ignore[operator]  # at once, not at the timeout
+        with SkiffClient(runtime.target) as client:  # another address: served, inference and health
+            started = time.monotonic()
+            assert client.infer("conv", {"image": np.ones((1, 3, 32, 32), np.float32)})["fetch_name_0"].shape == (1, 10)
+            assert time.monotonic() - started < 5
+        with grpc.insecure_channel(runtime.target) as channel:
+            check = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="conv"), timeout=5)
+            assert check.status == health_pb2.HealthCheckResponse.SERVING
+        assert sum(s.ended is None for s in held) == 4  # the holder's own places are still held
+    finally:
+        holder.close()
+    assert runtime.terminate() == 0

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
+import socket
+import time
 import urllib.error
 import urllib.request
 
+import aiohttp
 import numpy as np
 import pytest
 import tritonclient.http as triton_http
@@ -13,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from skiff_runtime import errors
 from skiff_runtime.client import SkiffClient
-from skiff_runtime.server.rest import HTTP_STATUSES, http_status_for
+from skiff_runtime.server.rest import HTTP_STATUSES, RestServer, http_status_for
 
 pytestmark = [pytest.mark.paddle, pytest.mark.server]
 
@@ -129,6 +134,23 @@ def test_bad_requests_get_a_clear_error(
     assert message in json.loads(reply)["error"]
 
 
+@pytest.mark.parametrize(
+    "length", ["1" * 4301, "\u00b2", "99999999999999999999"], ids=["4301-digits", "superscript", "huge"]
+)
+def test_an_unusable_header_length_is_a_400_that_says_what_to_send(two_io_server, length: str) -> None:
+    """Once a 500 and a traceback per request (int() refuses 4,301 digits); now the client's own error."""
+    body = b'{"inputs": []}'
+    headers = {"Inference-Header-Content-Length": length, "Content-Type": "application/octet-stream"}
+    status, _, reply = _call(f"{two_io_server.http_url}/v2/models/two_io/infer", "POST", body, headers)
+    assert status == 400, reply
+    assert "must be the length of the JSON header" in json.loads(reply)["error"]
+    # The allowed variant: the same body with its true length reaches the decoder (which asks for inputs).
+    headers["Inference-Header-Content-Length"] = str(len(body))
+    status, _, reply = _call(f"{two_io_server.http_url}/v2/models/two_io/infer", "POST", body, headers)
+    assert status == 400, reply
+    assert "Inference-Header-Content-Length" not in json.loads(reply)["error"], reply
+
+
 def test_a_body_over_the_message_limit_is_refused_413(two_io_server) -> None:
     status, _, reply = _call(f"{two_io_server.http_url}/v2/models/two_io/infer", "POST", b" " * (32 * 1024 * 1024 + 1))
     assert status == 413
@@ -212,3 +234,84 @@ def test_sigterm_answers_accepted_rest_requests_and_refuses_new_ones(runtime_fac
     assert set(every) <= {"200", "503", "closed"}, every
     assert every.count("200") >= 8
     assert all(mine[-1] in ("503", "closed") for mine in outcomes.values())
+
+
+class _BrokenService:
+    """A service whose readiness raises what no handler expects, and whose model check says a known error."""
+
+    name = "m"
+
+    @property
+    def ready(self) -> bool:
+        raise RuntimeError("cannot stat /var/secret/tenant-b/model.pdiparams")
+
+    def check_model(self, name: str, version: str) -> None:
+        raise errors.ModelNotFound(f"unknown model {name!r}")
+
+
+async def test_an_unexpected_error_is_a_500_with_an_incident_id_and_no_exception_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = RestServer(_BrokenService(), max_body_bytes=1024, receive_timeout_s=1.0)  # type: ignore[arg-type]
+    port = await server.start("127.0.0.1", 0, 1.0)
+    try:
+        async with aiohttp.ClientSession() as session:
+            with caplog.at_level(logging.ERROR):
+                async with session.get(f"http://127.0.0.1:{port}/v2/health/ready") as response:
+                    status, reply = response.status, await response.json()
+            async with session.get(f"http://127.0.0.1:{port}/v2/models/x/ready") as known:
+                known_status, known_reply = known.status, await known.json()
+    finally:
+        await server.stop()
+    assert status == 500
+    assert "secret" not in reply["error"]
+    assert "RuntimeError" not in reply["error"]
+    incident = re.fullmatch(r"internal error ([0-9a-f]{12}): retry, or report the id .*", reply["error"])
+    assert incident is not None, reply
+    logged = [r for r in caplog.records if getattr(r, "incident", None) == incident.group(1)]
+    assert logged
+    assert "tenant-b" in str(logged[0].exc_info[1])  # type: ignore[index]
+    assert (known_status, known_reply["error"]) == (404, "unknown model 'x'")  # a SkiffError is said in full
+
+
+def _announce(port: int, length: int) -> socket.socket:
+    """A REST infer request whose headers announce `length` bytes of body, of which none is sent."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(
+        b"POST /v2/models/two_io/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+        + f"Inference-Header-Content-Length: 100\r\nContent-Length: {length}\r\n\r\n".encode()
+    )
+    return sock
+
+
+def test_bodies_are_charged_to_the_budget_from_their_content_length_before_they_arrive(
+    runtime_factory, model_dirs
+) -> None:
+    """A 64 MiB budget: two requests announcing 30 MiB each (none of it sent) hold 60 MiB of it on their headers,
+    so a third is refused 429 at once, before its body; a small request still fits and is served. Before, the
+    budget was charged only once a body had arrived: all three were admitted and waited for 90 MiB together."""
+    runtime = runtime_factory(
+        model_dirs["two_io"], "two_io", "--workers", "1", "--http-port", "0", "--max-request-memory-mb", "64",
+        "--receive-timeout-s", "30",
+    )  # fmt: skip
+    runtime.wait_serving()
+    holders = [_announce(runtime.http_port, 30 << 20) for _ in range(2)]
+    try:
+        time.sleep(0.5)  # both admitted and charged
+        third = _announce(runtime.http_port, 30 << 20)
+        started = time.monotonic()
+        reply = third.recv(65536)
+        assert time.monotonic() - started < 5
+        assert reply.startswith(b"HTTP/1.1 429"), reply[:200]
+        assert b"request memory budget full" in reply
+        third.close()
+        body = {"inputs": [
+            {"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+            {"name": "ids", "shape": [1, 2], "datatype": "INT64", "data": [1, 2]},
+        ]}  # fmt: skip
+        status, _, answer = _call(f"{runtime.http_url}/v2/models/two_io/infer", "POST", json.dumps(body).encode())
+        assert status == 200, answer
+    finally:
+        for sock in holders:
+            sock.close()
+    assert runtime.terminate() == 0

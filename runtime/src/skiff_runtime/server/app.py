@@ -26,6 +26,7 @@ from skiff_runtime.proto import inference_pb2
 from skiff_runtime.server import tfserving
 from skiff_runtime.server.auth import BearerTokenAuth, TokenFile
 from skiff_runtime.server.health import HEALTH_REQUEST_BYTES, MAX_WATCH_STREAMS, ModelHealth
+from skiff_runtime.server.peers import PeerCap
 from skiff_runtime.server.receive import add_handlers, bounded, capture, small
 from skiff_runtime.server.reflection import add_reflection
 from skiff_runtime.server.rest import RestServer
@@ -83,16 +84,20 @@ class RuntimeServer:
             self.metrics.watch_gpus()
         self.health = ModelHealth(settings.model_name)
         self.rpcs = RpcObserver(self.metrics.observe_rpc)
-        interceptors: list[grpc.aio.ServerInterceptor] = [self.rpcs]
-        token = TokenFile(settings.auth_token_file) if settings.auth_token_file is not None else None
-        if token is not None:
-            interceptors.append(BearerTokenAuth(token))
-        interceptors.append(ErrorInterceptor())
         # Past this many RPCs in flight gRPC's core answers RESOURCE_EXHAUSTED itself, before Python reads the
         # message: overload is refused in microseconds instead of after decoding megabytes. The bound covers
         # a full queue plus a full batch per worker, so the batcher's own QueueFull still fires first.
         limits = settings.batching
         self.max_concurrent_rpcs = limits.max_queue_size + workers.count * limits.max_batch_size + 16
+        # One client address has at most this many calls open (held calls included): half of the queue, the
+        # smaller of the shared places (an inference call holds a queue place while its message arrives), so one
+        # address can never take the rest from the others. Behind a gateway each gateway pod is one address.
+        self.max_calls_per_peer = settings.max_calls_per_peer or max(1, limits.max_queue_size // 2)
+        interceptors: list[grpc.aio.ServerInterceptor] = [self.rpcs, PeerCap(self.max_calls_per_peer)]
+        token = TokenFile(settings.auth_token_file) if settings.auth_token_file is not None else None
+        if token is not None:
+            interceptors.append(BearerTokenAuth(token))
+        interceptors.append(ErrorInterceptor())
         self.grpc_server = grpc.aio.server(
             interceptors=interceptors,
             options=_channel_options(settings),

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from skiff_runtime.server.interceptors import kind_of, rebuilt
+from skiff_runtime.server.interceptors import Continuation, kind_of, rebuilt
 
 
 def peer_address(peer: str) -> str:
@@ -71,6 +71,22 @@ def _capped(behaviour: Behaviour, calls: PeerCalls) -> Behaviour:
             calls.leave(address)
 
     return capped
+
+
+class PeerCap(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Every method of a server under one cap of `cap` calls open per client address (the inference port). Its
+    methods run on the headers (receive.bounded), so a refused call is answered before its message is read."""
+
+    def __init__(self, cap: int) -> None:
+        self.calls = PeerCalls(cap)
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        return rebuilt(handler, _capped(getattr(handler, kind_of(handler)), self.calls))
 
 
 def per_peer(handlers: dict[str, grpc.RpcMethodHandler], cap: int) -> dict[str, grpc.RpcMethodHandler]:

@@ -148,9 +148,10 @@ class RestServer:
             )
         except web.HTTPException as exc:
             response = _error(exc.status, f"{exc.reason}: {request.method} {request.path[:200]}")
-        except Exception as exc:
-            log.exception("unexpected error", extra={"path": request.path[:200]})
-            response = _error(500, f"internal error: {type(exc).__name__}: {exc}")
+        except Exception:
+            incident = errors.new_incident()
+            log.exception("unexpected error", extra={"path": request.path[:200], "incident": incident})
+            response = _error(500, errors.internal_error_message(incident))
         finally:
             self._busy.discard(request.protocol)
             if not self._busy:
@@ -205,13 +206,19 @@ class RestServer:
             ) from None
 
     async def infer(self, request: web.Request) -> web.Response:
-        """Admitted before the body is read (a full queue is refused at once), like gRPC ModelInfer."""
+        """Admitted before the body is read (a full queue is refused at once), like gRPC ModelInfer, and charged to
+        the byte budget before the body is read too: by its Content-Length (a body without one, by the most one
+        may be), so bodies that do not fit are refused on the headers instead of arriving together."""
         self._check(request)
         with self.service.admit() as admission:
-            body = await self._read_body(request)
-            header_length = parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
-            json_bytes = len(body) if header_length is None else header_length
-            with self.service.budget.hold(len(body) + JSON_EXPANSION * min(json_bytes, MAX_JSON_BYTES)):
+            announced = self.max_body_bytes if request.content_length is None else request.content_length
+            if announced > self.max_body_bytes:
+                raise web.HTTPRequestEntityTooLarge(max_size=self.max_body_bytes, actual_size=announced)
+            header_length = parse_header_length(request.headers.get(HEADER_LENGTH), announced)
+            json_bytes = announced if header_length is None else header_length
+            with self.service.budget.hold(announced + JSON_EXPANSION * min(json_bytes, MAX_JSON_BYTES)):
+                body = await self._read_body(request)
+                header_length = parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
                 decoded = decode_infer_body(
                     body,
                     header_length,

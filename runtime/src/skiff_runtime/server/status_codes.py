@@ -34,7 +34,8 @@ def status_code_for(error: BaseException) -> grpc.StatusCode:
 
 
 class ErrorInterceptor(UnaryInterceptor):
-    """Turns SkiffError into its status code; anything unexpected becomes INTERNAL and is logged."""
+    """Turns SkiffError into its status code; anything unexpected becomes INTERNAL, logged with an incident id
+    that is all the caller is told of it."""
 
     def wrap(self, inner: UnaryBehaviour, method: str) -> UnaryBehaviour:
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -44,8 +45,9 @@ class ErrorInterceptor(UnaryInterceptor):
                 await context.abort(status_code_for(exc), str(exc))
             except (grpc.aio.AbortError, grpc.aio.UsageError):
                 raise
-            except Exception as exc:
-                log.exception("unexpected error", extra={"method": method})
-                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+            except Exception:
+                incident = errors.new_incident()
+                log.exception("unexpected error", extra={"method": method, "incident": incident})
+                await context.abort(grpc.StatusCode.INTERNAL, errors.internal_error_message(incident))
 
         return guarded
