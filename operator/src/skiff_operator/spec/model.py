@@ -11,6 +11,7 @@ from typing import Any
 
 from skiff_operator.spec.autoscaling import Autoscaling
 from skiff_operator.spec.grammar import parse_quantity
+from skiff_operator.spec.shadow import Shadow
 
 # Defaults, written once; test_crd.py checks the CRD's `default:` values agree with these.
 DEFAULT_IMAGE = "ghcr.io/skiff-dev/skiff-runtime:0.1.0"
@@ -345,6 +346,7 @@ class RolloutSpec:
     analysis: Analysis = Analysis()
     paused: bool = False
     abort: bool = False
+    shadow: Shadow | None = None  # compare mirrored answers before the first weighted step (spec/shadow.py)
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,7 @@ from skiff_operator.spec.model import (
     TrafficShare,
     Version,
 )
+from skiff_operator.spec.shadow import parse_shadow
 
 
 def parse_inference_model(body: Mapping[str, Any]) -> InferenceModel:
@@ -575,6 +576,7 @@ def _parse_rollout(raw: Any, versions: Sequence[str], traffic: Sequence[TrafficS
         analysis=_parse_analysis(_mapping(rollout.get("analysis", {}), "spec.rollout.analysis")),
         paused=_bool(rollout.get("paused", False), "spec.rollout.paused"),
         abort=_bool(rollout.get("abort", False), "spec.rollout.abort"),
+        shadow=parse_shadow(rollout.get("shadow")),
     )
 
 
