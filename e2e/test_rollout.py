@@ -48,6 +48,7 @@ def test_rollout_state_lives_in_status_and_abort_rolls_back(
     rounded = kube.run("get", "events", "-n", namespace, "--field-selector",
                        f"involvedObject.name={MODEL},reason=RolloutStepRounded")  # fmt: skip
     assert "steps[0]: requested 5%, effective 25% (1 of 4 pods)" in rounded, rounded
+    print(f"status.rollout.stepRounding: {rollout['stepRounding']}\n{rounded}")
     # No runtime runs on the simulated nodes: either the step has just started or the scrape failed, and says so.
     assert rollout["reason"] in {"RolloutStarted", "InStep", "MetricsUnavailable"}, rollout
     assert model(kube, namespace)["spec"]["traffic"] == body["spec"]["traffic"]  # spec.traffic untouched
