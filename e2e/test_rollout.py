@@ -43,6 +43,12 @@ def test_rollout_state_lives_in_status_and_abort_rolls_back(
     assert rollout["summary"].startswith("1/3 ")
     assert rollout["stepStartedAt"].endswith("Z")
     assert [b["role"] for b in rollout["baseline"]] == ["Candidate", "Stable"]  # not pruned by the schema
+    # 3 + 1 pods cannot give 5%: status says what they give, before the step's pods start (25% and 50% are exact).
+    assert [r["message"] for r in rollout["stepRounding"]] == ["steps[0]: requested 5%, effective 25% (1 of 4 pods)"]
+    rounded = kube.run("get", "events", "-n", namespace, "--field-selector",
+                       f"involvedObject.name={MODEL},reason=RolloutStepRounded")  # fmt: skip
+    assert "steps[0]: requested 5%, effective 25% (1 of 4 pods)" in rounded, rounded
+    print(f"status.rollout.stepRounding: {rollout['stepRounding']}\n{rounded}")
     # No runtime runs on the simulated nodes: either the step has just started or the scrape failed, and says so.
     assert rollout["reason"] in {"RolloutStarted", "InStep", "MetricsUnavailable"}, rollout
     assert model(kube, namespace)["spec"]["traffic"] == body["spec"]["traffic"]  # spec.traffic untouched

@@ -65,6 +65,13 @@ def test_versions_answer_to_their_number_and_their_own_name(version: str, spec: 
             _decode(request, version)
 
 
+def test_a_label_of_another_version_is_refused_with_how_to_reach_it() -> None:
+    request = _request(_proto(tf.DT_HALF, [1, 2], half_val=[0, 0]), version_label="v3")
+    with pytest.raises(ModelNotFound, match=r"no version label 'v3'; it serves 'v2'; to reach version 'v3', send the "
+                                            r"header 'skiff-version: <version>' .* Service 'm-v3'"):  # fmt: skip
+        _decode(request, "v2")
+
+
 @pytest.mark.parametrize(("number", "ok"), [(2, True), (3, False), (0, False)])
 def test_a_version_number_selects_the_served_version(number: int, ok: bool) -> None:
     request = _request(_proto(tf.DT_HALF, [1, 2], half_val=[0, 0]))

@@ -101,7 +101,12 @@ def test_heads_are_checked_like_decoded_requests() -> None:
     ("name", "version", "fragment"),
     [
         ("other", "", "unknown model 'other'; this server serves 'm'"),
-        ("m", "v9", "model 'm' has no version 'v9'; it serves version 'v1'"),
+        (
+            "m",
+            "v9",
+            "model 'm' has no version 'v9'; it serves version 'v1'; to reach version 'v9', send the header "
+            "'skiff-version: <version>' to the model's gateway",
+        ),
         ("o" * 500, "", "... (500 characters)"),
     ],
     ids=["model", "version", "long-name"],

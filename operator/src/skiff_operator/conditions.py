@@ -118,6 +118,7 @@ class Reason(enum.StrEnum):
     ROLLOUT_ERROR_RATIO_EXCEEDED = "RolloutErrorRatioExceeded"
     ROLLOUT_LATENCY_RATIO_EXCEEDED = "RolloutLatencyRatioExceeded"
     ROLLOUT_ABORTED = "RolloutAborted"
+    ROLLOUT_STEP_ROUNDED = "RolloutStepRounded"  # Service mode: whole pods cannot give a step's weight
     # TLS Events (skiff_operator.tls): what a client trusting the model's CA must know
     CERTIFICATE_ISSUED = "CertificateIssued"
     CERTIFICATE_RENEWED = "CertificateRenewed"

@@ -9,6 +9,9 @@ GRPC_PORT = 8001  # Open Inference Protocol + health
 HEALTH_PORT = 8002  # plaintext grpc.health.v1 only; the kubelet probes it
 METRICS_PORT = 8003  # Prometheus
 HTTP_PORT = 8000  # V2 REST (KServe/Triton HTTP/JSON), when spec.runtime.rest is on
+# A request carrying this header (gRPC metadata) goes to the version it names through the model's GRPCRoute; the
+# runtime refuses a version it is not (skiff_runtime.settings.PIN_HEADER is the same name).
+PIN_HEADER = "skiff-version"
 
 RUNTIME_UID = 1000
 MODEL_ROOT = "/models"

@@ -12,7 +12,15 @@ from typing import Any, Final, TypeVar
 
 from skiff_operator.autoscale import ScaleReason
 from skiff_operator.conditions import Reason, StatusCondition
-from skiff_operator.rollout import ROLLOUT_REASONS, BaselineStatus, Role, RolloutStatus, SideStatus, Verdict
+from skiff_operator.rollout import (
+    ROLLOUT_REASONS,
+    BaselineStatus,
+    Role,
+    RolloutStatus,
+    SideStatus,
+    StepRounding,
+    Verdict,
+)
 from skiff_operator.routing import Mode
 from skiff_operator.spec import TLSMode
 from skiff_operator.status import NULL_WHEN_NONE, SubModelStatus, VersionStatus
@@ -114,6 +122,12 @@ WIRE_NAMES: Mapping[str, str] = {
     "p99_seconds": "p99Seconds",
     "codes": "codes",
     "buckets": "buckets",
+    # StepRounding
+    "step_rounding": "stepRounding",
+    "requested_percent": "requestedPercent",
+    "effective_percent": "effectivePercent",
+    "candidate_pods": "candidatePods",
+    "pods": "pods",
     # TLSStatus
     "secret_name": "secretName",
     "not_after": "notAfter",
@@ -273,7 +287,17 @@ def _rollout(raw: Any) -> RolloutStatus | None:
         message=_str(raw.get("message")) or "",
         analysis=tuple(side for side in map(_side, _entries(raw.get("analysis"))) if side is not None),
         baseline=tuple(item for item in baseline if item is not None),
+        step_rounding=tuple(item for item in map(_rounding, _entries(raw.get("stepRounding"))) if item is not None),
     )
+
+
+def _rounding(raw: Mapping[str, Any]) -> StepRounding | None:
+    """One step's rounding; None when a number is missing (it is computed again on every pass anyway)."""
+    numbers = [_int(raw.get(key)) for key in ("step", "requestedPercent", "effectivePercent", "candidatePods", "pods")]
+    if any(n is None for n in numbers):
+        return None
+    step, requested, effective, mine, pods = (n or 0 for n in numbers)
+    return StepRounding(step, requested, effective, mine, pods)
 
 
 def _side(raw: Mapping[str, Any]) -> SideStatus | None:

@@ -19,9 +19,11 @@ from skiff_operator.rollout import (
     admit_scraper,
     decide_model_rollout,
     rollout_traffic,
+    round_steps,
     with_rollout_traffic,
+    with_step_rounding,
 )
-from skiff_operator.routing import RoutingPlan, plan_routing, routed_model, version_services_headless
+from skiff_operator.routing import Mode, RoutingPlan, plan_routing, routed_model, version_services_headless
 from skiff_operator.spec import InferenceModel
 from skiff_operator.tls import TLSObserved, TLSState, plan_tls
 from skiff_operator.traffic_status import previous_traffic
@@ -112,6 +114,10 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
         ca_bundle=tls.ca_bundle,
         certificate_names=tls.certificate.dns_names if tls.certificate is not None else (),
     )
+    if rollout is not None and model.spec.rollout is not None:
+        service_mode = routing.choice.mode is Mode.SERVICE
+        rounding = round_steps(model, parsed.spec.traffic) if service_mode else ()
+        rollout = with_step_rounding(rollout, rounding, stored.step_rounding if stored is not None else ())
     return Plan(
         model=model,
         running=routed_model(model, routing.decision.applied, routing.replicas),

@@ -17,6 +17,9 @@ Rules (each has a row in operator/tests/test_rollout.py):
   p99 (when the stable versions also served minRequests) rolls it back; otherwise the step passes, and after the
   last step the candidate is promoted to 100%.
 - Promoted and RolledBack are final for the candidate's revision (except abort, above).
+- Service mode splits connections by pods: each step's weight is what whole pods give it (round_steps), and
+  status.rollout.stepRounding and a Warning Event say so for every step where that is not the weight asked for,
+  before the step starts (from the rollout's first pass, again whenever the rounding changes).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from skiff_operator.conditions import (
 )
 from skiff_operator.observed import MetricsScrape
 from skiff_operator.prometheus import Counts, quantile, subtract
+from skiff_operator.routing import service_targets
 from skiff_operator.spec import InferenceModel, ModelUri, RolloutSpec, TrafficShare, Version
 from skiff_operator.status import stamp_conditions
 from skiff_operator.traffic import TOTAL, largest_remainder
@@ -136,9 +140,30 @@ class Observation:
 
 
 @dataclass(frozen=True)
+class StepRounding:
+    """Service mode: a step whose weight whole pods cannot give, and what they give (status.rollout.stepRounding)."""
+
+    step: int  # index into spec.rollout.steps
+    requested_percent: int
+    effective_percent: int
+    candidate_pods: int
+    pods: int
+    message: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "message",
+            f"steps[{self.step}]: requested {self.requested_percent}%, effective {self.effective_percent}% "
+            f"({self.candidate_pods} of {self.pods} pods)",
+        )
+
+
+@dataclass(frozen=True)
 class RolloutDecision:
     state: RolloutState
     events: tuple[StatusEvent, ...] = ()
+    rounding: tuple[StepRounding, ...] = ()  # Service mode: the steps whole pods round
 
 
 def revision_of(version: Version) -> str:
@@ -372,6 +397,41 @@ def decide_model_rollout(
     return decide_rollout(rollout, state, observed, revision=revision, stable=stable, now=now)
 
 
+def round_steps(model: InferenceModel, traffic: Sequence[TrafficShare]) -> tuple[StepRounding, ...]:
+    """Service mode: the steps whose weight is not what whole pods give the candidate, with what they give.
+    `model` carries the replicas decided this pass (routing.service_targets apportions them at each step's split);
+    `traffic` is spec.traffic as written (the stable versions' proportions)."""
+    rollout = model.spec.rollout
+    if rollout is None:
+        return ()
+    rounded = []
+    for index, step in enumerate(rollout.steps):
+        split = rollout_traffic(rollout, traffic, step.weight)
+        pods = service_targets(replace(model, spec=replace(model.spec, traffic=split)))
+        total, mine = sum(pods.values()), pods.get(rollout.candidate, 0)
+        effective = round(TOTAL * mine / total) if total else 0
+        if effective != step.weight:
+            rounded.append(StepRounding(index, step.weight, effective, mine, total))
+    return tuple(rounded)
+
+
+def with_step_rounding(
+    decision: RolloutDecision, rounding: Sequence[StepRounding], previous: Sequence[StepRounding]
+) -> RolloutDecision:
+    """The decision with the steps' rounding, and a Warning Event when it is new or changed since `previous` (the
+    rounding in status): before the first step starts, and again after a change of replicas."""
+    rounding = tuple(rounding)
+    if not rounding or rounding == tuple(previous) or decision.state.verdict in _FINAL:
+        return replace(decision, rounding=rounding)
+    message = (
+        "Service mode splits connections by whole pods, so steps get what the replicas give: "
+        + "; ".join(r.message for r in rounding)
+        + "; for exact steps route through a Gateway (spec.routing.gateways), or give the versions more replicas"
+    )
+    event = StatusEvent(EventType.WARNING, Reason.ROLLOUT_STEP_ROUNDED, message)
+    return replace(decision, rounding=rounding, events=(*decision.events, event))
+
+
 def with_rollout_traffic(model: InferenceModel, decision: RolloutDecision) -> InferenceModel:
     """The model with the rollout's split as its desired traffic (the CR's spec.traffic is not changed)."""
     rollout = model.spec.rollout
@@ -410,7 +470,7 @@ def summarize_rollout(
     )
     stamped = stamp_conditions([condition], previous_conditions, model.ref.generation, now)
     kept = tuple(c for c in conditions if c.type != ROLLED_BACK)
-    return rollout_status(state, len(model.spec.rollout.steps)), (*kept, *stamped)
+    return rollout_status(state, len(model.spec.rollout.steps), decision.rounding), (*kept, *stamped)
 
 
 # -- status.rollout: the state written to the CR and read back (skiff_operator.model_status renders and parses) ----
@@ -456,13 +516,15 @@ class RolloutStatus:
     summary: str = field(init=False)  # step and verdict, e.g. "2/4 Progressing"
     analysis: tuple[SideStatus, ...] = ()
     baseline: tuple[BaselineStatus, ...] = ()
+    step_rounding: tuple[StepRounding, ...] = ()  # Service mode: the steps whole pods round (empty: none)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "summary", f"{min(self.step + 1, self.steps)}/{self.steps} {self.verdict}")
 
 
-def rollout_status(state: RolloutState, steps: int) -> RolloutStatus:
+def rollout_status(state: RolloutState, steps: int, rounding: Sequence[StepRounding] = ()) -> RolloutStatus:
     return RolloutStatus(
+        step_rounding=tuple(rounding),
         candidate=state.candidate,
         revision=state.revision,
         step=state.step,

@@ -56,3 +56,17 @@ def test_route_validates_against_the_gateway_api_schema(model) -> None:
     schema = version["schema"]["openAPIV3Schema"]
     route = render_grpc_route(model, {"v1": 90, "v2": 10}, [ParentGateway("gw", "infra")])
     jsonschema.validate(route, schema)
+
+
+def test_a_pinned_request_goes_to_its_version_alone_whatever_the_weights(model) -> None:
+    versions = sorted(v.name for v in model.spec.versions)
+    route = render_grpc_route(model, {versions[0]: 100, versions[1]: 0, "removed": 0}, [ParentGateway("gw")])
+    weighted, *pinned = route["spec"]["rules"]
+    assert "matches" not in weighted  # matches every request the pinning rules do not
+    assert [(r["matches"], [(b["name"], b["port"], "weight" in b) for b in r["backendRefs"]]) for r in pinned] == [
+        ([{"headers": [{"type": "Exact", "name": "skiff-version", "value": v}]}],
+         [(f"{model.ref.name}-{v}", 8001, False)])
+        for v in versions
+    ]  # fmt: skip
+    # A version at 0% is reachable pinned; a removed one that drains is not (it is about to be deleted).
+    assert all(r["matches"][0]["headers"][0]["value"] != "removed" for r in pinned)

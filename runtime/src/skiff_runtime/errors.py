@@ -26,6 +26,19 @@ def internal_error_message(incident: str) -> str:
     return f"internal error {incident}: retry, or report the id (the runtime's log has the details under it)"
 
 
+# A request carrying this header goes, through the model's GRPCRoute, to the version it names (the operator renders
+# one rule per version: its contract.PIN_HEADER); a runtime refuses a pinned or named version it does not serve.
+PIN_HEADER = "skiff-version"
+
+
+def reach_version_hint(model: str, version: str) -> str:
+    """What to do when a request names a version this pod does not serve (`version` as the client sent it)."""
+    return (
+        f"to reach version {shown(version)}, send the header '{PIN_HEADER}: <version>' to the model's gateway "
+        f"(spec.routing Gateway mode), or call that version's own Service {shown(model + '-' + version)}"
+    )
+
+
 class SkiffError(Exception):
     """Base of every error the runtime reports to a caller."""
 

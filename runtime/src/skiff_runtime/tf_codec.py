@@ -22,7 +22,7 @@ from skiff_runtime.codec import (
     encode_bytes_elements,
     encode_tensor_bytes,
 )
-from skiff_runtime.errors import InvalidInput, ModelNotFound, shown
+from skiff_runtime.errors import InvalidInput, ModelNotFound, reach_version_hint, shown
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import tensorflow_core_pb2 as tf
 from skiff_runtime.proto import tensorflow_error_pb2 as tf_error
@@ -98,7 +98,10 @@ def check_spec(spec: tfs.ModelSpec, name: str, version: str, *, signature: bool 
             + (f" (number {version_number(version)})" if version_number(version) is not None else "")
         )
     if choice == "version_label" and spec.version_label != version:
-        raise ModelNotFound(f"model {name!r} has no version label {shown(spec.version_label)}; it serves {version!r}")
+        raise ModelNotFound(
+            f"model {name!r} has no version label {shown(spec.version_label)}; it serves {version!r}; "
+            + reach_version_hint(name, spec.version_label)
+        )
     if signature and spec.signature_name not in ("", DEFAULT_SIGNATURE):
         raise InvalidInput(
             f"serving signature {shown(spec.signature_name)} not found; this model has only {DEFAULT_SIGNATURE!r}"

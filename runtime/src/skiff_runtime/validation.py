@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from skiff_runtime.codec import RequestLimits
-from skiff_runtime.errors import InvalidInput, ModelNotFound, shown
+from skiff_runtime.errors import InvalidInput, ModelNotFound, reach_version_hint, shown
 from skiff_runtime.tensors import Datatype, InferRequest, ModelSignature, TensorHead, TensorSpec, element_count
 
 # Inputs and outputs past the signature's count that are still decoded, so that a request naming one tensor
@@ -28,7 +28,8 @@ def check_model(name: str, version: str, served_name: str, served_version: str) 
         raise ModelNotFound(f"unknown model {shown(name)}; this server serves {served_name!r}")
     if version and version != served_version:
         raise ModelNotFound(
-            f"model {shown(name)} has no version {shown(version)}; it serves version {served_version!r}"
+            f"model {shown(name)} has no version {shown(version)}; it serves version {served_version!r}; "
+            + reach_version_hint(name, version)
         )
 
 

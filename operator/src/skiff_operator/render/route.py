@@ -3,6 +3,11 @@
 gRPC multiplexes many RPCs over one long-lived HTTP/2 connection, so only a per-request (L7) split is exact;
 a GRPCRoute's weighted backendRefs give that. Every version in the split is listed, weight 0 included, so
 moving weight is an in-place update of one object.
+
+A request carrying the header `skiff-version: <version>` (contract.PIN_HEADER) goes to that version alone,
+whatever its weight: one rule per version with that exact header match. The Gateway API gives a rule with header
+matches precedence over the weighted rule, which matches everything; the weighted rule stays first, so its index
+does not move with the number of versions.
 """
 
 from __future__ import annotations
@@ -40,20 +45,13 @@ def render_grpc_route(
     parents: Sequence[ParentGateway],
     hostnames: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One rule, one weighted backendRef per version Service (sorted by version name for stable output)."""
-    backends = [
-        {
-            "group": "",
-            "kind": SERVICE.kind,
-            "name": names.version_service_name(model.ref.name, version),
-            "port": contract.GRPC_PORT,
-            "weight": weight,
-        }
-        for version, weight in sorted(weights.items())
-    ]
+    """The weighted rule, one weighted backendRef per version Service (sorted by version name for stable output),
+    then one pinning rule per version in the spec (a removed version that drains takes no pinned requests)."""
+    backends = [{**_backend(model, version), "weight": weight} for version, weight in sorted(weights.items())]
+    pinned = sorted({v.name for v in model.spec.versions})
     spec: dict[str, Any] = {
         "parentRefs": [parent.to_manifest() for parent in parents],
-        "rules": [{"backendRefs": backends}],
+        "rules": [{"backendRefs": backends}, *(render_pin_rule(model, version) for version in pinned)],
     }
     if hostnames:
         spec["hostnames"] = list(hostnames)
@@ -62,4 +60,20 @@ def render_grpc_route(
         "kind": GRPC_ROUTE.kind,
         "metadata": render_metadata(model, names.model_service_name(model.ref.name), None),
         "spec": spec,
+    }
+
+
+def render_pin_rule(model: InferenceModel, version: str) -> dict[str, Any]:
+    """Requests with the header `skiff-version: <version>` go to that version's Service only (never another's:
+    with no ready pod there the gateway answers UNAVAILABLE rather than serve them elsewhere)."""
+    header = {"type": "Exact", "name": contract.PIN_HEADER, "value": version}
+    return {"matches": [{"headers": [header]}], "backendRefs": [_backend(model, version)]}
+
+
+def _backend(model: InferenceModel, version: str) -> dict[str, Any]:
+    return {
+        "group": "",
+        "kind": SERVICE.kind,
+        "name": names.version_service_name(model.ref.name, version),
+        "port": contract.GRPC_PORT,
     }

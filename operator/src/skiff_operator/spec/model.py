@@ -15,6 +15,7 @@ from skiff_operator.spec.pod_template import PodTemplate, SpreadDomain
 from skiff_operator.spec.task import TaskSpec
 
 NO_POD_TEMPLATE = PodTemplate()
+from skiff_operator.spec.shadow import Shadow
 
 # Defaults, written once; test_crd.py checks the CRD's `default:` values agree with these.
 # The runtime image of a model that names none: the operator's --default-runtime-image (the chart passes the image
@@ -369,6 +370,7 @@ class RolloutSpec:
     analysis: Analysis = Analysis()
     paused: bool = False
     abort: bool = False
+    shadow: Shadow | None = None  # compare mirrored answers before the first weighted step (spec/shadow.py)
 
 
 @dataclass(frozen=True)

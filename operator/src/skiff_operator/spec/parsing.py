@@ -96,6 +96,7 @@ from skiff_operator.spec.model import (
     Version,
 )
 from skiff_operator.spec.pod_template import parse_pod_template
+from skiff_operator.spec.shadow import parse_shadow
 from skiff_operator.spec.task import PACKAGED_WEIGHTS, TaskSpec, parse_task
 
 
@@ -618,6 +619,7 @@ def _parse_rollout(raw: Any, versions: Sequence[str], traffic: Sequence[TrafficS
         analysis=_parse_analysis(_mapping(rollout.get("analysis", {}), "spec.rollout.analysis")),
         paused=_bool(rollout.get("paused", False), "spec.rollout.paused"),
         abort=_bool(rollout.get("abort", False), "spec.rollout.abort"),
+        shadow=parse_shadow(rollout.get("shadow")),
     )
 
 

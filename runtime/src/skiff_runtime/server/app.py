@@ -27,6 +27,7 @@ from skiff_runtime.server import tfserving
 from skiff_runtime.server.auth import BearerTokenAuth, TokenFile
 from skiff_runtime.server.health import HEALTH_REQUEST_BYTES, MAX_WATCH_STREAMS, ModelHealth
 from skiff_runtime.server.peers import PeerCap
+from skiff_runtime.server.pin import VersionPin
 from skiff_runtime.server.receive import add_handlers, bounded, capture, small
 from skiff_runtime.server.reflection import add_reflection
 from skiff_runtime.server.rest import RestServer
@@ -97,6 +98,7 @@ class RuntimeServer:
         token = TokenFile(settings.auth_token_file) if settings.auth_token_file is not None else None
         if token is not None:
             interceptors.append(BearerTokenAuth(token))
+        interceptors.append(VersionPin(settings.model_name, settings.model_version))  # after auth: names no version
         interceptors.append(ErrorInterceptor())
         self.grpc_server = grpc.aio.server(
             interceptors=interceptors,
