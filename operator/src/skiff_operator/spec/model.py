@@ -12,10 +12,10 @@ from typing import Any
 from skiff_operator.spec.autoscaling import Autoscaling
 from skiff_operator.spec.grammar import parse_quantity
 from skiff_operator.spec.pod_template import PodTemplate, SpreadDomain
+from skiff_operator.spec.shadow import Shadow
 from skiff_operator.spec.task import TaskSpec
 
 NO_POD_TEMPLATE = PodTemplate()
-from skiff_operator.spec.shadow import Shadow
 
 # Defaults, written once; test_crd.py checks the CRD's `default:` values agree with these.
 # The runtime image of a model that names none: the operator's --default-runtime-image (the chart passes the image
