@@ -214,11 +214,24 @@ class Autoscale:
     current: Mapping[str, int]
     concurrency: Mapping[str, float | None]
     memory: Memory
+    created: frozenset[str] = frozenset()  # versions with no Deployment yet: `current` is their starting count
 
     def changed(self) -> tuple[tuple[str, int, ScaleDecision], ...]:
-        """(version, replicas before, decision) of every version whose replicas this pass changes."""
+        """(version, replicas before, decision) of every version whose running Deployment this pass resizes (one
+        being created is not resized: nothing ran)."""
         return tuple(
-            (name, self.current[name], d) for name, d in self.decisions.items() if d.replicas != self.current[name]
+            (name, self.current[name], d)
+            for name, d in self.decisions.items()
+            if name not in self.created and d.replicas != self.current[name]
+        )
+
+    def started_apart(self) -> tuple[tuple[str, int, ScaleDecision], ...]:
+        """(version, starting count, decision) of every version created this pass with other replicas than its
+        spec.versions[].replicas (a 0% version with scaleToZero, one raised to minReplicas)."""
+        return tuple(
+            (name, self.current[name], d)
+            for name, d in self.decisions.items()
+            if name in self.created and d.replicas != self.current[name]
         )
 
 
@@ -283,7 +296,8 @@ def plan_autoscale(
     ]
     decisions = {d.name: d for d in decide_replicas(loads, now)}
     history = {name: d.history for name, d in decisions.items()}
-    return Autoscale(decisions, running, concurrency, Memory(samples, remembered, history))
+    created = frozenset(name for name in names if name not in current)
+    return Autoscale(decisions, running, concurrency, Memory(samples, remembered, history), created)
 
 
 def with_decided_replicas(model: InferenceModel, autoscale: Autoscale | None) -> InferenceModel:
