@@ -10,6 +10,7 @@ One run does the issue's rows and prints the table docs/autoscaling.md keeps:
 - the load back at 1x scales it back in after the window, with 0 failed requests meanwhile;
 - at maxReplicas under load above capacity the runtime sheds with RESOURCE_EXHAUSTED quickly (p99 of the refusals
   under 100 ms), no request times out, and status says AtMaxReplicas;
+- with a CPU target instead (targetCPUUtilization), the runtime's own CPU time over the pod's request scales it out;
 - a 0% version with scaleToZero has no pod and, given a share, comes up and is Ready before any weight reaches it.
 
 The file sorts before test_real_node.py, whose last test stops the session's real node.
@@ -50,6 +51,7 @@ WINDOW_S = 20
 MAX_REPLICAS = 3
 TARGET_CONCURRENCY = 0.6  # requests in flight per pod; 1x is ~0.3 of one pod's capacity, 4x ~1.1
 QUEUE = 32  # runtime.maxQueueSize: a full queue is ~32 requests' time of waiting, then RESOURCE_EXHAUSTED
+CPU_TARGET = 100  # percent of the pod's 250m CPU request: one pod busy on its one thread is ~400%
 TARGET_FACTOR = 3  # the p99 target after the step: this many times the single-pod p50 at 1x
 BASE_S = 20
 STEP_S = 75
@@ -324,6 +326,33 @@ def test_at_max_replicas_overload_is_refused_quickly_and_status_says_at_max(
     assert refused, "load at 2.5x one pod's capacity was never refused"
     assert codes <= {"OK", "RESOURCE_EXHAUSTED"}, codes  # no DEADLINE_EXCEEDED: nothing piles up
     assert p99_ms(refused) < 100, p99_ms(refused)
+
+
+def test_a_cpu_target_scales_out_on_the_runtimes_cpu_time(kube: Kubectl, stage: tuple[str, int]) -> None:
+    namespace, port = stage
+    autoscaling = {"maxReplicas": MAX_REPLICAS, "targetConcurrency": None, "targetCPUUtilization": CPU_TARGET}
+    patch = {"spec": {"autoscaling": autoscaling}}
+    kube.run("patch", "inferencemodel", SCALED, "-n", namespace, "--type=merge", "-p", json.dumps(patch))
+    rate = capacity(port, SCALED, seconds=5) * 1.1
+    load = OpenLoop(f"127.0.0.1:{port}", SCALED, hostname(SCALED))
+    sender = threading.Thread(target=load.run, args=([Phase("cpu", rate, 90)],), daemon=True)
+    started = time.monotonic()
+    sender.start()
+    try:
+        eventually(
+            lambda: deployment(kube, namespace, f"{SCALED}-v1")["spec"]["replicas"] > 1,
+            timeout=80,
+            what=f"{SCALED}-v1 scaled out on CPU ({CPU_TARGET}% of its 250m request)",
+        )
+        decided = time.monotonic() - started
+    finally:
+        load.stop.set()
+        sender.join(timeout=30)
+        load.close()
+    events = kube.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={SCALED}")
+    cpu_events = [line for line in events.splitlines() if "CPU" in line and "v1: 1 ->" in line]
+    print(f"AUTOSCALING cpu target: {rate:.0f}/s, scaled out {decided:.1f} s after the load began: {cpu_events}")
+    assert cpu_events, events  # the decision names the CPU cores it measured
 
 
 def test_a_zero_percent_version_has_no_pod_and_a_share_brings_it_up_ready_first(

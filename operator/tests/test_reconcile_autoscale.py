@@ -301,3 +301,30 @@ async def test_a_version_created_at_zero_says_it_started_so_not_that_it_scaled(m
     cluster.deployment_states["v2"] = DeploymentState(1, 1, 0, 0, 0, 0)
     again = await model.at(15)
     assert scaled(again) == []  # at 0 and staying there: nothing to say
+
+
+def cpu_page(cpu_seconds: float) -> Counts:
+    """One pod's counters with `cpu_seconds` of CPU time (skiff_cpu_seconds_total) and nothing served."""
+    return Counts(cpu_seconds=cpu_seconds, cpu_pods=1)
+
+
+async def test_a_cpu_target_scales_on_the_runtimes_cpu_time_over_the_pods_request(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.deployment_states["v1"] = deployment(1)
+    body = make_body(
+        name="fraud",
+        versions=[{"name": "v1", "modelUri": "pvc://models/m/v1", "replicas": 1}],
+        resources={"cpu": "500m"},
+        autoscaling={"maxReplicas": 6, "targetCPUUtilization": 50},
+    )
+    model = Model(body, cluster)
+    await model.at(0, v1=cpu_page(10.0))
+    assert model.version_status("v1")["scaleReason"] == "NoMetrics"
+    # 15 CPU seconds in 15 s: one core; a pod may use 50% of 500m: 4 pods.
+    up = await model.at(15, v1=cpu_page(25.0))
+    assert model.replicas("v1") == 4
+    assert scaled(up) == ["v1: 1 -> 4 replicas (ScaledUp; 0.0 requests in flight, CPU 1.00 cores)"]
+    cluster.metrics = MetricsScrape({"v1": Counts()}, pods={"v1": 1})  # a runtime that exports no CPU time
+    outcome = await reconcile(model.body, cluster, T0 + datetime.timedelta(seconds=30), memory=model.memory)
+    assert cluster.objects[("Deployment", "fraud-v1")]["spec"]["replicas"] == 4  # kept: nothing measured
+    assert scaled(outcome) == []

@@ -228,8 +228,7 @@ def scale_events(autoscale: Autoscale | None) -> tuple[StatusEvent, ...]:
         for name, starting, decision in autoscale.started_apart()
     ]
     for name, before, decision in autoscale.changed():
-        load = autoscale.concurrency.get(name)
-        measured = f"{load:.1f} requests in flight" if load is not None else "no load measured"
+        measured = autoscale.measured(name)
         events.append(
             StatusEvent(
                 EventType.NORMAL,
