@@ -13,7 +13,10 @@ from skiff_operator.autoscale import (
     VersionLoad,
     average_concurrency,
     decide_replicas,
+    gpu_utilization,
     measure,
+    measure_cpu,
+    pods_needed,
 )
 from skiff_operator.observed import MetricsScrape
 from skiff_operator.prometheus import Counts
@@ -157,3 +160,66 @@ def test_measure_needs_an_earlier_sample_and_reuses_the_last_within_the_min_inte
     assert "v1" not in dropped  # the next pass starts measuring afresh
     no_pod, _, _ = measure(memory, MetricsScrape({"v1": Counts()}), ["v1"], 1030.0)
     assert no_pod == {"v1": None}  # no pod read is no load known, not no load
+
+
+# --- utilisation targets: CPU of the pod's request, GPU busy percent; the largest count of the targets set wins ---
+
+CPU = Policy(1, 10, None, target_cpu_utilization=50, cpu_request_cores=0.5, scale_down_window_seconds=0)
+GPU = Policy(1, 10, None, target_gpu_utilization=80)
+
+
+@pytest.mark.parametrize(
+    ("load", "replicas", "reason"),
+    [
+        # 0.25 cores of CPU are 50% of a 500m request: 1.5 cores need 6 pods, 0.5 cores 2.
+        (version(policy=CPU, replicas=2, cpu_cores=1.5, concurrency=None), 6, ScaleReason.SCALED_UP),
+        (version(policy=CPU, replicas=4, cpu_cores=0.5, concurrency=None), 2, ScaleReason.SCALED_DOWN),
+        (version(policy=CPU, replicas=2, cpu_cores=0.52, concurrency=None), 2, ScaleReason.STABLE),  # within 10%
+        (version(policy=CPU, replicas=2, cpu_cores=None, concurrency=None), 2, ScaleReason.NO_METRICS),
+        # 2 pods' GPUs at 100% busy against a target of 80%: 2.5 -> 3 pods; at 20%: 1.
+        (version(policy=GPU, replicas=2, pods=2, gpu_utilization=100.0, concurrency=None), 3, ScaleReason.SCALED_UP),
+        (version(policy=GPU, replicas=2, pods=2, gpu_utilization=20.0, concurrency=None), 1, ScaleReason.SCALED_DOWN),
+        (version(policy=GPU, replicas=2, pods=2, gpu_utilization=None, concurrency=None), 2, ScaleReason.NO_METRICS),
+    ],
+)
+def test_utilisation_targets(load: VersionLoad, replicas: int, reason: ScaleReason) -> None:
+    assert one(load) == (replicas, reason)
+
+
+def test_with_several_targets_the_largest_count_wins_and_each_needs_its_signal() -> None:
+    both = Policy(1, 10, 4, target_cpu_utilization=50, cpu_request_cores=0.5)
+    # concurrency 8 / 4 = 2 pods; CPU 1.5 cores / 0.25 = 6 pods: 6.
+    assert pods_needed(version(policy=both, concurrency=8.0, cpu_cores=1.5), 8.0, 100) == 6.0
+    # CPU 0.25 cores: 1 pod; concurrency asks 2.
+    assert pods_needed(version(policy=both, concurrency=8.0, cpu_cores=0.25), 8.0, 100) == 2.0
+    assert pods_needed(version(policy=both, concurrency=8.0, cpu_cores=None), 8.0, 100) is None
+    assert pods_needed(version(policy=both, concurrency=None, cpu_cores=1.5), 8.0, 100) is None
+
+
+def test_a_utilisation_target_sizes_a_canary_for_its_next_step() -> None:
+    # The canary at 10% uses 0.25 cores (2 pods' worth of a 50% target over 250m); next step 25%: 2.5x that.
+    canary = version(policy=CPU, replicas=1, weight=10, next_weight=25, cpu_cores=0.25, concurrency=None)
+    assert pods_needed(canary, 0.0, 25) == 2.5
+    assert one(canary) == (3, ScaleReason.AHEAD_OF_STEP)
+
+
+def test_measure_cpu_is_the_growth_of_cpu_seconds_and_needs_every_pod_to_export_it() -> None:
+    def scrape(cpu_seconds: float, cpu_pods: int = 2) -> MetricsScrape:
+        return MetricsScrape({"v1": Counts(cpu_seconds=cpu_seconds, cpu_pods=cpu_pods)}, pods={"v1": 2})
+
+    first, samples, remembered = measure_cpu(Memory(), scrape(100.0), ["v1"], 1000.0)
+    assert first == {"v1": None}
+    memory = Memory(cpu_samples=samples, cpu=remembered)
+    second, samples, remembered = measure_cpu(memory, scrape(115.0), ["v1"], 1015.0)
+    assert second == {"v1": 1.0}  # 15 CPU seconds in 15 s: one core
+    memory = Memory(cpu_samples=samples, cpu=remembered)
+    partial, dropped, _ = measure_cpu(memory, scrape(130.0, cpu_pods=1), ["v1"], 1030.0)
+    assert partial == {"v1": None}  # one pod exports no CPU time: not measurable
+    assert "v1" not in dropped
+
+
+def test_gpu_utilisation_is_the_mean_over_the_versions_gpus() -> None:
+    scrape = MetricsScrape(
+        {"v1": Counts(gpu_percent=150.0, gpus=2), "v2": Counts()}, {"v3": "timed out"}, {"v1": 2, "v2": 1, "v3": 1}
+    )
+    assert gpu_utilization(scrape, ["v1", "v2", "v3"]) == {"v1": 75.0, "v2": None, "v3": None}

@@ -56,7 +56,8 @@ def test_the_runtime_exposition_is_read_for_inference_methods_only() -> None:
 
 def test_a_runtime_that_served_nothing_reads_as_empty() -> None:
     counts = parse_exposition(exposition([]))
-    assert counts == Counts({}, {})
+    assert (counts.codes, counts.buckets, counts.handling_seconds) == ({}, {}, 0.0)
+    assert counts.cpu_pods == 1  # the runtime exports its CPU time from the start
     assert quantile(0.99, counts.buckets) is None
 
 
@@ -195,3 +196,29 @@ def test_the_handling_time_of_inference_rpcs_and_rest_infers_is_summed_and_nothi
 def test_a_handling_time_sum_that_is_not_a_time_is_refused(value: str) -> None:
     with pytest.raises(ExpositionError, match="line 1"):
         parse_exposition(f'grpc_server_handling_seconds_sum{{grpc_method="ModelInfer"}} {value}\n')
+
+
+def test_the_runtimes_cpu_time_and_every_gpus_utilisation_are_kept_and_add_up_over_pods() -> None:
+    page = (
+        "# TYPE skiff_cpu_seconds_total counter\nskiff_cpu_seconds_total 12.5\n"
+        'gpu_utilization{gpu="0",uuid="GPU-a"} 80.0\ngpu_utilization{gpu="1",uuid="GPU-b"} 40.0\n'
+        'gpu_memory_used_bytes{gpu="0",uuid="GPU-a"} 1e9\n'
+    )
+    pod = parse_exposition(page)
+    assert (pod.cpu_seconds, pod.cpu_pods, pod.gpu_percent, pod.gpus) == (12.5, 1, 120.0, 2)
+    cpu_only = parse_exposition("skiff_cpu_seconds_total 2.5\n")
+    both = add([pod, cpu_only, parse_exposition("")])  # the last: a page without CPU time
+    assert (both.cpu_seconds, both.cpu_pods, both.gpu_percent, both.gpus) == (15.0, 2, 120.0, 2)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("skiff_cpu_seconds_total -3", "cannot be NaN, infinite or negative"),
+        ('gpu_utilization{gpu="0"} 140', "percentage from 0 to 100"),
+        ('gpu_utilization{gpu="0"} busy', "not a number"),
+    ],
+)
+def test_a_cpu_time_or_gpu_utilisation_out_of_range_is_refused(line: str, message: str) -> None:
+    with pytest.raises(ExpositionError, match=message):
+        parse_exposition(line + "\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from skiff_operator.autoscale import PERIOD_S, Memory
-from skiff_operator.observed import MetricsScrape
+from skiff_operator.observed import DeploymentState, MetricsScrape
 from skiff_operator.prometheus import Counts, parse_exposition
 from skiff_operator.reconcile import Outcome, reconcile
 from tests.conftest import wire
@@ -243,3 +243,88 @@ async def test_a_passed_step_waits_for_the_pods_autoscaling_sized_for_the_next_w
     await model.at(90, v1=served(6000, 1350.0), v2=served(700, 90.0))
     assert model.body["status"]["rollout"]["reason"] == "StepPassed"
     assert weights() == {"fraud-v1": 50, "fraud-v2": 50}
+
+
+def condition(model: Model, kind: str) -> tuple[str, str]:
+    found = next(c for c in model.body["status"]["conditions"] if c["type"] == kind)
+    return found["status"], found["reason"]
+
+
+def scaling_out(ready: int) -> DeploymentState:
+    """A Deployment asked for 3 pods after a completed rollout, `ready` of them ready (the others starting)."""
+    return DeploymentState(2, 2, 3, 3, ready, ready, new_replica_set_available=True)
+
+
+async def test_a_scale_out_keeps_the_model_ready_while_its_new_pods_start(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.deployment_states["v1"] = DeploymentState(1, 1, 1, 1, 1, 1, new_replica_set_available=True)
+    model = Model(autoscaled_body(make_body), cluster)
+    await model.at(0, v1=page(0.0))
+    assert condition(model, "Ready") == ("True", "AllVersionsReady")
+    await model.at(15, v1=page(150.0))
+    assert model.replicas("v1") == 3
+    cluster.deployment_states["v1"] = scaling_out(ready=1)
+    await model.at(20, v1=page(200.0))
+    assert model.replicas("v1") == 3
+    assert condition(model, "Ready") == ("True", "AllVersionsReady")  # the pod serving now still serves
+    assert condition(model, "Degraded") == ("False", "AsExpected")
+    cluster.deployment_states["v1"] = scaling_out(ready=0)  # the pod that served is gone too: not ready
+    await model.at(25, v1=page(250.0))
+    assert condition(model, "Ready") == ("False", "ReplicasUnavailable")
+
+
+async def test_a_fixed_version_short_of_its_replicas_is_not_ready(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.deployment_states["v1"] = scaling_out(ready=1)
+    body = make_body(name="fraud", versions=[{"name": "v1", "modelUri": "pvc://models/m/v1", "replicas": 3}])
+    outcome = await reconcile(body, cluster, T0)
+    ready = next(c for c in wire(outcome.status)["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReplicasUnavailable")
+
+
+async def test_a_version_created_at_zero_says_it_started_so_not_that_it_scaled(make_body: Body) -> None:
+    versions = [
+        {"name": "v1", "modelUri": "pvc://models/m/v1", "replicas": 1},
+        {"name": "v2", "modelUri": "pvc://models/m/v2", "replicas": 1, "autoscaling": {"scaleToZero": True}},
+    ]
+    traffic = [{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}]
+    cluster = FakeCluster()
+    cluster.gateway_api = True
+    body = make_body(
+        name="fraud", versions=versions, traffic=traffic, routing={"gateways": [{"name": "public", "namespace": "i"}]}
+    )
+    model = Model(body, cluster)
+    created = await model.at(0)
+    assert model.replicas("v2") == 0
+    assert scaled(created) == ["v2: created with 0 replicas, not the 1 of spec.versions[].replicas (ScaledToZero)"]
+    cluster.deployment_states["v1"] = deployment(1)
+    cluster.deployment_states["v2"] = DeploymentState(1, 1, 0, 0, 0, 0)
+    again = await model.at(15)
+    assert scaled(again) == []  # at 0 and staying there: nothing to say
+
+
+def cpu_page(cpu_seconds: float) -> Counts:
+    """One pod's counters with `cpu_seconds` of CPU time (skiff_cpu_seconds_total) and nothing served."""
+    return Counts(cpu_seconds=cpu_seconds, cpu_pods=1)
+
+
+async def test_a_cpu_target_scales_on_the_runtimes_cpu_time_over_the_pods_request(make_body: Body) -> None:
+    cluster = FakeCluster()
+    cluster.deployment_states["v1"] = deployment(1)
+    body = make_body(
+        name="fraud",
+        versions=[{"name": "v1", "modelUri": "pvc://models/m/v1", "replicas": 1}],
+        resources={"cpu": "500m"},
+        autoscaling={"maxReplicas": 6, "targetCPUUtilization": 50},
+    )
+    model = Model(body, cluster)
+    await model.at(0, v1=cpu_page(10.0))
+    assert model.version_status("v1")["scaleReason"] == "NoMetrics"
+    # 15 CPU seconds in 15 s: one core; a pod may use 50% of 500m: 4 pods.
+    up = await model.at(15, v1=cpu_page(25.0))
+    assert model.replicas("v1") == 4
+    assert scaled(up) == ["v1: 1 -> 4 replicas (ScaledUp; 0.0 requests in flight, CPU 1.00 cores)"]
+    cluster.metrics = MetricsScrape({"v1": Counts()}, pods={"v1": 1})  # a runtime that exports no CPU time
+    outcome = await reconcile(model.body, cluster, T0 + datetime.timedelta(seconds=30), memory=model.memory)
+    assert cluster.objects[("Deployment", "fraud-v1")]["spec"]["replicas"] == 4  # kept: nothing measured
+    assert scaled(outcome) == []

@@ -56,6 +56,9 @@ def test_a_version_block_alone_autoscales_only_that_version() -> None:
         ({"targetConcurrency": True}, "targetConcurrency must be a number"),
         ({"scaleDownWindowSeconds": -1}, "scaleDownWindowSeconds must be an integer from 0 to 3600"),
         ({"scaleToZero": "yes"}, "scaleToZero must be true or false"),
+        ({"targetCPUUtilization": 0}, "targetCPUUtilization must be an integer percentage from 1 to 1000"),
+        ({"targetCPUUtilization": 70.5}, "targetCPUUtilization must be an integer percentage"),
+        ({"targetGPUUtilization": 101}, "targetGPUUtilization must be an integer percentage from 1 to 100"),
         ({"maxReplica": 3}, "unknown fields ['maxReplica']"),
         ("fast", "spec.autoscaling must be an object"),
     ],
@@ -71,3 +74,14 @@ def test_the_merged_policy_is_checked_where_the_version_overrides() -> None:
         parse_spec({"versions": versions, "traffic": TRAFFIC, "autoscaling": {"minReplicas": 3}})
     versions[1] = {**VERSIONS[1], "autoscaling": {"maxReplicas": 3}}
     assert parse_spec({"versions": versions, "traffic": TRAFFIC, "autoscaling": {"minReplicas": 3}})
+
+
+def test_utilisation_targets_alone_leave_out_the_concurrency_target_and_written_beside_it_keep_it() -> None:
+    cpu_only = policies({"versions": VERSIONS, "autoscaling": {"targetCPUUtilization": 70}})
+    assert cpu_only["v1"] == Autoscaling(target_concurrency=None, target_cpu_utilization=70)
+    both = [VERSIONS[0], {**VERSIONS[1], "autoscaling": {"targetConcurrency": 2, "targetGPUUtilization": 80}}]
+    assert policies({"versions": both, "autoscaling": {"targetCPUUtilization": 70}}) == {
+        "v1": Autoscaling(target_concurrency=None, target_cpu_utilization=70),
+        "v2": Autoscaling(target_concurrency=2.0, target_cpu_utilization=70, target_gpu_utilization=80),
+    }
+    assert policies({"versions": VERSIONS, "autoscaling": {}})["v1"] == Autoscaling()  # concurrency 4 by default

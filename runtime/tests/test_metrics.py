@@ -4,6 +4,7 @@ buckets fine enough to tell 10% apart; the RPC kind as the .proto declares it; m
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -12,7 +13,15 @@ from grpc_health.v1 import health_pb2  # noqa: F401  (registers grpc.health.v1's
 from prometheus_client import generate_latest
 
 from skiff_runtime.batching.batcher import BatchStats
-from skiff_runtime.metrics import MS_BUCKETS, SECONDS_BUCKETS, SIZE_BUCKETS, RuntimeMetrics, grpc_type, log_buckets
+from skiff_runtime.metrics import (
+    MS_BUCKETS,
+    SECONDS_BUCKETS,
+    SIZE_BUCKETS,
+    RuntimeMetrics,
+    grpc_type,
+    log_buckets,
+    tree_cpu_seconds,
+)
 from skiff_runtime.proto import inference_pb2  # noqa: F401  (registers inference's descriptors)
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -161,3 +170,35 @@ def test_a_busy_runtimes_page_stays_small_enough_to_scrape() -> None:
     size = len(generate_latest(metrics.registry))
     print(f"metrics page: {size} bytes")
     assert 100_000 < size < 256 * 1024  # the operator's rollout read takes up to 1 MiB
+
+
+def stat(pid: int, parent: int, utime: int, stime: int, cutime: int = 0, cstime: int = 0, name: str = "x") -> str:
+    """A /proc/PID/stat line (fields 1-17; the kernel writes more)."""
+    return f"{pid} ({name}) S {parent} 1 1 0 -1 4194560 10 0 0 0 {utime} {stime} {cutime} {cstime}"
+
+
+def test_cpu_seconds_count_the_process_its_workers_and_what_they_reaped_but_no_one_else() -> None:
+    stats = {
+        10: stat(10, 1, 100, 50, cutime=30, cstime=20),  # the runtime; a replaced worker's 50 ticks reaped
+        11: stat(11, 10, 400, 100, name="worker (a) b"),  # a worker, with a name that has ') ' in it
+        12: stat(12, 11, 10, 0),  # a worker's own child
+        20: stat(20, 1, 9999, 9999),  # another process of the pod (or host): not ours
+        13: "13 (gone",  # read as it left
+    }
+    assert tree_cpu_seconds(10, stats, ticks=100) == (150 + 50 + 500 + 10) / 100
+    assert tree_cpu_seconds(99, stats, ticks=100) == 0
+
+
+def test_this_process_exports_its_cpu_seconds_and_they_grow_with_work() -> None:
+    metrics = RuntimeMetrics("m", "1")
+
+    def exported() -> float:
+        value = metrics.registry.get_sample_value("skiff_cpu_seconds_total")
+        assert value is not None
+        return value
+
+    before = exported()
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    assert exported() - before >= 0.2

@@ -29,10 +29,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from skiff_operator.observed import MetricsScrape
+from skiff_operator.prometheus import Counts
 from skiff_operator.spec import Autoscaling, InferenceModel
 
 # The HorizontalPodAutoscaler's default: a ratio within 10% of 1 changes nothing.
@@ -61,14 +62,18 @@ class ScaleReason(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Policy:
-    """spec.autoscaling as parsed: the target is concurrent requests per pod."""
+    """spec.autoscaling as parsed: the targets set (concurrent requests per pod; percent of the pod's CPU request;
+    percent of each GPU), of which the largest count wins, and the pod's CPU request in cores."""
 
     min_replicas: int
     max_replicas: int
-    target_concurrency: float
+    target_concurrency: float | None
     scale_up_window_seconds: float = 0.0
     scale_down_window_seconds: float = 120.0
     scale_to_zero: bool = False
+    target_cpu_utilization: float | None = None
+    target_gpu_utilization: float | None = None
+    cpu_request_cores: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,9 @@ class VersionLoad:
     next_weight: int  # percent the rollout applies next (== weight when no step is coming)
     concurrency: float | None  # average requests in flight over the last interval; None when not observed
     history: tuple[Recommendation, ...] = ()
+    cpu_cores: float | None = None  # CPU cores its pods used together over the last interval; None: not observed
+    gpu_utilization: float | None = None  # mean busy percent of its pods' GPUs now; None: none reported
+    pods: int = 0  # the pods read (the GPUs' mean is over these)
 
 
 @dataclass(frozen=True)
@@ -115,14 +123,39 @@ def _decide(version: VersionLoad, total: float, now: float) -> ScaleDecision:
         reason = ScaleReason.SCALED_TO_ZERO if floor == 0 else ScaleReason.AT_MIN
         return ScaleDecision(version.name, floor, reason, ())
     floor = max(1, policy.min_replicas)
-    if version.concurrency is None:
+    needed = pods_needed(version, total, share)
+    if needed is None:
         return ScaleDecision(version.name, max(version.replicas, floor), ScaleReason.NO_METRICS, version.history)
-    demand = max(total * share / 100, version.concurrency)
-    raw = _within_tolerance(demand / policy.target_concurrency, version.replicas)
+    raw = _within_tolerance(needed, version.replicas)
     wanted = min(max(raw, floor), policy.max_replicas)
     history = (*_keep(version.history, now, policy), Recommendation(now, wanted))
     replicas = _stabilised(history, version.replicas, now, policy)
     return ScaleDecision(version.name, replicas, _reason(version, raw, wanted, replicas, floor), history)
+
+
+def pods_needed(version: VersionLoad, total: float, share: int) -> float | None:
+    """The pods each target set asks for, the largest of them (None when the signal of one is not observed):
+    concurrency: the split's load times the share (or what the version served, if more) over the target;
+    CPU: the cores used over the cores the target allows a pod (its request times the target); GPU: the pods read
+    times the mean GPU busy percent over the target. The utilisation signals are the version's own load, so a
+    rollout's coming step scales them by next weight / weight (capacity ahead of traffic)."""
+    policy = version.policy
+    needs: list[float] = []
+    if policy.target_concurrency is not None:
+        if version.concurrency is None:
+            return None
+        needs.append(max(total * share / 100, version.concurrency) / policy.target_concurrency)
+    ahead = share / version.weight if version.weight > 0 else 1.0
+    if policy.target_cpu_utilization is not None:
+        if version.cpu_cores is None or policy.cpu_request_cores <= 0:
+            return None
+        allowed = policy.cpu_request_cores * policy.target_cpu_utilization / 100
+        needs.append(version.cpu_cores * ahead / allowed)
+    if policy.target_gpu_utilization is not None:
+        if version.gpu_utilization is None:
+            return None
+        needs.append(version.pods * version.gpu_utilization * ahead / policy.target_gpu_utilization)
+    return max(needs, default=0.0)
 
 
 def _within_tolerance(pods: float, current: int) -> int:
@@ -173,8 +206,8 @@ def average_concurrency(before_seconds: float, after_seconds: float, interval: f
     return (after_seconds - before_seconds) / interval
 
 
-def policy_of(autoscaling: Autoscaling) -> Policy:
-    """spec.versions[].autoscaling as the decision reads it."""
+def policy_of(autoscaling: Autoscaling, cpu_request_cores: float = 0.0) -> Policy:
+    """spec.versions[].autoscaling as the decision reads it, with the version's CPU request (cores)."""
     return Policy(
         min_replicas=autoscaling.min_replicas,
         max_replicas=autoscaling.max_replicas,
@@ -182,6 +215,13 @@ def policy_of(autoscaling: Autoscaling) -> Policy:
         scale_up_window_seconds=float(autoscaling.scale_up_window_s),
         scale_down_window_seconds=float(autoscaling.scale_down_window_s),
         scale_to_zero=autoscaling.scale_to_zero,
+        target_cpu_utilization=None
+        if autoscaling.target_cpu_utilization is None
+        else float(autoscaling.target_cpu_utilization),
+        target_gpu_utilization=None
+        if autoscaling.target_gpu_utilization is None
+        else float(autoscaling.target_gpu_utilization),
+        cpu_request_cores=cpu_request_cores,
     )
 
 
@@ -204,6 +244,8 @@ class Memory:
     samples: Mapping[str, Sample] = field(default_factory=dict)
     concurrency: Mapping[str, float] = field(default_factory=dict)  # the last measured, per version
     history: Mapping[str, tuple[Recommendation, ...]] = field(default_factory=dict)
+    cpu_samples: Mapping[str, Sample] = field(default_factory=dict)  # the CPU seconds, as `samples`
+    cpu: Mapping[str, float] = field(default_factory=dict)  # the last CPU cores measured, per version
 
 
 @dataclass(frozen=True)
@@ -214,11 +256,37 @@ class Autoscale:
     current: Mapping[str, int]
     concurrency: Mapping[str, float | None]
     memory: Memory
+    created: frozenset[str] = frozenset()  # versions with no Deployment yet: `current` is their starting count
+    cpu_cores: Mapping[str, float | None] = field(default_factory=dict)
+    gpu_utilization: Mapping[str, float | None] = field(default_factory=dict)
+
+    def measured(self, name: str) -> str:
+        """What this pass measured of a version, for its Event: "10.0 requests in flight, CPU 1.20 cores"."""
+        parts = []
+        if (load := self.concurrency.get(name)) is not None:
+            parts.append(f"{load:.1f} requests in flight")
+        if (cores := self.cpu_cores.get(name)) is not None:
+            parts.append(f"CPU {cores:.2f} cores")
+        if (busy := self.gpu_utilization.get(name)) is not None:
+            parts.append(f"GPU {busy:.0f}% busy")
+        return ", ".join(parts) or "no load measured"
 
     def changed(self) -> tuple[tuple[str, int, ScaleDecision], ...]:
-        """(version, replicas before, decision) of every version whose replicas this pass changes."""
+        """(version, replicas before, decision) of every version whose running Deployment this pass resizes (one
+        being created is not resized: nothing ran)."""
         return tuple(
-            (name, self.current[name], d) for name, d in self.decisions.items() if d.replicas != self.current[name]
+            (name, self.current[name], d)
+            for name, d in self.decisions.items()
+            if name not in self.created and d.replicas != self.current[name]
+        )
+
+    def started_apart(self) -> tuple[tuple[str, int, ScaleDecision], ...]:
+        """(version, starting count, decision) of every version created this pass with other replicas than its
+        spec.versions[].replicas (a 0% version with scaleToZero, one raised to minReplicas)."""
+        return tuple(
+            (name, self.current[name], d)
+            for name, d in self.decisions.items()
+            if name in self.created and d.replicas != self.current[name]
         )
 
 
@@ -228,27 +296,71 @@ def measure(memory: Memory, scrape: MetricsScrape | None, versions: Sequence[str
     """Per version the average concurrency since the last sample (None: not measurable this pass: no earlier
     sample, a pod unreadable, no pod read, a counter went back as a pod left), and the samples and concurrency to
     remember."""
-    concurrency: dict[str, float | None] = {}
-    samples = dict(memory.samples)
-    remembered = dict(memory.concurrency)
+    return _rates(
+        memory.samples, memory.concurrency, scrape, versions, now, lambda counts, _pods: counts.handling_seconds
+    )
+
+
+def measure_cpu(memory: Memory, scrape: MetricsScrape | None, versions: Sequence[str], now: float) -> tuple[
+    dict[str, float | None], dict[str, Sample], dict[str, float]
+]:  # fmt: skip
+    """Per version the CPU cores its pods used on average since the last sample (the growth of the runtime's
+    skiff_cpu_seconds_total per second), as `measure` does it; None also when some pod read exports no CPU time."""
+
+    def cpu(counts: Counts, pods: int) -> float | None:
+        return counts.cpu_seconds if counts.cpu_pods >= pods else None
+
+    return _rates(memory.cpu_samples, memory.cpu, scrape, versions, now, cpu)
+
+
+def gpu_utilization(scrape: MetricsScrape | None, versions: Sequence[str]) -> dict[str, float | None]:
+    """Per version the mean busy percentage of its pods' GPUs (a gauge: no interval needed); None when no GPU
+    reported (a CPU runtime, no driver) or some pod could not be read."""
+    found: dict[str, float | None] = {}
     for name in versions:
-        if scrape is None or name in scrape.problems or not scrape.pods.get(name):
-            concurrency[name] = None  # unreadable, or no pod read (none started yet): no load known, none assumed
+        counts = scrape.counts.get(name) if scrape is not None and name not in scrape.problems else None
+        found[name] = counts.gpu_percent / counts.gpus if counts is not None and counts.gpus > 0 else None
+    return found
+
+
+def _rates(
+    kept: Mapping[str, Sample],
+    last: Mapping[str, float],
+    scrape: MetricsScrape | None,
+    versions: Sequence[str],
+    now: float,
+    read: Callable[[Counts, int], float | None],
+) -> tuple[dict[str, float | None], dict[str, Sample], dict[str, float]]:
+    """Per version the growth per second of the cumulative value `read` takes from its pods' summed counters
+    (given the pods read), since the sample kept; the samples and last rates to keep."""
+    rates: dict[str, float | None] = {}
+    samples = dict(kept)
+    remembered = dict(last)
+    for name in versions:
+        pods = scrape.pods.get(name, 0) if scrape is not None else 0
+        if scrape is None or name in scrape.problems or not pods:
+            rates[name] = None  # unreadable, or no pod read (none started yet): no load known, none assumed
             samples.pop(name, None)
             continue
-        seconds = scrape.counts[name].handling_seconds if name in scrape.counts else 0.0
-        before = memory.samples.get(name)
-        if before is not None and now - before.at < MIN_INTERVAL_S:
-            concurrency[name] = memory.concurrency.get(name)  # too soon: the last measurement stands
+        counts = scrape.counts.get(name, Counts())
+        value = read(counts, pods)
+        if value is None:
+            rates[name] = None
+            samples.pop(name, None)
+            remembered.pop(name, None)
             continue
-        measured = None if before is None else average_concurrency(before.seconds, seconds, now - before.at)
-        concurrency[name] = measured
-        samples[name] = Sample(now, seconds)
+        before = kept.get(name)
+        if before is not None and now - before.at < MIN_INTERVAL_S:
+            rates[name] = last.get(name)  # too soon: the last measurement stands
+            continue
+        measured = None if before is None else average_concurrency(before.seconds, value, now - before.at)
+        rates[name] = measured
+        samples[name] = Sample(now, value)
         if measured is None:
             remembered.pop(name, None)
         else:
             remembered[name] = measured
-    return concurrency, samples, remembered
+    return rates, samples, remembered
 
 
 def plan_autoscale(
@@ -267,23 +379,30 @@ def plan_autoscale(
     if not names:
         return None
     concurrency, samples, remembered = measure(memory, scrape, names, now)
+    cpu, cpu_samples, cpu_remembered = measure_cpu(memory, scrape, names, now)
+    gpu = gpu_utilization(scrape, names)
     running = {v.name: current.get(v.name, v.replicas) for v in model.spec.versions if v.name in names}
     loads = [
         VersionLoad(
             name=v.name,
-            policy=policy_of(v.autoscaling),
+            policy=policy_of(v.autoscaling, float(v.resources.cpu_cores)),
             replicas=running[v.name],
             weight=model.spec.percent_for(v.name),
             next_weight=next_weights.get(v.name, model.spec.percent_for(v.name)),
             concurrency=concurrency[v.name],
             history=memory.history.get(v.name, ()),
+            cpu_cores=cpu[v.name],
+            gpu_utilization=gpu[v.name],
+            pods=scrape.pods.get(v.name, 0) if scrape is not None else 0,
         )
         for v in model.spec.versions
         if v.autoscaling is not None
     ]
     decisions = {d.name: d for d in decide_replicas(loads, now)}
     history = {name: d.history for name, d in decisions.items()}
-    return Autoscale(decisions, running, concurrency, Memory(samples, remembered, history))
+    created = frozenset(name for name in names if name not in current)
+    kept = Memory(samples, remembered, history, cpu_samples, cpu_remembered)
+    return Autoscale(decisions, running, concurrency, kept, created, cpu, gpu)
 
 
 def with_decided_replicas(model: InferenceModel, autoscale: Autoscale | None) -> InferenceModel:

@@ -8,7 +8,8 @@ Only these families matter, all from runtime/src/skiff_runtime/metrics.py, restr
 `grpc_server_handled_total{grpc_method, grpc_code}` and `grpc_server_handling_seconds_bucket{grpc_method, le}` (the
 rollout's gate), and the handling-time sums `grpc_server_handling_seconds_sum{grpc_method}` and
 `http_server_handling_seconds_sum{route}` of the inference routes (autoscaling: their growth per second is the
-average number of requests in flight, skiff_operator.autoscale).
+average number of requests in flight, skiff_operator.autoscale), and for the utilisation targets of autoscaling
+`skiff_cpu_seconds_total` (the CPU time of the runtime's container) and `gpu_utilization{gpu}` (NVML, per GPU).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ HANDLED = "grpc_server_handled_total"
 HANDLING_BUCKET = "grpc_server_handling_seconds_bucket"
 HANDLING_SUM = "grpc_server_handling_seconds_sum"
 HTTP_HANDLING_SUM = "http_server_handling_seconds_sum"
+CPU_SECONDS = "skiff_cpu_seconds_total"
+GPU_UTILIZATION = "gpu_utilization"
 # The REST routes that run the model: the runtime labels a request with its canonical route.
 INFERENCE_ROUTE_SUFFIX = "/infer"
 # The RPCs that run the model (Open Inference Protocol and TF Serving); health and metadata RPCs do not count.
@@ -59,6 +62,10 @@ class Counts:
     codes: Mapping[str, int] = field(default_factory=dict)
     buckets: Mapping[str, int] = field(default_factory=dict)
     handling_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # skiff_cpu_seconds_total, summed
+    cpu_pods: int = 0  # the pages that had it (a runtime without a readable cgroup exports none)
+    gpu_percent: float = 0.0  # gpu_utilization, summed over every GPU of every page
+    gpus: int = 0  # the GPUs that summed
 
     @property
     def requests(self) -> int:
@@ -82,6 +89,9 @@ class ExpositionReader:
         self._codes: dict[str, int] = {}
         self._buckets: dict[str, int] = {}
         self._seconds = 0.0
+        self._cpu: float | None = None
+        self._gpu_percent = 0.0
+        self._gpus = 0
 
     def feed(self, chunk: bytes) -> None:
         self._read += len(chunk)
@@ -105,7 +115,15 @@ class ExpositionReader:
         if self._partial:
             self._line(bytes(self._partial))
             self._partial.clear()
-        return Counts(dict(self._codes), dict(self._buckets), self._seconds)
+        return Counts(
+            dict(self._codes),
+            dict(self._buckets),
+            self._seconds,
+            cpu_seconds=self._cpu or 0.0,
+            cpu_pods=0 if self._cpu is None else 1,
+            gpu_percent=self._gpu_percent,
+            gpus=self._gpus,
+        )
 
     def _line(self, raw: bytes) -> None:
         self._number += 1
@@ -121,6 +139,13 @@ class ExpositionReader:
         if match is None:
             raise ExpositionError(f"line {self._number} is not a Prometheus sample")
         name = match.group("name")
+        if name == CPU_SECONDS:
+            self._cpu = (self._cpu or 0.0) + _seconds(match.group("value"), self._number)
+            return
+        if name == GPU_UTILIZATION:
+            self._gpu_percent += _percent(match.group("value"), self._number)
+            self._gpus += 1
+            return
         if name not in (HANDLED, HANDLING_BUCKET, HANDLING_SUM, HTTP_HANDLING_SUM):
             return
         labels = {key: _unescape(value) for key, value in _LABEL.findall(match.group("labels") or "")}
@@ -153,14 +178,19 @@ def add(counts: Iterable[Counts]) -> Counts:
     """The sum of several pods' counters (bucket bounds are the runtime's, the same on every pod)."""
     codes: dict[str, int] = {}
     buckets: dict[str, int] = {}
-    seconds = 0.0
+    seconds = cpu = gpu = 0.0
+    cpu_pods = gpus = 0
     for item in counts:
         for code, value in item.codes.items():
             codes[code] = codes.get(code, 0) + value
         for bound, value in item.buckets.items():
             buckets[bound] = buckets.get(bound, 0) + value
         seconds += item.handling_seconds
-    return Counts(codes, buckets, seconds)
+        cpu += item.cpu_seconds
+        cpu_pods += item.cpu_pods
+        gpu += item.gpu_percent
+        gpus += item.gpus
+    return Counts(codes, buckets, seconds, cpu_seconds=cpu, cpu_pods=cpu_pods, gpu_percent=gpu, gpus=gpus)
 
 
 def subtract(now: Counts, before: Counts) -> Counts | None:
@@ -215,7 +245,17 @@ def _seconds(value: str, number: int) -> float:
     except ValueError as error:
         raise ExpositionError(f"line {number}: the sample value is not a number") from error
     if not math.isfinite(parsed) or parsed < 0:
-        raise ExpositionError(f"line {number}: a handling-time sum cannot be NaN, infinite or negative")
+        raise ExpositionError(f"line {number}: a time sum cannot be NaN, infinite or negative")
+    return parsed
+
+
+def _percent(value: str, number: int) -> float:
+    try:
+        parsed = float(value)
+    except ValueError as error:
+        raise ExpositionError(f"line {number}: the sample value is not a number") from error
+    if not 0 <= parsed <= 100:
+        raise ExpositionError(f"line {number}: a GPU utilisation must be a percentage from 0 to 100")
     return parsed
 
 

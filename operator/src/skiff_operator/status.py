@@ -93,10 +93,12 @@ class VersionSummary:
     problem: Problem | None
     model_uri: str | None = None  # a fetched version's URI, and the digest its pods loaded (model_fetch)
     model_digest: str | None = None
+    needed: int | None = None  # the ready pods it serves with (ready_needed); None: all it is asked for
 
     @property
     def serving(self) -> bool:
-        return self.rolled_out and self.desired >= 1 and self.ready >= self.desired
+        needed = self.desired if self.needed is None else self.needed
+        return self.rolled_out and self.desired >= 1 and self.ready >= needed
 
 
 def summarize_versions(model: InferenceModel, children: ChildStates) -> tuple[VersionSummary, ...]:
@@ -263,6 +265,16 @@ def _summarize_version(model: InferenceModel, version: Version, children: ChildS
     )
 
 
+def ready_needed(version: Version) -> int:
+    """The ready pods a version needs to serve: every replica of a fixed-size version; for an autoscaled one its
+    floor (minReplicas, at least one, at most what it is asked for), so a scale-out's pods that are still starting
+    do not make it (or the model) not-Ready: they get traffic only once Ready themselves (the Service's endpoints),
+    and the pods that carry the traffic now are unchanged."""
+    if version.autoscaling is None:
+        return version.replicas
+    return min(version.replicas, max(1, version.autoscaling.min_replicas))
+
+
 def _summarize_replicas(model: InferenceModel, version: Version, children: ChildStates) -> VersionSummary:
     deployment = children.deployments.get(version.name)
     percent = model.spec.percent_for(version.name)
@@ -291,6 +303,7 @@ def _summarize_replicas(model: InferenceModel, version: Version, children: Child
         rolled_out=rolled_out,
         traffic_percent=percent,
         problem=_version_problem(version, deployment, children),
+        needed=ready_needed(version),
     )
 
 
@@ -335,8 +348,9 @@ def _version_problem(version: Version, deployment: DeploymentState | None, child
         return None
     if deployment.progress_deadline_exceeded:
         return Problem(Reason.ROLLOUT_STUCK, f"{where}: rollout exceeded its progress deadline")
-    # A finished rollout that lost ready pods is degraded; pods still starting in a rollout are not.
-    if deployment.new_replica_set_available and deployment.ready_replicas < version.replicas:
+    # A finished rollout that lost ready pods is degraded; pods still starting in a rollout are not, nor those an
+    # autoscaled version was just scaled out to (ready_needed).
+    if deployment.new_replica_set_available and deployment.ready_replicas < ready_needed(version):
         return Problem(
             Reason.REPLICAS_UNAVAILABLE,
             f"{where}: {deployment.ready_replicas}/{version.replicas} replicas ready",

@@ -214,13 +214,21 @@ def with_autoscale(status: Status, autoscale: Autoscale | None, model: Inference
 
 
 def scale_events(autoscale: Autoscale | None) -> tuple[StatusEvent, ...]:
-    """One Event per version whose replicas this pass changed (none for a pass that changed nothing)."""
+    """One Event per version whose replicas this pass changed (none for a pass that changed nothing), and one per
+    version created with other replicas than its spec says (worded as a start, not as a scale: nothing ran)."""
     if autoscale is None:
         return ()
-    events = []
+    events = [
+        StatusEvent(
+            EventType.NORMAL,
+            Reason.SCALED,
+            f"{name}: created with {decision.replicas} replicas, not the {starting} of spec.versions[].replicas "
+            f"({decision.reason.value})",
+        )
+        for name, starting, decision in autoscale.started_apart()
+    ]
     for name, before, decision in autoscale.changed():
-        load = autoscale.concurrency.get(name)
-        measured = f"{load:.1f} requests in flight" if load is not None else "no load measured"
+        measured = autoscale.measured(name)
         events.append(
             StatusEvent(
                 EventType.NORMAL,

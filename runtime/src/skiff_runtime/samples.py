@@ -34,6 +34,25 @@ class ConvNet(paddle.nn.Layer):
         return paddle.nn.functional.softmax(self.fc(self.flatten(self.pool(hidden))))
 
 
+class ConvStack(paddle.nn.Layer):
+    """The conv sample's input and output with `depth` 64-channel 3x3 convolutions between: about 5 ms a request
+    on one thread of this machine (4x that while it is busy), so a Python load generator can saturate one pod
+    (e2e/test_real_autoscaling.py)."""
+
+    def __init__(self, width: int = 64, depth: int = 12) -> None:
+        super().__init__()
+        self.stem = paddle.nn.Conv2D(3, width, 3, padding=1)
+        self.body = paddle.nn.LayerList([paddle.nn.Conv2D(width, width, 3, padding=1) for _ in range(depth)])
+        self.pool = paddle.nn.AdaptiveAvgPool2D(1)
+        self.fc = paddle.nn.Linear(width, 10)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        hidden = paddle.nn.functional.relu(self.stem(x))
+        for conv in self.body:
+            hidden = paddle.nn.functional.relu(conv(hidden))
+        return paddle.nn.functional.softmax(self.fc(paddle.flatten(self.pool(hidden), 1)))
+
+
 class TwoInTwoOut(paddle.nn.Layer):
     """Two inputs (FP32 features, INT64 ids) and two outputs of different dtypes (FP32 scores, INT64 sums)."""
 
@@ -52,6 +71,15 @@ def export_conv(directory: Path, image_size: int = 32) -> Path:
     layer = ConvNet()
     layer.eval()
     spec = [paddle.static.InputSpec([-1, 3, image_size, image_size], "float32", "image")]
+    paddle.jit.save(layer, str(directory / "inference"), input_spec=spec)
+    return directory
+
+
+def export_conv_heavy(directory: Path) -> Path:
+    paddle.seed(7)
+    layer = ConvStack()
+    layer.eval()
+    spec = [paddle.static.InputSpec([-1, 3, 32, 32], "float32", "image")]
     paddle.jit.save(layer, str(directory / "inference"), input_spec=spec)
     return directory
 
@@ -82,6 +110,7 @@ def export_two_io(directory: Path) -> Path:
 EXPORTERS: dict[str, Callable[[Path], Path]] = {
     "conv": export_conv,
     "conv_dynamic": export_conv_dynamic,
+    "conv_heavy": export_conv_heavy,
     "two_io": export_two_io,
 }
 

@@ -20,11 +20,17 @@ MAX_REPLICAS = 64  # spec.versions[].replicas' own maximum
 MAX_WINDOW_S = 3600
 MIN_TARGET_CONCURRENCY = 0.1
 MAX_TARGET_CONCURRENCY = 10000.0
+# Utilisation targets, percent: of the pod's CPU request (above 100 where pods may burst past it, as an HPA
+# allows), and of each GPU's busy time (NVML).
+MAX_TARGET_CPU_UTILIZATION = 1000
+MAX_TARGET_GPU_UTILIZATION = 100
 FIELDS = (
     "enabled",
     "minReplicas",
     "maxReplicas",
     "targetConcurrency",
+    "targetCPUUtilization",
+    "targetGPUUtilization",
     "scaleUpWindowSeconds",
     "scaleDownWindowSeconds",
     "scaleToZero",
@@ -33,11 +39,15 @@ FIELDS = (
 
 @dataclass(frozen=True)
 class Autoscaling:
-    """One version's autoscaling policy; with it, spec.versions[].replicas is the starting count only."""
+    """One version's autoscaling policy; with it, spec.versions[].replicas is the starting count only. Each target
+    set sizes the version and the largest count wins (as an HPA with several metrics); the concurrency target is
+    set unless only utilisation targets were written."""
 
     min_replicas: int = DEFAULT_MIN_REPLICAS
     max_replicas: int = DEFAULT_MAX_REPLICAS
-    target_concurrency: float = DEFAULT_TARGET_CONCURRENCY
+    target_concurrency: float | None = DEFAULT_TARGET_CONCURRENCY
+    target_cpu_utilization: int | None = None  # percent of the pod's CPU request
+    target_gpu_utilization: int | None = None  # percent of each GPU
     scale_up_window_s: int = DEFAULT_SCALE_UP_WINDOW_S
     scale_down_window_s: int = DEFAULT_SCALE_DOWN_WINDOW_S
     scale_to_zero: bool = False
@@ -55,10 +65,17 @@ def parse_autoscaling(model_wide: Any, own: Any, version: str) -> Autoscaling | 
     where = f"spec.versions[{version}].autoscaling" if version_block else "spec.autoscaling"
     if not _bool(merged.get("enabled", True), f"{where}.enabled"):
         return None
+    cpu = _percent(merged.get("targetCPUUtilization"), f"{where}.targetCPUUtilization", MAX_TARGET_CPU_UTILIZATION)
+    gpu = _percent(merged.get("targetGPUUtilization"), f"{where}.targetGPUUtilization", MAX_TARGET_GPU_UTILIZATION)
+    utilisation_only = "targetConcurrency" not in merged and (cpu is not None or gpu is not None)
     policy = Autoscaling(
         min_replicas=_int(merged.get("minReplicas", DEFAULT_MIN_REPLICAS), f"{where}.minReplicas", 1, MAX_REPLICAS),
         max_replicas=_int(merged.get("maxReplicas", DEFAULT_MAX_REPLICAS), f"{where}.maxReplicas", 1, MAX_REPLICAS),
-        target_concurrency=_number(merged.get("targetConcurrency", DEFAULT_TARGET_CONCURRENCY), where),
+        target_concurrency=None
+        if utilisation_only
+        else _number(merged.get("targetConcurrency", DEFAULT_TARGET_CONCURRENCY), where),
+        target_cpu_utilization=cpu,
+        target_gpu_utilization=gpu,
         scale_up_window_s=_int(
             merged.get("scaleUpWindowSeconds", DEFAULT_SCALE_UP_WINDOW_S),
             f"{where}.scaleUpWindowSeconds",
@@ -98,6 +115,16 @@ def _block(value: Any, where: str) -> Mapping[str, Any]:
 def _int(value: Any, where: str, minimum: int, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise SpecError(Reason.INVALID_SPEC, f"{where} must be an integer from {minimum} to {maximum}")
+    return value
+
+
+def _percent(value: Any, where: str, maximum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise SpecError(
+            Reason.INVALID_SPEC, f"{where} must be an integer percentage from 1 to {maximum} (e.g. 70), or left out"
+        )
     return value
 
 
