@@ -68,7 +68,7 @@ def answer(ocr, document: bytes) -> bytes:  # type: ignore[no-untyped-def]
 
 def infer_function(ocr):  # type: ignore[no-untyped-def]
     @batch
-    def infer(input: np.ndarray) -> dict[str, np.ndarray]:  # noqa: A002 - PaddleX's tensor name
+    def infer(input: np.ndarray) -> dict[str, np.ndarray]:
         return {"output": np.array([[answer(ocr, row[0])] for row in input], dtype=np.object_)}
 
     return infer
