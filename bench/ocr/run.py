@@ -151,8 +151,12 @@ def bench(args: argparse.Namespace, command: str) -> dict[str, Any]:
         try:
             for sample in chosen:
                 same = _reads(target.wire, server.port, sample, results)
+                # The floor again, right beside this server's cells (the server idle): on a shared machine the
+                # 1-client ratio compares two numbers taken under the same neighbours' load.
+                beside = summarize(measure(runs[FLOOR], sample.png, max(args.seconds / 2, 1.0)), 1.0).p50_ms
                 for clients in args.concurrency:
-                    row = {"image": sample.name, "server": target.label, "clients": clients, "same_text": same}
+                    row = {"image": sample.name, "server": target.label, "clients": clients, "same_text": same,
+                           "floor_p50_ms": beside}  # fmt: skip
                     try:
                         row |= _served_cell(target.wire, server.port, sample, clients, args)
                     except RuntimeError as exc:
@@ -196,7 +200,8 @@ SKIFF = "Skiff (serve --task ocr)"
 
 def targets(rows: Sequence[dict[str, Any]]) -> list[Target]:
     """The issue's targets on each image: at 8 clients Skiff's images/s >= 2x each PaddleX-style server's; at 1
-    client Skiff's p50 within 1.3x of the in-process floor's."""
+    client Skiff's p50 within 1.3x of the in-process floor's, timed right before Skiff's cells on that image (the
+    first in-process row where a run has none)."""
     by = {(r["image"], r["server"], r["clients"]): r for r in rows if "failed" not in r}
     out = []
     for image in dict.fromkeys(r["image"] for r in rows):
@@ -204,9 +209,10 @@ def targets(rows: Sequence[dict[str, Any]]) -> list[Target]:
         for server in dict.fromkeys(r["server"] for r in rows if r["server"].startswith("PaddleX")):
             other = by.get((image, server, 8), {}).get("throughput", float("nan"))
             out.append(Target(f"{image}, 8 clients: Skiff images/s / {server}", ratio(skiff8, other), ">=", 2.0))
-        skiff1 = by.get((image, SKIFF, 1), {}).get("p50_ms", float("nan"))
-        floor1 = by.get((image, FLOOR, 1), {}).get("p50_ms", float("nan"))
-        out.append(Target(f"{image}, 1 client: Skiff p50 / in-process p50", ratio(skiff1, floor1), "<=", 1.3))
+        skiff = by.get((image, SKIFF, 1), {})
+        floor = skiff.get("floor_p50_ms") or by.get((image, FLOOR, 1), {}).get("p50_ms", float("nan"))
+        measured = ratio(skiff.get("p50_ms", float("nan")), floor)
+        out.append(Target(f"{image}, 1 client: Skiff p50 / in-process p50 (floor beside)", measured, "<=", 1.3))
     return out
 
 
@@ -225,12 +231,14 @@ def render(results: dict[str, Any]) -> str:
     if "machine" in results:
         m = results["machine"]
         lines += [f"Machine: {m['cpu_model']}, {m['nproc']} cores, {m['ram_gib']:.0f} GiB, Python {m['python']}.", ""]
-    header = ["image", "server", "clients", "images/s", "p50 ms", "p99 ms", "errors", "same text", "load"]
+    header = ["image", "server", "clients", "images/s", "p50 ms", "p99 ms", "floor p50 ms", "errors", "same text",
+              "load"]  # fmt: skip
     rows = []
     for r in results["rows"]:
         failed = "failed" in r
-        numbers = ["—"] * 4 if failed else [
-            fmt(r["throughput"], 2), fmt(r["p50_ms"], 1), fmt(r["p99_ms"], 1),
+        beside = fmt(r["floor_p50_ms"], 1) if r.get("floor_p50_ms") and r["clients"] == 1 else ""
+        numbers = ["—", "—", "—", beside, "—"] if failed else [
+            fmt(r["throughput"], 2), fmt(r["p50_ms"], 1), fmt(r["p99_ms"], 1), beside,
             ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0",
         ]  # fmt: skip
         rows.append([r["image"], r["server"], str(r["clients"]), *numbers, "yes" if r["same_text"] else "NO",
