@@ -36,7 +36,8 @@ Record = tuple[float, float, str]
 
 @dataclass(frozen=True)
 class ClientSpec:
-    """How to reach one server: protocol `triton` (OIP gRPC via tritonclient), `repeated` or `json`."""
+    """How to reach one server: protocol `triton` (OIP gRPC via tritonclient), `bytes` (the same, sending `payload`
+    as one BYTES element of shape `shape`: bench.ocr's encoded images and JSON documents), `repeated` or `json`."""
 
     protocol: str
     port: int
@@ -45,6 +46,7 @@ class ClientSpec:
     output_name: str = ""
     shape: tuple[int, ...] = (1, 3, 224, 224)
     tune_allocator: bool = True
+    payload: bytes = b""
 
     @property
     def target(self) -> str:
@@ -67,6 +69,8 @@ def _code(exc: BaseException) -> str:
 
 async def _async_caller(spec: ClientSpec, seed: int) -> tuple[Callable[[], Awaitable[Any]], Callable[[], None]]:
     """An async `call()` sending one fixed image, and `close()`; each call checks the output's shape."""
+    if spec.protocol == "bytes":
+        return await _bytes_caller(spec)
     image = _image(spec.shape, seed)
     if spec.protocol == "triton":
         import tritonclient.grpc.aio as grpcclient
@@ -108,6 +112,25 @@ async def _async_caller(spec: ClientSpec, seed: int) -> tuple[Callable[[], Await
 
         return call_repeated, close_repeated  # type: ignore[return-value]
     raise ValueError(f"no async client for protocol {spec.protocol!r}")
+
+
+async def _bytes_caller(spec: ClientSpec) -> tuple[Callable[[], Awaitable[Any]], Callable[[], None]]:
+    import tritonclient.grpc.aio as grpcclient
+
+    client = grpcclient.InferenceServerClient(spec.target)
+    inputs = [grpcclient.InferInput(spec.input_name, list(spec.shape), "BYTES")]
+    inputs[0].set_data_from_numpy(np.array([spec.payload], dtype=np.object_).reshape(spec.shape))
+
+    async def call() -> Any:
+        result = await client.infer(spec.model, inputs)
+        if result.as_numpy(spec.output_name) is None:
+            raise RuntimeError(f"response carried no output {spec.output_name!r}")
+        return result
+
+    async def close() -> None:
+        await client.close()
+
+    return call, close  # type: ignore[return-value]
 
 
 def _json_caller(spec: ClientSpec, seed: int) -> Callable[[], Any]:

@@ -52,17 +52,24 @@ def group_cpu_seconds(pgid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def ensure_pytriton_venv(cache: Path) -> Path:
-    """nvidia-pytriton 0.7.0 (it ships tritonserver 2.51) and Paddle in their own virtualenv under the cache."""
-    venv = cache / "pytriton-venv"
+def ensure_pytriton_venv(cache: Path, name: str = "pytriton-venv", extra: tuple[str, ...] = (),
+                         no_deps: tuple[str, ...] = ()) -> Path:  # fmt: skip
+    """nvidia-pytriton 0.7.0 (it ships tritonserver 2.51) and Paddle in their own virtualenv under the cache, plus
+    `extra` pins and `no_deps` pins installed without their dependencies (bench.ocr's PaddleX-style server adds
+    RapidOCR this way: its `opencv-python` would pull in GUI libraries, the headless build is pinned instead)."""
+    venv = cache / name
     marker = venv / ".bench-pins"
-    if marker.exists() and marker.read_text() == "\n".join(PYTRITON_PINS):
+    pins = "\n".join((*PYTRITON_PINS, *extra, *(f"{pin} (no deps)" for pin in no_deps)))
+    if marker.exists() and marker.read_text() == pins:
         return venv
-    say(f"creating Triton's virtualenv {venv} ({', '.join(PYTRITON_PINS)}); first time only, about a minute")
+    say(f"creating Triton's virtualenv {venv} ({pins.replace(chr(10), ', ')}); first time only, about a minute")
     uv = Path(sys.executable).with_name("uv")
+    python = str(venv / "bin" / "python")
     subprocess.run([uv, "venv", "-q", "--clear", "--python", "3.11", str(venv)], check=True)
-    subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *PYTRITON_PINS], check=True)
-    marker.write_text("\n".join(PYTRITON_PINS))
+    subprocess.run([uv, "pip", "install", "-q", "--python", python, *PYTRITON_PINS, *extra], check=True)
+    if no_deps:
+        subprocess.run([uv, "pip", "install", "-q", "--no-deps", "--python", python, *no_deps], check=True)
+    marker.write_text(pins)
     return venv
 
 

@@ -7,8 +7,17 @@ import numpy as np
 import pytest
 
 from skiff_runtime.errors import InvalidInput, ModelNotFound
-from skiff_runtime.tensors import NUMPY_DTYPES, Datatype, InferRequest, ModelSignature, Tensor, TensorHead, TensorSpec
-from skiff_runtime.validation import SPARE_TENSORS, ModelContract, check_model, request_limits
+from skiff_runtime.tensors import (
+    NUMPY_DTYPES,
+    Datatype,
+    InferRequest,
+    ModelSignature,
+    Tensor,
+    TensorForm,
+    TensorHead,
+    TensorSpec,
+)
+from skiff_runtime.validation import SPARE_TENSORS, ModelContract, check_model, request_limits, request_rows
 
 SIGNATURE = ModelSignature(
     inputs=(TensorSpec("x", Datatype.FP32, (-1, 4)), TensorSpec("ids", Datatype.INT64, (-1,))),
@@ -135,3 +144,45 @@ def test_wire_caps_follow_the_signature() -> None:
     # BYTES inputs: their elements at the max batch size; a variable non-batch dimension gets the hard cap.
     assert dict(limits.max_bytes_elements) == {"s": 12, "fixed": 2, "ragged": 1 << 20}
     assert ModelContract(signature, 4).limits == limits
+
+
+# An input taken in more than one form, as the ocr task's image: encoded BYTES, or UINT8 H x W x C / N x H x W x C.
+IMAGE = TensorSpec(
+    "image",
+    Datatype.BYTES,
+    (-1,),
+    also=(TensorForm(Datatype.UINT8, (-1, -1, -1)), TensorForm(Datatype.UINT8, (-1, -1, -1, -1), batch_axis=True)),
+)
+FORMS = ModelSignature(inputs=(IMAGE,), outputs=(TensorSpec("texts", Datatype.BYTES, (-1,)),), grouped=True)
+
+
+def image(datatype: Datatype, *shape: int) -> InferRequest:
+    return infer_request(Tensor("image", datatype, np.zeros(shape, dtype=NUMPY_DTYPES[datatype])))
+
+
+@pytest.mark.parametrize(
+    ("request_", "rows"),
+    [(image(Datatype.BYTES, 3), 3), (image(Datatype.UINT8, 540, 856, 3), 1), (image(Datatype.UINT8, 2, 48, 64, 3), 2)],
+    ids=["bytes", "uint8-hwc", "uint8-nhwc"],
+)
+def test_an_input_is_taken_in_each_of_its_forms_and_counts_its_rows_by_the_form(
+    request_: InferRequest, rows: int
+) -> None:
+    ModelContract(FORMS, MAX_BATCH).check_request(request_)  # 540 is no batch size: the H x W x C form has none
+    assert request_rows(FORMS, {t.name: t.data for t in request_.inputs}) == rows
+
+
+@pytest.mark.parametrize(
+    ("request_", "fragment"),
+    [
+        (image(Datatype.FP32, 48, 64, 3), "expected datatype BYTES[-1] or UINT8[-1, -1, -1] or UINT8[-1, -1, -1, -1]"),
+        (image(Datatype.UINT8, 48, 64), "expected one of BYTES[-1] or UINT8[-1, -1, -1] or UINT8[-1, -1, -1, -1]"),
+        (image(Datatype.BYTES, 2, 2), "expected rank 1 (shape [-1]), got rank 2"),
+        (image(Datatype.UINT8, MAX_BATCH + 1, 48, 64, 3), f"batch size {MAX_BATCH + 1} is outside 1..{MAX_BATCH}"),
+    ],
+    ids=["datatype", "uint8-rank", "bytes-rank", "nhwc-batch"],
+)
+def test_an_input_in_none_of_its_forms_is_invalid_naming_them(request_: InferRequest, fragment: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        ModelContract(FORMS, MAX_BATCH).check_request(request_)
+    assert fragment in str(info.value)

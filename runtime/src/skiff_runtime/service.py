@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -189,6 +190,7 @@ class ModelService:
             batched=signature.batched,
             concurrency=self.workers.count,
             run_group=self.workers.run_group if signature.grouped else None,  # a task: requests group, unmerged
+            rows=functools.partial(validation.request_rows, signature) if signature.grouped else None,
         )
         self._batcher.start()
         if self.state is ModelState.LOADING:

@@ -89,15 +89,36 @@ def element_count(shape: Sequence[int]) -> int:
 
 
 @dataclass(frozen=True)
+class TensorForm:
+    """Another datatype and shape an input is also taken in (an OCR image as UINT8 H x W x C besides its encoded
+    BYTES). `batch_axis`: the first dimension counts requests' rows as the spec's own first dimension does."""
+
+    datatype: Datatype
+    shape: tuple[int, ...]
+    batch_axis: bool = False
+
+    def describe(self) -> str:
+        return f"{self.datatype.value}{list(self.shape)}"
+
+
+@dataclass(frozen=True)
 class TensorSpec:
-    """One input or output of a model: name, datatype and shape (-1 marks a variable dimension)."""
+    """One input or output of a model: name, datatype and shape (-1 marks a variable dimension). `also`: other
+    forms an input is taken in; metadata and the model configuration describe the spec's own form."""
 
     name: str
     datatype: Datatype
     shape: tuple[int, ...]
+    also: tuple[TensorForm, ...] = ()
 
     def describe(self) -> str:
         return f"{self.datatype.value}{list(self.shape)}"
+
+    @property
+    def forms(self) -> tuple[TensorForm, ...]:
+        """Every form the input is taken in, its own first."""
+        own = TensorForm(self.datatype, self.shape, batch_axis=bool(self.shape) and self.shape[0] == -1)
+        return (own, *self.also)
 
 
 @dataclass(frozen=True)

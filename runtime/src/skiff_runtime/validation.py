@@ -8,12 +8,22 @@ it again of every request it runs (`check_request`), whichever codec decoded it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from skiff_runtime.codec import RequestLimits
 from skiff_runtime.errors import InvalidInput, ModelNotFound, reach_version_hint, shown
-from skiff_runtime.tensors import Datatype, InferRequest, ModelSignature, TensorHead, TensorSpec, element_count
+from skiff_runtime.tensors import (
+    Array,
+    Datatype,
+    InferRequest,
+    ModelSignature,
+    TensorForm,
+    TensorHead,
+    TensorSpec,
+    datatype_of,
+    element_count,
+)
 
 # Inputs and outputs past the signature's count that are still decoded, so that a request naming one tensor
 # twice or one the model lacks gets that error rather than a bare count.
@@ -67,21 +77,14 @@ def check_heads(
         raise InvalidInput(f"missing input(s) {missing}; the model expects {list(specs)}")
     batch_sizes: dict[str, int] = {}
     for name, datatype, shape in heads:
-        spec = specs[name]
-        if datatype is not spec.datatype:
-            raise InvalidInput(f"input {name!r}: expected datatype {spec.datatype.value}, got {datatype.value}")
-        if len(shape) != len(spec.shape):
-            raise InvalidInput(
-                f"input {name!r}: expected rank {len(spec.shape)} (shape {list(spec.shape)}), "
-                f"got rank {len(shape)} (shape {list(shape)})"
-            )
-        for axis, (want, got) in enumerate(zip(spec.shape, shape, strict=True)):
+        form = _form(specs[name], datatype, shape)
+        for axis, (want, got) in enumerate(zip(form.shape, shape, strict=True)):
             if want != -1 and want != got:
                 raise InvalidInput(
-                    f"input {name!r}: dimension {axis} must be {want} (shape {list(spec.shape)}), "
+                    f"input {name!r}: dimension {axis} must be {want} (shape {list(form.shape)}), "
                     f"got {got} (shape {list(shape)})"
                 )
-        if spec.shape and spec.shape[0] == -1:
+        if form.batch_axis:
             batch_sizes[name] = shape[0]
     if batch_sizes:
         sizes = set(batch_sizes.values())
@@ -95,6 +98,33 @@ def check_heads(
             raise InvalidInput(
                 f"unknown requested output {shown(name)}; the model has {[s.name for s in signature.outputs]}"
             )
+
+
+def _form(spec: TensorSpec, datatype: Datatype, shape: Sequence[int]) -> TensorForm:
+    """The form of `spec` a head's datatype and rank pick; InvalidInput naming every accepted form otherwise."""
+    forms = spec.forms
+    typed = [f for f in forms if f.datatype is datatype]
+    accepted = " or ".join(f.describe() for f in forms)
+    if not typed:
+        expected = spec.datatype.value if len(forms) == 1 else accepted
+        raise InvalidInput(f"input {spec.name!r}: expected datatype {expected}, got {datatype.value}")
+    ranked = [f for f in typed if len(f.shape) == len(shape)]
+    if not ranked:
+        want = typed[0] if len(typed) == 1 else None
+        expected = f"rank {len(want.shape)} (shape {list(want.shape)})" if want else f"one of {accepted}"
+        raise InvalidInput(f"input {spec.name!r}: expected {expected}, got rank {len(shape)} (shape {list(shape)})")
+    return ranked[0]
+
+
+def request_rows(signature: ModelSignature, inputs: Mapping[str, Array]) -> int:
+    """The rows a validated request counts against the max batch size: its inputs' batch axis (an OCR request's
+    images), or 1 when every input came in a form without one (one UINT8 H x W x C image)."""
+    specs = {spec.name: spec for spec in signature.inputs}
+    for name, array in inputs.items():
+        spec = specs.get(name)
+        if spec is not None and _form(spec, datatype_of(array), array.shape).batch_axis:
+            return int(array.shape[0])
+    return 1
 
 
 @dataclass(frozen=True)

@@ -271,3 +271,21 @@ async def test_a_group_is_bounded_by_max_batch_size_rows() -> None:
     await asyncio.gather(*(batcher.submit(rows(2, width=w)) for w in (1, 2, 3)))
     assert engine.groups == [[(2, 1)], [(2, 2)], [(2, 3)]]  # 2 + 2 rows would pass 3
     await batcher.close()
+
+
+async def test_a_group_counts_rows_as_the_model_says_and_always_takes_the_oldest_request() -> None:
+    # An OCR request of one UINT8 H x W x C image is one row (validation.request_rows), not H of them.
+    engine = GroupEngine()
+    limits = BatchingLimits(max_queue_delay_us=5000, max_batch_size=3)
+    one_image = Batcher(engine.run, limits, batched=False, run_group=engine.run_group, rows=lambda inputs: 1)
+    one_image.start()
+    await asyncio.gather(*(one_image.submit(rows(40, width=3)) for _ in range(3)))
+    assert engine.groups == [[(40, 3)] * 3]  # three requests of one row each fill max_batch_size 3
+    await one_image.close()
+    engine.groups.clear()
+    by_first_axis = Batcher(engine.run, limits, batched=False, run_group=engine.run_group)
+    by_first_axis.start()
+    results = await asyncio.wait_for(asyncio.gather(by_first_axis.submit(rows(40)), by_first_axis.submit(rows(1))), 5)
+    assert engine.groups == [[(40, 2)], [(1, 2)]]  # counted 40 rows: alone, but run rather than left queued
+    assert results[0]["y"].shape == (80,)
+    await by_first_axis.close()

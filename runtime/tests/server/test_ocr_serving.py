@@ -1,7 +1,8 @@
 """The ocr task served by a real `skiff-runtime serve --task ocr` process on the real PP-OCRv4 weights: OIP gRPC
 (tritonclient), V2 REST with binary tensors (tritonclient.http) and TF Serving Predict read the rendered English,
-Chinese and ID-card images exactly as the in-process task does, 8 concurrent clients each get their own text
-while the recognizer batches crops across requests, and an image over the pixel budget is refused."""
+Chinese and ID-card images exactly as the in-process task does, and so do UINT8 H x W x 3 and N x H x W x 3 pixels
+on gRPC and REST (pixels of another datatype or channel count are refused); 8 concurrent clients each get their own
+text while the recognizer batches crops across requests, and an image over the pixel budget is refused."""
 
 from __future__ import annotations
 
@@ -204,3 +205,39 @@ def test_an_image_over_the_pixel_budget_is_refused_and_one_within_it_is_read(
     assert "1500 x 2000 = 3,000,000 pixels, over the budget of 2,000,000" in str(refused.value.message())
     tensor.set_data_from_numpy(image_tensor(fits), **kwargs)
     assert client.infer("ocr", [tensor]).as_numpy("texts").tolist() == []  # blank: read, no text
+
+
+def test_uint8_hwc_images_are_read_as_their_encoded_bytes_on_grpc_and_rest(
+    ocr_server: RuntimeProcess, rendered: dict[str, Sample], expected: dict[str, list[str]]
+) -> None:
+    english, chinese = rendered["english"].rgb(), rendered["chinese"].rgb()  # PNGs: the same pixels, one size
+    assert english.shape == chinese.shape
+    grpc_client = triton_grpc.InferenceServerClient(ocr_server.target)
+    one = triton_grpc.InferInput("image", list(chinese.shape), "UINT8")  # H x W x 3: 232 is no batch size
+    one.set_data_from_numpy(chinese)
+    assert decoded(grpc_client.infer("ocr", [one], client_timeout=120)) == expected["chinese"]
+    rest = triton_http.InferenceServerClient(ocr_server.http_url.removeprefix("http://"), network_timeout=120)
+    both = triton_http.InferInput("image", [2, *english.shape], "UINT8")  # N x H x W x 3
+    both.set_data_from_numpy(np.stack([english, chinese]), binary_data=True)
+    result = rest.infer("ocr", [both])
+    assert decoded(result) == expected["english"] + expected["chinese"]
+    assert result.as_numpy("image_index").tolist() == [0] * len(expected["english"]) + [1] * len(expected["chinese"])
+
+
+@pytest.mark.parametrize(
+    ("datatype", "pixels", "fragment"),
+    [
+        ("FP32", np.zeros((48, 64, 3), np.float32), "expected datatype BYTES[-1] or UINT8[-1, -1, -1] or"),
+        ("UINT8", np.zeros((48, 64, 2), np.uint8), "send BYTES (PNG or JPEG, one per element) or UINT8 shaped"),
+    ],
+    ids=["fp32", "two-channels"],
+)
+def test_pixels_in_no_form_the_task_takes_are_invalid_argument(
+    ocr_server: RuntimeProcess, datatype: str, pixels: np.ndarray, fragment: str
+) -> None:
+    tensor = triton_grpc.InferInput("image", list(pixels.shape), datatype)
+    tensor.set_data_from_numpy(pixels)
+    with pytest.raises(InferenceServerException) as refused:
+        triton_grpc.InferenceServerClient(ocr_server.target).infer("ocr", [tensor], client_timeout=120)
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert fragment in str(refused.value.message())

@@ -68,8 +68,10 @@ class Batcher:
         batched: bool = True,
         concurrency: int = 1,
         run_group: RunGroup | None = None,
+        rows: Callable[[Mapping[str, Array]], int] | None = None,
     ) -> None:
         self.limits = limits
+        self._rows = rows or batch_size  # what a request counts against max_batch_size (a task's: its images)
         # Else every request runs alone.
         self.merges = limits.dynamic_batching and (batched or run_group is not None)
         self._run_batch = run_batch
@@ -115,7 +117,7 @@ class Batcher:
             )
         loop = asyncio.get_running_loop()
         key = GROUP_KEY if self._run_group is not None else batch_key(inputs)
-        pending = _Pending(inputs, batch_size(inputs), key, deadline, loop.time(), loop.create_future())
+        pending = _Pending(inputs, self._rows(inputs), key, deadline, loop.time(), loop.create_future())
         self._queue.append(pending)
         self._wakeup.set()
         return await pending.future
@@ -135,7 +137,8 @@ class Batcher:
             return [self._queue.popleft()]
         batch, rows = [], 0
         for pending in list(self._queue):
-            if pending.key == first.key and rows + pending.rows <= self.limits.max_batch_size:
+            # The oldest request always goes: one counted past max_batch_size would otherwise never run.
+            if pending.key == first.key and (not batch or rows + pending.rows <= self.limits.max_batch_size):
                 batch.append(pending)
                 rows += pending.rows
         for pending in batch:

@@ -19,7 +19,7 @@ from skiff_runtime.tasks.ocr import classify, detect, recognize
 from skiff_runtime.tasks.ocr.crops import crop_box
 from skiff_runtime.tasks.ocr.images import Image, ImageBudget, read_images
 from skiff_runtime.tasks.task import Calls, ModelCall, Steps, TaskInputError
-from skiff_runtime.tensors import Array, Datatype, ModelSignature, TensorSpec
+from skiff_runtime.tensors import Array, Datatype, ModelSignature, TensorForm, TensorSpec
 
 INPUT = "image"
 MODELS = ("det", "cls", "rec")
@@ -27,8 +27,17 @@ MODEL_INPUT = "x"  # every PP-OCR inference model's one input
 
 # What the task serves on every protocol: images in (one PNG or JPEG per element), one row per text line out.
 # Grouped: concurrent requests share sub-model calls, but their tensors are never merged (rows are lines).
+# The image is also taken decoded, as UINT8 H x W x C (one image) or N x H x W x C (N of one size), RGB or grey:
+# read_images checks the channels and the budgets.
 SIGNATURE = ModelSignature(
-    inputs=(TensorSpec(INPUT, Datatype.BYTES, (-1,)),),
+    inputs=(
+        TensorSpec(
+            INPUT,
+            Datatype.BYTES,
+            (-1,),
+            also=(TensorForm(Datatype.UINT8, (-1, -1, -1)), TensorForm(Datatype.UINT8, (-1, -1, -1, -1), True)),
+        ),
+    ),
     outputs=(
         TensorSpec("texts", Datatype.BYTES, (-1,)),
         TensorSpec("boxes", Datatype.FP32, (-1, 4, 2)),
