@@ -167,3 +167,4 @@ class InferResponse:
     model_version: str
     id: str
     outputs: tuple[Tensor, ...]
+    parameters: Mapping[str, ParameterValue] = field(default_factory=dict)
