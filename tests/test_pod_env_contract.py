@@ -79,3 +79,12 @@ def test_the_runtime_refuses_an_env_the_operator_never_renders() -> None:
     env = {contract.ENV_MODEL_DIR: "/models/v1", contract.ENV_MODEL_NAME: "bert", contract.ENV_GRPC_PORT: "port"}
     with pytest.raises(SettingsError, match=contract.ENV_GRPC_PORT):
         parse_settings([], env)
+
+
+def test_tracing_reaches_the_runtime_only_when_the_cr_asks() -> None:
+    tracing = {"endpoint": "http://otel-collector.monitoring:4317", "samplingRatio": 0.25}
+    settings = runtime_settings(parse_inference_model(body(observability={"tracing": tracing})))
+    assert settings.tracing.trace_endpoint == "http://otel-collector.monitoring:4317"
+    assert settings.tracing.trace_sampling_ratio == 0.25
+    assert settings.tracing.enabled
+    assert not runtime_settings(parse_inference_model(body())).tracing.enabled

@@ -46,6 +46,9 @@ ENV_MAX_MESSAGE_MB = "SKIFF_MAX_MESSAGE_MB"
 ENV_LOG_LEVEL = "SKIFF_LOG_LEVEL"
 ENV_MAX_QUEUE_DELAY_US = "SKIFF_MAX_QUEUE_DELAY_US"
 ENV_MAX_QUEUE_SIZE = "SKIFF_MAX_QUEUE_SIZE"
+# spec.observability.tracing: the runtime's OTLP/gRPC collector and sampling ratio.
+ENV_TRACE_ENDPOINT = "SKIFF_TRACE_ENDPOINT"
+ENV_TRACE_SAMPLING_RATIO = "SKIFF_TRACE_SAMPLING_RATIO"
 
 # TLS on the inference port (spec.tls): where the pod finds its certificate Secrets, and the variables naming them.
 TLS_DIR = "/etc/skiff/tls"  # a kubernetes.io/tls Secret: tls.crt, tls.key (and ca.crt)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import enum
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from skiff_operator.spec.autoscaling import Autoscaling
 from skiff_operator.spec.grammar import parse_quantity
+from skiff_operator.spec.observability import ObservabilitySpec
 
 # Defaults, written once; test_crd.py checks the CRD's `default:` values agree with these.
 DEFAULT_IMAGE = "ghcr.io/skiff-dev/skiff-runtime:0.1.0"
@@ -360,6 +361,7 @@ class ModelSpec:
     auth: AuthSpec | None = None
     rollout: RolloutSpec | None = None
     storage: StorageSpec = StorageSpec()
+    observability: ObservabilitySpec = field(default_factory=ObservabilitySpec)
 
     def version(self, name: str) -> Version:
         for version in self.versions:

@@ -93,6 +93,7 @@ from skiff_operator.spec.model import (
     TrafficShare,
     Version,
 )
+from skiff_operator.spec.observability import parse_observability
 
 
 def parse_inference_model(body: Mapping[str, Any]) -> InferenceModel:
@@ -138,6 +139,7 @@ def parse_spec(spec: Mapping[str, Any]) -> ModelSpec:
         auth=_parse_auth(spec.get("auth")),
         rollout=_parse_rollout(spec.get("rollout"), names, traffic),
         storage=parse_storage(_mapping(spec.get("storage", {}), "spec.storage")),
+        observability=parse_observability(spec.get("observability")),
     )
 
 
