@@ -118,7 +118,8 @@ def test_requests_are_traced_under_the_callers_trace_id_with_every_stage(runtime
     [grpc_root] = _roots(spans, "00f067aa0ba902b7")
     [rest_root] = _roots(spans, "00f067aa0ba902b8")
     [tf_root] = _roots(spans, "00f067aa0ba902b9")
-    for root, name in ((grpc_root, "ModelInfer"), (rest_root, "infer"), (tf_root, "Predict")):
+    roots = ((grpc_root, "ModelInfer", 1), (rest_root, "infer", 1), (tf_root, "Predict", len(FEATURES)))
+    for root, name, rows in roots:
         assert root.name == name
         assert root.trace_id == TRACE_ID
         assert root.service == "skiff-test"
@@ -129,7 +130,7 @@ def test_requests_are_traced_under_the_callers_trace_id_with_every_stage(runtime
         assert tree["batch"].start_ns <= tree["engine"].start_ns <= tree["engine"].end_ns <= tree["batch"].end_ns
         assert tree["batch"].end_ns <= tree["encode"].start_ns <= tree["encode"].end_ns <= root.end_ns
         assert tree["engine"].end_ns > tree["engine"].start_ns  # measured in the worker process
-        assert tree["batch"].attributes["skiff.batch.size"] == 1
+        assert tree["batch"].attributes["skiff.batch.size"] == rows
     assert grpc_root.attributes["rpc.system"] == "grpc"
     assert rest_root.attributes["rpc.system"] == "http"
 
