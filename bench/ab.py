@@ -42,10 +42,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def serve(name: str, model_dir: Path, model: str, log: Path, pythonpath: str | None) -> servers.ServerProcess:
+def serve(
+    name: str, model_dir: Path, model: str, log: Path, pythonpath: str | None, extra: list[str] | None = None
+) -> servers.ServerProcess:
     cmd = [sys.executable, "-m", "skiff_runtime", "serve", "--model-dir", str(model_dir), "--model-name", model,
            "--host", "127.0.0.1", "--grpc-port", "0", "--health-port", "0", "--metrics-port", "0",
-           "--max-batch-size", "16", "--dynamic-batching", "true", "--workers", "2"]  # fmt: skip
+           "--max-batch-size", "16", "--dynamic-batching", "true", "--workers", "2", *(extra or [])]  # fmt: skip
     env = {"PYTHONPATH": pythonpath} if pythonpath else {}
     return servers.ServerProcess(name, cmd, log, servers.skiff_ready, env).start()
 
@@ -58,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=8.0, help="measured window per cell (default 8)")
     parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument(
+        "--after-flag",
+        action="append",
+        default=[],
+        help="a flag for the 'after' side only, repeatable: --after-flag=--trace-endpoint=http://127.0.0.1:4317 "
+        "measures tracing on against the same checkout with --before HEAD",
+    )
     args = parser.parse_args(argv)
     model_dir = args.cache_dir / "models" / args.model
     if not model_dir.is_dir():
@@ -70,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         for round_number in range(1, args.rounds + 1):
             for side, pythonpath in sides.items():
                 log = Path(tmp) / f"{side}-{round_number}.log"
-                server = serve(side, model_dir, args.model, log, pythonpath)
+                extra = args.after_flag if side == "after" else []
+                server = serve(side, model_dir, args.model, log, pythonpath, extra)
                 try:
                     spec = loadgen.ClientSpec("triton", server.port, args.model, "x")
                     assert server.proc is not None

@@ -18,13 +18,14 @@ from skiff_runtime.settings import (
     SettingsError,
     ShapeRange,
     TensorRTPrecision,
+    TracingSettings,
     parse_settings,
     parse_shape_ranges,
 )
 
 REQUIRED_ARGS = ["--model-dir", "/models/m", "--model-name", "m"]
 # Every settings field an option fills: RuntimeSettings' own, and those of its groups (BatchingLimits, OcrSettings).
-SECTIONS = {"batching": BatchingLimits, "ocr": OcrSettings}
+SECTIONS = {"batching": BatchingLimits, "ocr": OcrSettings, "tracing": TracingSettings}
 FIELDS = {
     **{f.name: f for f in dataclasses.fields(RuntimeSettings) if f.name not in SECTIONS},
     **{f.name: f for group in SECTIONS.values() for f in dataclasses.fields(group)},
@@ -149,6 +150,9 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "ocr_max_image_mb": ("2", 2),
         "ocr_max_pixels": ("1000000", 1_000_000),
         "ocr_max_boxes": ("50", 50),
+        "trace_endpoint": ("http://otel:4317", "http://otel:4317"),
+        "trace_sampling_ratio": ("0.25", 0.25),
+        "trace_service_name": ("ranker", "ranker"),
     }
     assert set(values) == set(FIELDS)
     argv = [arg for option in OPTIONS for arg in (option.flag, values[option.name][0])]
@@ -344,3 +348,35 @@ def test_task_models_name_each_sub_model_relative_to_the_model_dir_or_absolute()
 def test_bad_task_settings_are_refused_with_what_to_give(args: list[str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         parse_settings([*REQUIRED_ARGS, *args], env={})
+
+
+def test_tracing_is_off_unless_an_endpoint_is_named() -> None:
+    assert not parse_settings(REQUIRED_ARGS, env={}).tracing.enabled
+    settings = parse_settings([*REQUIRED_ARGS, "--trace-endpoint", "http://otel:4317"], env={})
+    assert settings.tracing == TracingSettings("http://otel:4317", 1.0, "skiff-runtime")
+    assert settings.tracing.enabled
+
+
+def test_tracing_falls_back_to_the_standard_otel_variables_after_skiffs() -> None:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4317", "OTEL_TRACES_SAMPLER_ARG": "0.1",
+           "OTEL_SERVICE_NAME": "ranker"}  # fmt: skip
+    assert parse_settings(REQUIRED_ARGS, env=env).tracing == TracingSettings("http://otel:4317", 0.1, "ranker")
+    traces_first = {**env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4317"}
+    assert parse_settings(REQUIRED_ARGS, env=traces_first).tracing.trace_endpoint == "http://traces:4317"
+    skiff_first = {**env, "SKIFF_TRACE_ENDPOINT": "http://skiff:4317", "SKIFF_TRACE_SAMPLING_RATIO": "0.5"}
+    assert parse_settings(REQUIRED_ARGS, env=skiff_first).tracing.trace_sampling_ratio == 0.5
+    assert parse_settings(REQUIRED_ARGS, env=skiff_first).tracing.trace_endpoint == "http://skiff:4317"
+    assert not parse_settings(REQUIRED_ARGS, env={**env, "OTEL_SDK_DISABLED": "true"}).tracing.enabled
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--trace-endpoint", "otel:4317"], {}, "--trace-endpoint='otel:4317': expected an OTLP/gRPC URL"),
+        (["--trace-sampling-ratio", "2"], {}, "--trace-sampling-ratio='2': expected a number from 0 to 1"),
+        ([], {"OTEL_TRACES_SAMPLER_ARG": "lots"}, "OTEL_TRACES_SAMPLER_ARG='lots'"),
+    ],
+)
+def test_bad_tracing_options_name_their_source(args: list[str], env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        parse_settings([*REQUIRED_ARGS, *args], env=env)

@@ -49,6 +49,9 @@ ENV_MAX_MESSAGE_MB = "SKIFF_MAX_MESSAGE_MB"
 ENV_LOG_LEVEL = "SKIFF_LOG_LEVEL"
 ENV_MAX_QUEUE_DELAY_US = "SKIFF_MAX_QUEUE_DELAY_US"
 ENV_MAX_QUEUE_SIZE = "SKIFF_MAX_QUEUE_SIZE"
+# spec.observability.tracing: the runtime's OTLP/gRPC collector and sampling ratio.
+ENV_TRACE_ENDPOINT = "SKIFF_TRACE_ENDPOINT"
+ENV_TRACE_SAMPLING_RATIO = "SKIFF_TRACE_SAMPLING_RATIO"
 
 # A version that serves a task (spec.versions[].task): the task, its sub-model directories (NAME=DIR,..., relative to
 # SKIFF_MODEL_DIR), the dictionary (a file) and the ocr knobs, one variable per spec.task.options field.

@@ -111,6 +111,24 @@ def decode_parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, Para
     return decoded
 
 
+# A parameter's Python type -> its InferParameter field (bool before int: a bool is an int).
+_PARAMETER_FIELDS: tuple[tuple[type, str], ...] = (
+    (bool, "bool_param"),
+    (int, "int64_param"),
+    (float, "double_param"),
+    (str, "string_param"),
+)
+
+
+def encode_parameter(value: ParameterValue) -> pb.InferParameter:
+    for kind, name in _PARAMETER_FIELDS:
+        if isinstance(value, kind):
+            parameter = pb.InferParameter()
+            setattr(parameter, name, value)
+            return parameter
+    raise TypeError(f"a parameter is bool, int, float or str, not {type(value).__name__}")
+
+
 def _check_shape(name: str, shape: Sequence[int]) -> tuple[int, ...]:
     if len(shape) > MAX_RANK:
         raise InvalidInput(f"input {shown(name)}: rank {len(shape)} exceeds the limit of {MAX_RANK}")
@@ -481,6 +499,8 @@ def _response_head(response: InferResponse) -> pb.ModelInferResponse:
     )
     for tensor in response.outputs:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
+    for key, value in response.parameters.items():
+        message.parameters[key].CopyFrom(encode_parameter(value))
     return message
 
 

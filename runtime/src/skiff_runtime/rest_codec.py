@@ -36,6 +36,7 @@ from skiff_runtime.tensors import (
     element_count,
     parse_datatype,
 )
+from skiff_runtime.timing import TIMING_PARAMETER
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 JSON_TYPE = "application/json"
@@ -193,6 +194,9 @@ def decode_infer_body(
     request_id = _field(header, "id", str, "the request", "")
     parameters = _field(header, "parameters", dict, "the request", {})
     message = pb.ModelInferRequest(model_name=model_name, model_version=model_version, id=request_id)
+    timing = _field(parameters, TIMING_PARAMETER, bool, "the request", None)
+    if timing is not None:
+        message.parameters[TIMING_PARAMETER].bool_param = timing
     raw: list[bytes | memoryview] = []
     offset = 0
     for index, item in enumerate(inputs):
@@ -269,6 +273,8 @@ def encode_infer_body(response: InferResponse, binary: Callable[[str], bool]) ->
     head: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         head["id"] = response.id
+    if response.parameters:
+        head["parameters"] = dict(response.parameters)
     head["outputs"] = outputs
     text = json.dumps(head, separators=(",", ":")).encode()
     if not blobs:

@@ -30,6 +30,7 @@ from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, ModelNotRead
 from skiff_runtime.model_config import ModelConfig, model_config
 from skiff_runtime.settings import DEFAULT_REQUEST_MEMORY_BYTES, BatchingLimits
 from skiff_runtime.tensors import Array, InferRequest, InferResponse, ModelSignature, Tensor, datatype_of
+from skiff_runtime.timing import RequestTimes
 from skiff_runtime.workers.base import Workers
 
 log = logging.getLogger(__name__)
@@ -233,17 +234,24 @@ class ModelService:
         return Admission(self)
 
     async def infer(
-        self, request: InferRequest, deadline: float | None = None, admission: Admission | None = None
+        self,
+        request: InferRequest,
+        deadline: float | None = None,
+        admission: Admission | None = None,
+        times: RequestTimes | None = None,
     ) -> InferResponse:
         """Run one request. `deadline` is on the event loop's clock (loop.time()); `admission`, when the request
-        was admitted before its message arrived, is handed over to the queue entry (or released on failure)."""
+        was admitted before its message arrived, is handed over to the queue entry (or released on failure);
+        `times` (a traced or timing-asking request) records its queue and batch moments (skiff_runtime.timing)."""
         try:
-            return await self._infer(request, deadline, admission)
+            return await self._infer(request, deadline, admission, times)
         finally:
             if admission is not None:
                 admission.release()
 
-    async def _infer(self, request: InferRequest, deadline: float | None, admission: Admission | None) -> InferResponse:
+    async def _infer(
+        self, request: InferRequest, deadline: float | None, admission: Admission | None, times: RequestTimes | None
+    ) -> InferResponse:
         self.check_model(request.model_name, request.model_version)
         if self._batcher is None or self.state is not ModelState.READY:
             raise ModelNotReady(f"model {self.name!r} is {self.state.value.lower()}; retry when it is SERVING")
@@ -254,7 +262,7 @@ class ModelService:
             raise DeadlineExceeded("the request's deadline had passed on arrival; it was not run")
         if admission is not None:
             admission.release()  # its place passes to the queue entry that submit() appends without yielding
-        outputs = await self._batcher.submit({t.name: t.data for t in request.inputs}, deadline)
+        outputs = await self._batcher.submit({t.name: t.data for t in request.inputs}, deadline, times)
         missing = [s.name for s in signature.outputs if s.name not in outputs]
         if missing:
             raise InferenceFailed(f"engine returned no output(s) {missing}")

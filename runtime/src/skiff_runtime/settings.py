@@ -209,6 +209,36 @@ class BatchingLimits:
 
 
 @dataclass(frozen=True)
+class TracingSettings:
+    """OpenTelemetry traces (skiff_runtime.tracing): where spans go over OTLP/gRPC ("" = tracing off, nothing of
+    the SDK is loaded), which share of the requests that arrive without a sampled parent are traced, and the
+    service.name they carry. Unset, each falls back to the standard OTEL_* variable (OTEL_DEFAULTS)."""
+
+    trace_endpoint: str = ""
+    trace_sampling_ratio: float = 1.0
+    trace_service_name: str = "skiff-runtime"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.trace_endpoint)
+
+
+# A tracing option left unset takes the first of these standard OpenTelemetry variables that is set.
+OTEL_DEFAULTS: Mapping[str, tuple[str, ...]] = {
+    "trace_endpoint": ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+    "trace_sampling_ratio": ("OTEL_TRACES_SAMPLER_ARG",),
+    "trace_service_name": ("OTEL_SERVICE_NAME",),
+}
+
+
+def _endpoint(text: str) -> str:
+    value = text.strip()
+    if value and not value.startswith(("http://", "https://")):
+        raise ValueError(f"expected an OTLP/gRPC URL like http://otel-collector:4317, or empty for off; got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
 class RuntimeSettings:
     """Everything `skiff-runtime serve` needs; built by parse_settings from flags and SKIFF_* variables."""
 
@@ -239,6 +269,7 @@ class RuntimeSettings:
     workers: int = 0
     worker_nice: int = 10
     batching: BatchingLimits = field(default_factory=BatchingLimits)
+    tracing: TracingSettings = field(default_factory=TracingSettings)
     max_message_mb: int = 32
     max_request_memory_mb: int = 0
     receive_timeout_s: float = 30.0
@@ -458,6 +489,27 @@ OPTIONS: tuple[Option, ...] = (
         "file listing the bearer tokens, one per line, of which every call on the gRPC port (health and "
         "reflection too) and REST inference must present one (the health port needs none); re-read when it changes",
     ),
+    Option(
+        "trace_endpoint",
+        _endpoint,
+        "OTLP/gRPC endpoint that request traces are sent to, e.g. http://otel-collector:4317 (default off; "
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT when unset; OTEL_SDK_DISABLED=true "
+        "turns tracing off)",
+        section="tracing",
+    ),
+    Option(
+        "trace_sampling_ratio",
+        _fraction,
+        "share of requests traced, 0-1, when the caller's traceparent does not decide (default 1; "
+        "OTEL_TRACES_SAMPLER_ARG when unset)",
+        section="tracing",
+    ),
+    Option(
+        "trace_service_name",
+        str,
+        "service.name of the spans (default skiff-runtime; OTEL_SERVICE_NAME when unset)",
+        section="tracing",
+    ),
     Option("grace_period_s", _seconds, "seconds to finish in-flight requests after SIGTERM (default 20)"),
     Option("log_level", _log_level, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
 )
@@ -500,12 +552,16 @@ class SettingsError(ValueError):
 def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, str]) -> RuntimeSettings:
     """Flags win over SKIFF_* variables, which win over the dataclass defaults."""
     kwargs: dict[str, Any] = {}
-    sections: dict[str, dict[str, Any]] = {"batching": {}, "ocr": {}}
+    sections: dict[str, dict[str, Any]] = {"batching": {}, "ocr": {}, "tracing": {}}
     for option in OPTIONS:
         raw = values.get(option.name)
         source = option.flag
         if raw is None and option.env in env:
             raw, source = env[option.env], option.env
+        for standard in OTEL_DEFAULTS.get(option.name, ()) if raw is None else ():
+            if env.get(standard):
+                raw, source = env[standard], standard
+                break
         if raw is None:
             if option.required:
                 raise SettingsError(f"{option.flag} (or {option.env}) is required: {option.help}")
@@ -515,8 +571,13 @@ def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, 
         except ValueError as exc:
             raise SettingsError(f"{source}={raw!r}: {exc}") from None
         (sections[option.section] if option.section else kwargs)[option.name] = value
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        sections["tracing"]["trace_endpoint"] = ""
     settings = RuntimeSettings(
-        **kwargs, batching=BatchingLimits(**sections["batching"]), ocr=OcrSettings(**sections["ocr"])
+        **kwargs,
+        batching=BatchingLimits(**sections["batching"]),
+        ocr=OcrSettings(**sections["ocr"]),
+        tracing=TracingSettings(**sections["tracing"]),
     )
     if settings.task_models and settings.task is None:
         raise SettingsError("--task-models (SKIFF_TASK_MODELS) names a task's sub-models: add --task ocr")

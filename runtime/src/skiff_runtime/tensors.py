@@ -188,3 +188,4 @@ class InferResponse:
     model_version: str
     id: str
     outputs: tuple[Tensor, ...]
+    parameters: Mapping[str, ParameterValue] = field(default_factory=dict)

@@ -277,8 +277,19 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         *render_task_env(version),
         *render_tls_env(model),
         *render_auth_env(model),
+        *_tracing_env(model),
     ]
     return [{"name": name, "value": _env_value(value)} for name, value in values if value is not None]
+
+
+def _tracing_env(model: InferenceModel) -> list[tuple[str, object | None]]:
+    tracing = model.spec.observability.tracing
+    if tracing is None:
+        return []
+    return [
+        (contract.ENV_TRACE_ENDPOINT, tracing.endpoint),
+        (contract.ENV_TRACE_SAMPLING_RATIO, tracing.sampling_ratio),
+    ]
 
 
 def _tensorrt(version: Version, options: TensorRTOptions | None) -> TensorRTOptions | None:

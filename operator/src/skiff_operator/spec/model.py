@@ -5,12 +5,13 @@ from __future__ import annotations
 import enum
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from skiff_operator.spec.autoscaling import Autoscaling
 from skiff_operator.spec.grammar import parse_quantity
+from skiff_operator.spec.observability import ObservabilitySpec
 from skiff_operator.spec.pod_template import PodTemplate, SpreadDomain
 from skiff_operator.spec.shadow import Shadow
 from skiff_operator.spec.task import TaskSpec
@@ -387,6 +388,7 @@ class ModelSpec:
     rollout: RolloutSpec | None = None
     storage: StorageSpec = StorageSpec()
     pod_template: PodTemplate = NO_POD_TEMPLATE
+    observability: ObservabilitySpec = field(default_factory=ObservabilitySpec)
 
     def version(self, name: str) -> Version:
         for version in self.versions:

@@ -95,6 +95,7 @@ from skiff_operator.spec.model import (
     TrafficShare,
     Version,
 )
+from skiff_operator.spec.observability import parse_observability
 from skiff_operator.spec.pod_template import parse_pod_template
 from skiff_operator.spec.shadow import parse_shadow
 from skiff_operator.spec.task import PACKAGED_WEIGHTS, TaskSpec, parse_task
@@ -146,6 +147,7 @@ def parse_spec(spec: Mapping[str, Any], defaults: OperatorDefaults = NO_OPERATOR
         rollout=_parse_rollout(spec.get("rollout"), names, traffic),
         storage=parse_storage(_mapping(spec.get("storage", {}), "spec.storage")),
         pod_template=parse_pod_template(spec.get("podTemplate"), defaults.spread_across),
+        observability=parse_observability(spec.get("observability")),
     )
 
 

@@ -25,6 +25,7 @@ from skiff_runtime.batching.merge import BatchKey, batch_key, batch_size, split_
 from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, QueueFull, SkiffError
 from skiff_runtime.settings import BatchingLimits
 from skiff_runtime.tensors import Array
+from skiff_runtime.timing import ENGINE_RUN, RequestTimes, now_ns
 
 # Runs the requests' inputs as one batch (the runner merges them with batching.merge: it knows where the batch
 # must end up, e.g. straight into a worker's shared memory).
@@ -54,6 +55,7 @@ class _Pending:
     deadline: float | None
     enqueued: float
     future: asyncio.Future[dict[str, Array]] = field(repr=False)
+    times: RequestTimes | None = field(default=None, repr=False)  # a traced or timing-asking request's moments
 
 
 class Batcher:
@@ -109,15 +111,20 @@ class Batcher:
             if not pending.future.done():
                 pending.future.set_exception(QueueFull("the server is shutting down; retry on another replica"))
 
-    async def submit(self, inputs: Mapping[str, Array], deadline: float | None = None) -> dict[str, Array]:
-        """Queue one validated request; returns its own slice of the batch outputs."""
+    async def submit(
+        self, inputs: Mapping[str, Array], deadline: float | None = None, times: RequestTimes | None = None
+    ) -> dict[str, Array]:
+        """Queue one validated request; returns its own slice of the batch outputs. `times`, when given, gets the
+        moments it entered the queue and its batch ran, the batch's size and the other requests it merged."""
         if len(self._queue) >= self.limits.max_queue_size:
             raise QueueFull(
                 f"queue full ({self.limits.max_queue_size} requests waiting, max_queue_size); retry with backoff"
             )
         loop = asyncio.get_running_loop()
         key = GROUP_KEY if self._run_group is not None else batch_key(inputs)
-        pending = _Pending(inputs, self._rows(inputs), key, deadline, loop.time(), loop.create_future())
+        pending = _Pending(inputs, self._rows(inputs), key, deadline, loop.time(), loop.create_future(), times)
+        if times is not None:
+            times.enqueued = now_ns()
         self._queue.append(pending)
         self._wakeup.set()
         return await pending.future
@@ -198,6 +205,9 @@ class Batcher:
             if not live:
                 return
             sizes = [p.rows for p in live]
+            timed = [p.times for p in live if p.times is not None]
+            began = now_ns() if timed else 0
+            ENGINE_RUN.set(None)
             try:
                 parts: Sequence[Outcome] = await self._run_parts(live, sizes)
             except SkiffError as exc:
@@ -205,6 +215,8 @@ class Batcher:
             except Exception as exc:
                 error = InferenceFailed(f"batch of {len(live)} request(s) failed: {type(exc).__name__}: {exc}")
             else:
+                if timed:
+                    _record_batch(timed, began, sum(sizes), len(live))
                 for pending, part in zip(live, parts, strict=True):
                     if pending.future.done():
                         continue
@@ -225,3 +237,11 @@ class Batcher:
         finally:
             self._slots.release()
             self._wakeup.set()
+
+
+def _record_batch(timed: list[RequestTimes], began: int, rows: int, requests: int) -> None:
+    """Each timed request's batch: when it ran, its size, and the trace spans of the others it merged."""
+    ended = now_ns()
+    for index, times in enumerate(timed):
+        merged = tuple(t.context for other, t in enumerate(timed) if other != index and t.context is not None)
+        times.record_batch(began, ended, rows, requests, merged)

@@ -38,6 +38,7 @@ from skiff_runtime.server.tls import ReloadingCredentials, ReloadingSslContext, 
 from skiff_runtime.service import ModelService
 from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.termination import termination_message, write_termination_message
+from skiff_runtime.tracing import Tracing
 from skiff_runtime.workers.base import WorkerEvent, WorkerEvents, Workers
 
 log = logging.getLogger(__name__)
@@ -105,10 +106,14 @@ class RuntimeServer:
             options=_channel_options(settings),
             maximum_concurrent_rpcs=self.max_concurrent_rpcs,
         )
-        servicer = InferenceServicer(self.service, settings.receive_timeout_s)
+        # Request traces when --trace-endpoint names a collector; else None, and no SDK object on the request path.
+        self.tracing = (
+            Tracing(settings.tracing, settings.model_name, settings.model_version) if settings.tracing.enabled else None
+        )
+        servicer = InferenceServicer(self.service, settings.receive_timeout_s, self.tracing)
         register(servicer, self.grpc_server)
         # TensorFlow Serving's Predict, GetModelMetadata and GetModelStatus, onto the same service.
-        tfserving.register(self.service, self.grpc_server, settings.receive_timeout_s)
+        tfserving.register(self.service, self.grpc_server, settings.receive_timeout_s, self.tracing)
         # Health on the inference port: each call reads its message within the receive timeout, a message past a
         # service name's size is refused unparsed, and Watch streams are capped so they cannot hold the server's
         # concurrent-RPC places.
@@ -139,6 +144,7 @@ class RuntimeServer:
                 token=token,
                 ssl_context=ReloadingSslContext(self.tls.files).context if self.tls is not None else None,
                 observe=self.metrics.observe_http,
+                tracing=self.tracing,
             )
             if settings.http_port is not None
             else None
@@ -244,6 +250,8 @@ class RuntimeServer:
         self.service.stop()
         self.health.probes.stop()
         await self.service.close()
+        if self.tracing is not None:
+            await loop.run_in_executor(None, self.tracing.shutdown)  # the spans still buffered leave now
         log.info("stopped")
 
     async def serve(self) -> int:

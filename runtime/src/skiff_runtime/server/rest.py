@@ -34,6 +34,8 @@ from skiff_runtime.rest_codec import (
 from skiff_runtime.server.auth import SCHEME, TokenFile
 from skiff_runtime.server.servicer import EXTENSIONS, SERVER_NAME
 from skiff_runtime.service import ModelService
+from skiff_runtime.timing import TIMING_HEADERS, RequestTimes, answered, decoded_at
+from skiff_runtime.tracing import Tracing, carrier_of, traced
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +91,10 @@ class RestServer:
         token: TokenFile | None = None,
         ssl_context: ssl.SSLContext | None = None,
         observe: ObserveRequest | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.service = service
+        self.tracing = tracing
         self.max_body_bytes = max_body_bytes
         self.receive_timeout_s = receive_timeout_s
         self.token = token
@@ -208,7 +212,18 @@ class RestServer:
     async def infer(self, request: web.Request) -> web.Response:
         """Admitted before the body is read (a full queue is refused at once), like gRPC ModelInfer, and charged to
         the byte budget before the body is read too: by its Content-Length (a body without one, by the most one
-        may be), so bodies that do not fit are refused on the headers instead of arriving together."""
+        may be), so bodies that do not fit are refused on the headers instead of arriving together. Traced under
+        the caller's `traceparent` header when tracing is on; `"skiff_timing": true` in the request's parameters
+        adds the timing to the response's parameters and headers (timing.TIMING_HEADERS)."""
+
+        def carrier() -> dict[str, str]:
+            return carrier_of(request.headers.items())
+
+        return await traced(
+            self.tracing, "infer", "http", carrier, lambda times, arrived: self._infer(request, times, arrived)
+        )
+
+    async def _infer(self, request: web.Request, times: RequestTimes | None, arrived: int) -> web.Response:
         self._check(request)
         with self.service.admit() as admission:
             announced = self.max_body_bytes if request.content_length is None else request.content_length
@@ -226,9 +241,12 @@ class RestServer:
                     request.match_info.get("version", ""),
                     self.service.contract,
                 )
-                response = await self.service.infer(decoded.request, None, admission)
+                times = decoded_at(times, decoded.request.parameters, arrived)
+                response = answered(await self.service.infer(decoded.request, None, admission, times), times)
         encoded = encode_infer_body(response, decoded.binary_outputs)
         headers = {} if encoded.header_length is None else {HEADER_LENGTH: str(encoded.header_length)}
+        if times is not None and times.report:
+            headers.update({TIMING_HEADERS[k]: str(v) for k, v in response.parameters.items() if k in TIMING_HEADERS})
         return web.Response(body=encoded.body, content_type=encoded.content_type, headers=headers)
 
     async def start(self, host: str, port: int, grace_period_s: float) -> int:

@@ -13,6 +13,8 @@ from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
 from skiff_runtime.service import ModelService
+from skiff_runtime.timing import RequestTimes, answered, decoded_at
+from skiff_runtime.tracing import Tracing, carrier_of, traced
 
 SERVER_NAME = "skiff"
 # An admitted request holds a queue place while its message arrives; one that has not arrived by then gives it
@@ -30,9 +32,15 @@ def _deadline(context: grpc.aio.ServicerContext) -> float | None:
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Thin adapter: every decision lives in ModelService and the codec."""
 
-    def __init__(self, service: ModelService, receive_timeout_s: float = MESSAGE_ARRIVAL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        service: ModelService,
+        receive_timeout_s: float = MESSAGE_ARRIVAL_TIMEOUT_S,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.service = service
         self.receive_timeout_s = receive_timeout_s
+        self.tracing = tracing
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: object) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -71,7 +79,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         decoded with its tensors viewed in place (codec.decode_request_bytes). The response leaves serialized, each
         output copied once (codec.encode_response_bytes). The message is the only copy of the request Skiff holds
         (its tensors are views into it, until the batch is copied to a worker) and is let go before the response is
-        encoded."""
+        encoded. Traced (skiff_runtime.tracing) under the caller's `traceparent` metadata when tracing is on; the
+        `skiff_timing` parameter adds the request's timing to the response's parameters (skiff_runtime.timing)."""
+
+        def carrier() -> dict[str, str]:
+            return carrier_of(context.invocation_metadata())
+
+        return await traced(
+            self.tracing, "ModelInfer", "grpc", carrier, lambda times, arrived: self._infer(context, times, arrived)
+        )
+
+    async def _infer(self, context: grpc.aio.ServicerContext, times: RequestTimes | None, arrived: int) -> bytes:
         service = self.service
         with service.admit() as admission:
             request = await read_message(context, self.receive_timeout_s, "ModelInferRequest")
@@ -80,9 +98,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 # the model's contract before any tensor data is decoded.
                 decoded = decode_request_bytes(request, service.contract, service.check_model)
                 del request  # lives on only through the decoded tensors' views
-                response = await service.infer(decoded, _deadline(context), admission)
+                times = decoded_at(times, decoded.parameters, arrived)
+                response = await service.infer(decoded, _deadline(context), admission, times)
                 del decoded
-        return encode_response_bytes(response)
+        return encode_response_bytes(answered(response, times))
 
 
 def register(servicer: InferenceServicer, server: grpc.aio.Server) -> None:

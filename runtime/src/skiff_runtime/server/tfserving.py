@@ -21,6 +21,8 @@ from skiff_runtime.proto import tensorflow_serving_pb2_grpc as tfs_grpc
 from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
 from skiff_runtime.server.servicer import MESSAGE_ARRIVAL_TIMEOUT_S, _deadline
 from skiff_runtime.service import ModelService
+from skiff_runtime.timing import RequestTimes, answered, now_ns
+from skiff_runtime.tracing import Tracing, carrier_of, traced
 
 SERVICES = (
     tfs.DESCRIPTOR.services_by_name["PredictionService"],
@@ -29,13 +31,27 @@ SERVICES = (
 
 
 class PredictionServicer(tfs_grpc.PredictionServiceServicer):
-    def __init__(self, service: ModelService, receive_timeout_s: float = MESSAGE_ARRIVAL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        service: ModelService,
+        receive_timeout_s: float = MESSAGE_ARRIVAL_TIMEOUT_S,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.service = service
         self.receive_timeout_s = receive_timeout_s
+        self.tracing = tracing
 
     async def Predict(  # type: ignore[override]  # client-streaming on purpose, see register()
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> bytes:
+        """Traced like ModelInfer (TF Serving's PredictResponse has no parameters: no timing answer)."""
+
+        def carrier() -> dict[str, str]:
+            return carrier_of(context.invocation_metadata())
+
+        return await traced(self.tracing, "Predict", "grpc", carrier, lambda times, _: self._predict(context, times))
+
+    async def _predict(self, context: grpc.aio.ServicerContext, times: RequestTimes | None) -> bytes:
         service = self.service
         with service.admit() as admission:
             data = await read_message(context, self.receive_timeout_s, "PredictRequest")
@@ -47,8 +63,10 @@ class PredictionServicer(tfs_grpc.PredictionServiceServicer):
                     raise InvalidInput(f"malformed PredictRequest: {exc}") from None
                 decoded = tf_codec.decode_predict(message, service.name, service.version, service.contract)
                 del message, data
-                response = await service.infer(decoded, _deadline(context), admission)
-        return tf_codec.encode_predict(response).SerializeToString()
+                if times is not None:
+                    times.decoded = now_ns()
+                response = await service.infer(decoded, _deadline(context), admission, times)
+        return tf_codec.encode_predict(answered(response, times)).SerializeToString()
 
     async def GetModelMetadata(
         self, request: tfs.GetModelMetadataRequest, context: object
@@ -66,9 +84,11 @@ class ModelStatusServicer(tfs_grpc.ModelServiceServicer):
         return tf_codec.encode_status(request, service.name, service.version, service.state.value, service.error)
 
 
-def register(service: ModelService, server: grpc.aio.Server, receive_timeout_s: float) -> None:
+def register(
+    service: ModelService, server: grpc.aio.Server, receive_timeout_s: float, tracing: Tracing | None = None
+) -> None:
     """Adds both TF Serving services to `server`; Predict as client-streaming on raw bytes (see ModelInfer)."""
-    prediction = PredictionServicer(service, receive_timeout_s)
+    prediction = PredictionServicer(service, receive_timeout_s, tracing)
     name, handlers = capture(tfs_grpc.add_PredictionServiceServicer_to_server, prediction)
     handlers = bounded(small(handlers), receive_timeout_s, max_streams=0)
     handlers["Predict"] = grpc.stream_unary_rpc_method_handler(

@@ -40,6 +40,7 @@ from skiff_runtime.logs import configure_logging
 from skiff_runtime.predictor.engine import Engine, GroupEngine, warm_up, warmup_shape_ranges
 from skiff_runtime.settings import RuntimeSettings
 from skiff_runtime.tensors import Array, ModelSignature
+from skiff_runtime.timing import ENGINE_RUN
 from skiff_runtime.workers.base import WorkerEvent, WorkerEvents
 from skiff_runtime.workers.layout import Descriptor, views, write_arrays, write_batch
 
@@ -98,6 +99,7 @@ class BatchDone:
 
     outputs: tuple[Descriptor, ...]
     seconds: float
+    finished_ns: int = 0  # the worker's wall clock when the run ended (timing.ENGINE_RUN)
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class GroupDone:
 
     outcomes: tuple[Outcome, ...]
     seconds: float
+    finished_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -212,7 +215,7 @@ def worker_main(
         except Exception as exc:
             conn.send(BatchFailed(f"inference engine failed: {type(exc).__name__}: {exc}"))
             continue
-        conn.send(BatchDone(tuple(descriptors), time.perf_counter() - started))
+        conn.send(BatchDone(tuple(descriptors), time.perf_counter() - started, time.time_ns()))
 
 
 def _run_group(engine: Engine, message: RunGroup) -> GroupDone | BatchFailed:
@@ -223,7 +226,7 @@ def _run_group(engine: Engine, message: RunGroup) -> GroupDone | BatchFailed:
         outcomes = engine.run_group(message.requests)
     except Exception as exc:
         return BatchFailed(f"inference engine failed: {type(exc).__name__}: {exc}")
-    return GroupDone(tuple(outcomes), time.perf_counter() - started)
+    return GroupDone(tuple(outcomes), time.perf_counter() - started, time.time_ns())
 
 
 @dataclass
@@ -477,6 +480,7 @@ class ProcessPool:
                 raise _WorkerDied(f"worker {worker.index} exited (code {message.exitcode}) while running the batch")
             if isinstance(message, BatchFailed):
                 raise InferenceFailed(message.reason)
+            ENGINE_RUN.set((message.finished_ns - int(message.seconds * 1e9), message.finished_ns))
             return read(worker, message)
         finally:
             worker.reply = None
