@@ -6,7 +6,8 @@
 # dependency), plus one patch (nfqueue-xt.patch): the e2e machines' kernels have no nftables queue expression, so
 # the engine's `queue` rules become the iptables NFQUEUE target run through nft_compat, the same verdict. Redone
 # only when the version, the hash, the patch, the flags or Go change. Go's module and build caches are the
-# control plane's ($SKIFF_CACHE/go). Cold: see docs/e2e.md (about 15 min on 2 busy cores); then 0.1 s.
+# control plane's ($SKIFF_CACHE/go). Cold: 27 min measured on 2 cores at a load average of 16-27 (2.6 min of CPU;
+# docs/e2e.md); then 0.06 s.
 #
 # Usage: build.sh          build unless current, print the binary
 #        build.sh --check  exit 0 when the binary is current; builds nothing
