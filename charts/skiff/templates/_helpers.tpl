@@ -62,12 +62,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/* The runtime image of models that name none (--default-runtime-image): runtimeImage, else skiff-runtime beside
-the operator image (what `make push REGISTRY=host/ns` pushed), with the operator's tag. */}}
+the operator image (what `make push REGISTRY=host/ns` pushed), tagged with the chart's appVersion, not image.tag: a
+helm upgrade to a new operator build leaves models that name no image on the runtime they run (e2e/test_install). */}}
 {{- define "skiff.runtimeImage" -}}
 {{- if .Values.runtimeImage }}
 {{- .Values.runtimeImage }}
 {{- else }}
-{{- printf "%s/skiff-runtime:%s" (dir .Values.image.repository) (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s/skiff-runtime:%s" (dir .Values.image.repository) .Chart.AppVersion }}
 {{- end }}
 {{- end }}
 
