@@ -83,7 +83,7 @@ def _differs(stable: Array, candidate: Array | None, rule: OutputRule) -> str:
         return "" if np.array_equal(stable, candidate) else "no class axis to take an argmax over, and not equal"
     k = min(rule.top_k, stable.shape[-1])
     mine = np.argmax(candidate, axis=-1)[..., None]
-    theirs = np.argsort(-stable.astype(np.float64), axis=-1, kind="stable")[..., :k]
+    theirs = np.argsort(np.negative(stable.astype(np.float64)), axis=-1, kind="stable")[..., :k]
     rows_agree = (theirs == mine).any(axis=-1)
     if bool(rows_agree.all()):
         return ""
