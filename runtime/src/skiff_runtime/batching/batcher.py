@@ -135,7 +135,8 @@ class Batcher:
         first = self._queue[0]
         if not self.merges:
             return [self._queue.popleft()]
-        batch, rows = [], 0
+        batch: list[_Pending] = []
+        rows = 0
         for pending in list(self._queue):
             # The oldest request always goes: one counted past max_batch_size would otherwise never run.
             if pending.key == first.key and (not batch or rows + pending.rows <= self.limits.max_batch_size):
