@@ -282,6 +282,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", type=Path, default=Path(__file__).resolve().parents[2] / ".cache" / "bench")
     p.add_argument("--output", type=Path, help="markdown report (default bench/ocr/RESULTS.md)")
     p.add_argument("--json", action="store_true", help="also print the data as one JSON line")
+    p.add_argument("--render-only", action="store_true", help="re-render the report from the last run's JSON")
     return p
 
 
@@ -304,23 +305,27 @@ def main(argv: list[str] | None = None) -> int:
     names = {s.name for s in samples()}
     if set(args.images) - names:
         p.error(f"unknown image(s) {sorted(set(args.images) - names)}: choose from {', '.join(sorted(names))}")
-    command = "python -m bench.ocr " + shlex.join(argv if argv is not None else sys.argv[1:])
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        results = bench(args, command.strip())
-    except KeyboardInterrupt:
-        say("interrupted: stopping every server")
-        return 130
-    finally:
-        servers.stop_all()
-    results["machine"] = machine_info(len(os.sched_getaffinity(0)))
+    cache = args.cache_dir.resolve()
+    data = cache / ("ocr-quick.json" if args.quick else "ocr.json")
+    if args.render_only:
+        results = json.loads(data.read_text())
+    else:
+        command = "python -m bench.ocr " + shlex.join(argv if argv is not None else sys.argv[1:])
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            results = bench(args, command.strip())
+        except KeyboardInterrupt:
+            say("interrupted: stopping every server")
+            return 130
+        finally:
+            servers.stop_all()
+        results["machine"] = machine_info(len(os.sched_getaffinity(0)))
+        cache.mkdir(parents=True, exist_ok=True)
+        data.write_text(json.dumps(results, indent=1))
     root = Path(__file__).resolve().parents[2]
     notes = root / "bench" / "ocr" / "notes.md"
     if notes.exists() and not args.quick:
         results["notes"] = notes.read_text()
-    cache = args.cache_dir.resolve()
-    cache.mkdir(parents=True, exist_ok=True)
-    (cache / ("ocr-quick.json" if args.quick else "ocr.json")).write_text(json.dumps(results, indent=1))
     output = args.output or (cache / "ocr-RESULTS-quick.md" if args.quick else root / "bench" / "ocr" / "RESULTS.md")
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render(results))
