@@ -268,6 +268,11 @@ async def test_a_scale_out_keeps_the_model_ready_while_its_new_pods_start(make_b
     assert model.replicas("v1") == 3
     assert condition(model, "Ready") == ("True", "AllVersionsReady")  # the pod serving now still serves
     assert condition(model, "Degraded") == ("False", "AsExpected")
+    # Just after the scale: the Deployment's generation not observed yet, its new pods created, not ready.
+    cluster.deployment_states["v1"] = DeploymentState(3, 2, 3, 3, 1, 1)
+    await model.at(22, v1=page(220.0))
+    assert condition(model, "Ready") == ("True", "AllVersionsReady")
+    assert condition(model, "Progressing") == ("False", "RolloutComplete")
     cluster.deployment_states["v1"] = scaling_out(ready=0)  # the pod that served is gone too: not ready
     await model.at(25, v1=page(250.0))
     assert condition(model, "Ready") == ("False", "ReplicasUnavailable")

@@ -288,12 +288,17 @@ def _summarize_replicas(model: InferenceModel, version: Version, children: Child
             traffic_percent=percent,
             problem=_version_problem(version, None, children),
         )
+    # An autoscaled version's scale is not a rollout: its new replicas bump the Deployment's generation and start
+    # pods that are "updated" and not ready yet, while every pod runs the one template (no old pods). Its floor of
+    # ready pods is what it must have (ready_needed); a template change still shows as old pods left.
+    scaling = version.autoscaling is not None
+    needed = ready_needed(version)
     rolled_out = (
-        deployment.observed_generation >= deployment.generation
-        and deployment.updated_replicas >= version.replicas
+        (deployment.observed_generation >= deployment.generation or scaling)
+        and deployment.updated_replicas >= needed
         and deployment.replicas == deployment.updated_replicas  # no old pods left
         # the new pods became available once; losing one later is degraded, not a rollout
-        and (deployment.available_replicas >= version.replicas or deployment.new_replica_set_available)
+        and (deployment.available_replicas >= needed or deployment.new_replica_set_available)
     )
     return VersionSummary(
         name=version.name,
@@ -303,7 +308,7 @@ def _summarize_replicas(model: InferenceModel, version: Version, children: Child
         rolled_out=rolled_out,
         traffic_percent=percent,
         problem=_version_problem(version, deployment, children),
-        needed=ready_needed(version),
+        needed=needed,
     )
 
 
