@@ -411,7 +411,8 @@ def test_the_policy_checks_only_the_claims_a_model_mounts_whatever_its_versions_
     match = re.search(r'- name: claims\n\s+expression: "(.+)"\n', template)
     assert match is not None
     environment = celpy.Environment()
-    program = environment.program(environment.compile(match.group(1)), functions={"split": split, "substring": substring})
+    functions = {"split": split, "substring": substring}
+    program = environment.program(environment.compile(match.group(1)), functions=functions)
     versions = [
         {"name": "v1", "modelUri": "pvc://models/ocr/v4", "task": {"name": "ocr"}},
         {"name": "v2", "modelUri": "s3://models/ocr/v4", "task": {"name": "ocr"}},
