@@ -328,7 +328,14 @@ def test_tags_and_archives_are_keyed_by_inputs_so_checkouts_share_a_cache_side_b
         root = tmp_path / checkout
         for tree in ("runtime/src", "operator/src"):
             shutil.copytree(REPO / tree, root / tree, ignore=shutil.ignore_patterns("__pycache__"))
-        for file in ("scripts/images.sh", "runtime/Dockerfile", "operator/Dockerfile", "pyproject.toml", "uv.lock"):
+        for file in (
+            "scripts/images.sh",
+            "runtime/Dockerfile",
+            "runtime/pack_weights.py",
+            "operator/Dockerfile",
+            "pyproject.toml",
+            "uv.lock",
+        ):
             (root / file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO / file, root / file)
         (root / "README.md").write_text(f"readme of {checkout}\n")
