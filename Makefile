@@ -38,6 +38,7 @@ controlplane:
 	@bash devtools/controlplane/build.sh
 	@bash devtools/controlplane/helm.sh
 	@bash devtools/prometheus-go/build.sh
+	@bash devtools/jaeger-go/build.sh
 
 # Regenerates the chart's CRD template (from crds/) and manifests/install.yaml (the chart rendered); tests fail
 # when either drifts.
