@@ -52,7 +52,18 @@ def extract(archive: Path, dest: Path, max_bytes: int) -> None:
                 raise FetchError(FetchReason.UNSAFE_ARCHIVE, f"refused {entry.name[:200]!r}: only files and folders")
             total += entry.size
         _check(total, max_bytes)
-        t.extractall(dest, members=entries, filter="data")
+        # Written here rather than by extractall(filter="data"): the runtime image's Python (Debian's 3.11.2) has no
+        # extraction filters, and this keeps no mode, owner or time from the archive on any Python.
+        for entry in entries:
+            target = dest / safe_relative(entry.name)
+            if entry.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = t.extractfile(entry)
+            assert source is not None  # a regular file, checked above
+            with source, target.open("wb") as out:
+                shutil.copyfileobj(source, out)
 
 
 def _check(total: int, max_bytes: int) -> None:
