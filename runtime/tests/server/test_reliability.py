@@ -329,7 +329,9 @@ def test_a_full_queue_is_refused_when_the_headers_arrive(runtime_factory, model_
     import threading
     import time
 
-    runtime = runtime_factory(model_dirs["conv"], "conv", "--max-queue-size", "2", "--workers", "1")
+    runtime = runtime_factory(
+        model_dirs["conv"], "conv", "--max-queue-size", "2", "--workers", "1", "--max-calls-per-peer", "8"
+    )  # every call here comes from 127.0.0.1: the per-address cap (half the queue) would refuse first
     runtime.wait_serving()
     image = {"image": np.ones((1, 3, 32, 32), np.float32)}
     channel = grpc.insecure_channel(runtime.target)
