@@ -20,6 +20,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -451,6 +453,31 @@ def terminate(process: subprocess.Popen[Any], timeout: float = 15) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=10)
+
+
+def start_http_service(
+    command: Sequence[str], log_path: Path, ready_url: str, what: str, error: type[Exception]
+) -> subprocess.Popen[bytes]:
+    """`command` started with its output in `log_path`, returned once a GET of `ready_url` answers 200; `error` with
+    the log's tail when it exits first. A service not ready within 60 s is stopped before the TimeoutError."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT)
+
+    def ready() -> bool | None:
+        if process.poll() is not None:
+            raise error(f"{what} exited {process.returncode}: {log_path.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(ready_url, timeout=2) as response:
+                return True if response.status == 200 else None
+        except (urllib.error.URLError, OSError):
+            return None
+
+    try:
+        eventually(ready, timeout=60, interval=0.2, what=f"{what} ready at {ready_url} (log {log_path})")
+    except BaseException:
+        terminate(process)
+        raise
+    return process
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from devtools.cluster import REPO, eventually, free_port, terminate
+from devtools.cluster import REPO, free_port, start_http_service, terminate
 
 BUILD_SCRIPT = REPO / "devtools" / "jaeger-go" / "build.sh"
 INSTALL_HINT = "bash devtools/jaeger-go/build.sh  (cold: 5m45s of CPU, 31 min measured on the busy 2-core machine)"
@@ -85,20 +85,9 @@ class Jaeger:
         self.otlp_port, self.query_port = free_port(), free_port()
         config = self.workdir / "jaeger.yaml"
         config.write_text(yaml.safe_dump(jaeger_config(self.otlp_port, self.query_port, free_port(), free_port())))
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen([self.binary, f"--config={config}"], stdout=log, stderr=subprocess.STDOUT)
-        eventually(
-            self._ready, timeout=60, interval=0.2, what=f"jaeger query API on {self.query_url} ({self.log_path})"
+        self.process = start_http_service(
+            [self.binary, f"--config={config}"], self.log_path, f"{self.query_url}/api/services", "jaeger", JaegerError
         )
-
-    def _ready(self) -> bool | None:
-        if self.process is not None and self.process.poll() is not None:
-            raise JaegerError(f"jaeger exited {self.process.returncode}: {self.log()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{self.query_url}/api/services", timeout=2) as response:
-                return True if response.status == 200 else None
-        except (urllib.error.URLError, OSError):
-            return None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from devtools.cluster import REPO, Kubectl, eventually, free_port, terminate
+from devtools.cluster import REPO, Kubectl, free_port, start_http_service, terminate
 
 BUILD_SCRIPT = REPO / "devtools" / "prometheus-go" / "build.sh"
 # Debian's `prometheus` (2.42) lacks Kubernetes discovery ("field kubernetes_sd_configs not found"): built instead.
@@ -201,28 +201,19 @@ class Prometheus:
             yaml.safe_dump({"global": {"evaluation_interval": evaluation_interval}, "scrape_configs": list(jobs)})
         )
         self.port = free_port()
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    self.binary,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={self.workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--storage.tsdb.retention.time=1h",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        eventually(self._ready, timeout=60, interval=0.2, what=f"prometheus ready on {self.url} (log {self.log_path})")
-
-    def _ready(self) -> bool | None:
-        if self.process is not None and self.process.poll() is not None:
-            raise PrometheusError(f"prometheus exited {self.process.returncode}: {self.log()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                return True if response.status == 200 else None
-        except (urllib.error.URLError, OSError):
-            return None
+        self.process = start_http_service(
+            [
+                self.binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            self.log_path,
+            f"{self.url}/-/ready",
+            "prometheus",
+            PrometheusError,
+        )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
