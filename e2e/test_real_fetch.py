@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tarfile
 import time
 import uuid
@@ -41,15 +40,7 @@ from skiff_operator import contract
 from skiff_runtime.fetch.digest import directory_digest
 from skiff_runtime.fetch.sigv4 import Credentials, object_path
 
-# Opt-in until it passes on the real node again: the CI run of 2026-12-02 (before fetch/archive.py unpacked member by
-# member) timed out on the https:// model (the bookworm Python's tarfile has no filter=) and on two failure rows whose
-# model never got a condition in 300 s (cause not yet found); see docs/storage.md. Run: SKIFF_REAL_FETCH=1.
-OPT_IN = os.environ.get("SKIFF_REAL_FETCH") == "1"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(1800),
-    pytest.mark.skipif(not OPT_IN, reason="s3:// and https:// on the real node are opt-in for now: SKIFF_REAL_FETCH=1"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 PVC, S3, HTTPS = "fetch-pvc", "fetch-s3", "fetch-https"
 BAD_SUM, MISSING, DENIED = "fetch-bad-sum", "fetch-missing", "fetch-denied"
