@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from devtools.cluster import Kubectl, eventually
 from devtools.install import create_model_claims, model_volume_name
+from devtools.node.config import NODE_NAME
 from devtools.node.real_node import RealNode
 
 from e2e.harness import RESTRICTED
@@ -41,9 +43,31 @@ def create_real_namespace(kube: Kubectl, real_node: RealNode, namespace: str) ->
         }
     )
     eventually(lambda: kube.get_or_none("serviceaccount", "default", namespace), timeout=180, what="serviceaccount")
+    wait_for_quiet_node(kube, namespace)
     models = real_node.shared_dir(namespace)
     create_model_claims(kube, namespace, [CLAIM], host_dirs={CLAIM: models})
     return models
+
+
+def others_on_node(kube: Kubectl, namespace: str) -> list[str]:
+    """The pods on the real node that belong to another namespace and have not finished ("ns/name phase")."""
+    found = kube.get("pods", "-A", "--field-selector", f"spec.nodeName={NODE_NAME}")["items"]
+    return [
+        f"{p['metadata']['namespace']}/{p['metadata']['name']} {p.get('status', {}).get('phase')}"
+        for p in found
+        if p["metadata"]["namespace"] != namespace and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+
+
+def wait_for_quiet_node(kube: Kubectl, namespace: str, timeout_s: float = 240) -> None:
+    """Until no other namespace's pod holds the node: the module before deleted its namespace without waiting, and
+    its terminating pods still hold their CPU requests (on 2 cores, the next module's pods would stay Pending) and
+    its CPU time (a measurement would read it). Past the timeout it goes on, printing who is left."""
+    deadline = time.monotonic() + timeout_s
+    while (left := others_on_node(kube, namespace)) and time.monotonic() < deadline:
+        time.sleep(1)
+    if left:
+        print(f"the real node still runs {len(left)} pods of other namespaces after {timeout_s:.0f} s: {left}")
 
 
 def delete_real_namespace(kube: Kubectl, namespace: str) -> None:

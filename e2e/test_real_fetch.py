@@ -185,13 +185,18 @@ def wait_ready(kube: Kubectl, namespace: str, model: str, timeout_s: float = 420
     try:
         eventually(ready, timeout=timeout_s, interval=1, what=f"{model} Ready")
     except TimeoutError:
-        for pod in kube.items("pods", namespace, f"skiff.dev/model={model}"):
-            status = pod.get("status", {})
-            states = [
-                s.get("state") for s in status.get("initContainerStatuses", []) + status.get("containerStatuses", [])
-            ]
-            print(f"{pod['metadata']['name']}: {status.get('phase')} {status.get('conditions')} {states}")
+        print_pods(kube, namespace, model)
         raise
+
+
+def print_pods(kube: Kubectl, namespace: str, model: str) -> None:
+    """Where the model's pods stopped: phase, conditions (PodScheduled says why a Pending pod waits), container
+    states, and the model's status."""
+    for pod in kube.items("pods", namespace, f"skiff.dev/model={model}"):
+        status = pod.get("status", {})
+        states = [s.get("state") for s in status.get("initContainerStatuses", []) + status.get("containerStatuses", [])]
+        print(f"{pod['metadata']['name']}: {status.get('phase')} {status.get('conditions')} {states}")
+    print(f"{model} status: {json.dumps(kube.get('inferencemodel', model, '-n', namespace).get('status'))}")
 
 
 def fetch_exit_code(pod: dict[str, Any]) -> int | None:
@@ -245,7 +250,11 @@ def test_a_failed_fetch_is_model_fetch_failed_with_its_reason_and_no_pod_serves(
         ready = condition(body, "Ready")
         return ready if ready.get("reason") == "ModelFetchFailed" else None
 
-    ready = eventually(failed, timeout=300, interval=1, what=f"{model} Ready=False ModelFetchFailed")
+    try:
+        ready = eventually(failed, timeout=300, interval=1, what=f"{model} Ready=False ModelFetchFailed")
+    except TimeoutError:
+        print_pods(kube, stores.namespace, model)
+        raise
     assert ready["status"] == "False"
     assert f"({reason})" in ready["message"], ready
     assert says in ready["message"], ready
