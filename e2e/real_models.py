@@ -4,6 +4,7 @@ sample-shaped model as large as a start-up measurement needs."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from devtools.cluster import Kubectl, eventually
 from devtools.install import create_model_claims, model_volume_name
+from devtools.node.config import pod_placement
 from devtools.node.real_node import RealNode
 
 from e2e.harness import RESTRICTED
@@ -44,6 +46,21 @@ def create_real_namespace(kube: Kubectl, real_node: RealNode, namespace: str) ->
     models = real_node.shared_dir(namespace)
     create_model_claims(kube, namespace, [CLAIM], host_dirs={CLAIM: models})
     return models
+
+
+def real_node_chart_values(namespace: str) -> dict[str, str]:
+    """The chart's values (key -> JSON, for --set-json) that put the operator on the real node serving `namespace`
+    alone and admit models placed there: the node's label and taint are this project's, not on the default
+    allowlists. The CRD is the session's (the `crd` fixture), not the release's."""
+    placement = pod_placement()
+    return {
+        "watchNamespaces": json.dumps([namespace]),
+        "crds.install": "false",
+        "nodeSelector": json.dumps(placement["nodeSelector"]),
+        "tolerations": json.dumps(placement["tolerations"]),
+        "admissionPolicy.allowedNodeLabelKeys": json.dumps(list(placement["nodeSelector"])),
+        "admissionPolicy.allowedTolerationKeys": json.dumps([t["key"] for t in placement["tolerations"]]),
+    }
 
 
 def delete_real_namespace(kube: Kubectl, namespace: str) -> None:

@@ -6,7 +6,6 @@ model answers through its ClusterIP.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,11 +17,11 @@ from devtools.cluster import Kubectl, eventually
 from devtools.helm import CHART, Helm
 from devtools.images import Images
 from devtools.models import real_model
-from devtools.node.config import NODE_NAME, pod_placement
+from devtools.node.config import NODE_NAME
 from devtools.node.real_node import RealNode
 from devtools.traffic import answered_by, write_sample_model
 
-from e2e.real_models import create_real_namespace, delete_real_namespace
+from e2e.real_models import create_real_namespace, delete_real_namespace, real_node_chart_values
 from skiff_operator import contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -41,19 +40,12 @@ def released(real_node: RealNode, kube: Kubectl, helm: Helm, crd: dict[str, Any]
     models = create_real_namespace(kube, real_node, namespace)
     built = Images.from_script()
     repository, tag = built.operator.rsplit(":", 1)
-    placement = pod_placement()
     values = {
         "image.repository": f'"{repository}"',
         "image.tag": f'"{tag}"',
         "image.pullPolicy": '"Never"',
-        "watchNamespaces": f'["{namespace}"]',
-        "crds.install": "false",
-        "nodeSelector": json.dumps(placement["nodeSelector"]),
-        "tolerations": json.dumps(placement["tolerations"]),
         "admissionPolicy.allowedImagePrefixes": '["localhost/"]',
-        # The real node's label and taint are this project's, not on the default allowlists.
-        "admissionPolicy.allowedNodeLabelKeys": json.dumps(list(placement["nodeSelector"])),
-        "admissionPolicy.allowedTolerationKeys": json.dumps([t["key"] for t in placement["tolerations"]]),
+        **real_node_chart_values(namespace),
     }
     args = ["install", RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "180s"]
     for key, value in values.items():
