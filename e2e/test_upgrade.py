@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from devtools.cluster import Kubectl
+from devtools.cluster import Kubectl, eventually
 from devtools.helm import CHART, CRD_TEMPLATE, Helm
 from devtools.models import load_example
 
@@ -85,7 +85,8 @@ def test_helm_upgrade_to_a_chart_with_a_changed_crd_keeps_every_cr_and_running_m
 
     try:
         started = time.monotonic()
-        install_chart(helm, namespace, *values, 'image.tag="0.1.1-b"', command="upgrade", chart=chart_build_b(tmp_path))
+        b_values = ('image.tag="0.1.1-b"', 'operator.logLevel="DEBUG"')
+        install_chart(helm, namespace, *values, *b_values, command="upgrade", chart=chart_build_b(tmp_path))
         print(f"helm upgrade to build B (CRD changed): {time.monotonic() - started:.1f}s")
         assert NEW_FIELD in spec_fields(kube)  # Helm upgraded the CRD
         kube.run("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
@@ -104,9 +105,15 @@ def test_helm_upgrade_to_a_chart_with_a_changed_crd_keeps_every_cr_and_running_m
         deployment = chart_deployment(kube, namespace)
         assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":0.1.1-b")
         with ChartOperator(deployment, kubeconfig, tmp_path / "b.log") as operator_b:
-            time.sleep(8)  # two resync periods: B has listed and reconciled every model
+            # B has listed and reconciled every model (at DEBUG its log names each one), then one resync more.
+            names = [m["metadata"]["name"] for m in models]
+            eventually(
+                lambda: all(name in operator_b.log() for name in names),
+                timeout=60,
+                what=f"operator B to reconcile {names}",
+            )
+            time.sleep(4)
             for model in models:
-                assert model["metadata"]["name"] in operator_b.log(), f"operator B never reconciled {model['metadata']}"
                 wait_ready(kube, model)
             assert children_state(kube, namespace) == before
             # The new field is served: the API server keeps it (an unknown field would be pruned).
