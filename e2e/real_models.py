@@ -8,14 +8,18 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from devtools.cluster import Kubectl, eventually
 from devtools.install import create_model_claims, model_volume_name
 from devtools.node.config import pod_placement
 from devtools.node.real_node import RealNode
+from devtools.traffic import answered_by
 
 from e2e.harness import RESTRICTED
+from skiff_operator import contract
 
 CLAIM = "models"
 
@@ -61,6 +65,31 @@ def real_node_chart_values(namespace: str) -> dict[str, str]:
         "admissionPolicy.allowedNodeLabelKeys": json.dumps(list(placement["nodeSelector"])),
         "admissionPolicy.allowedTolerationKeys": json.dumps([t["key"] for t in placement["tolerations"]]),
     }
+
+
+def apply_until_answering(kube: Kubectl, model: dict[str, Any]) -> float:
+    """`kubectl apply` of a Service-mode model, `kubectl wait --for=condition=Ready` (the model, its Deployments,
+    pods and Events printed when it times out), then its first version answering through the model's ClusterIP;
+    returns the seconds from the apply to Ready."""
+    name, namespace = model["metadata"]["name"], model["metadata"]["namespace"]
+    applied = time.monotonic()
+    kube.apply(model)
+    done = kube.attempt("wait", "--for=condition=Ready", f"inferencemodel/{name}", "-n", namespace, "--timeout=240s")
+    if done.returncode != 0:
+        print(kube.run("get", "inferencemodel,deployment,pod,event", "-n", namespace, "-o", "yaml")[-20000:])
+        raise AssertionError(f"{name} not Ready: {done.stderr}")
+    ready = time.monotonic() - applied
+    cluster_ip = kube.get("service", name, "-n", namespace)["spec"]["clusterIP"]
+
+    def answer() -> str | None:
+        try:
+            return answered_by(f"{cluster_ip}:{contract.GRPC_PORT}", name)
+        except Exception:  # kube-proxy writes the endpoint a second after it turns ready
+            return None
+
+    version = model["spec"]["versions"][0]["name"]
+    assert eventually(answer, timeout=30, interval=0.5, what=f"an answer from {cluster_ip}") == version
+    return ready
 
 
 def delete_real_namespace(kube: Kubectl, namespace: str) -> None:

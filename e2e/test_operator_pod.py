@@ -13,16 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools.cluster import Kubectl, eventually
+from devtools.cluster import Kubectl
 from devtools.helm import CHART, Helm
 from devtools.images import Images
 from devtools.models import real_model
 from devtools.node.config import NODE_NAME
 from devtools.node.real_node import RealNode
-from devtools.traffic import answered_by, write_sample_model
+from devtools.traffic import write_sample_model
 
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_node_chart_values
-from skiff_operator import contract
+from e2e.real_models import (
+    apply_until_answering,
+    create_real_namespace,
+    delete_real_namespace,
+    real_node_chart_values,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -82,22 +86,7 @@ def test_the_helm_installed_operator_pod_serves_a_model_on_the_real_node(
     write_sample_model(models / "sample-cnn" / "v1")
     model = real_model(namespace, MODEL, "pvc://models/sample-cnn/v1", Images.from_script().runtime)
     model["spec"]["routing"] = {"mode": "Service"}
-    applied = time.monotonic()
-    kube.apply(model)
-    done = kube.attempt("wait", "--for=condition=Ready", f"inferencemodel/{MODEL}", "-n", namespace, "--timeout=240s")
-    if done.returncode != 0:
-        print(kube.run("get", "inferencemodel,deployment,pod,event", "-n", namespace, "-o", "yaml")[-20000:])
-        raise AssertionError(f"{MODEL} not Ready: {done.stderr}")
-    print(f"kubectl apply -> Ready with the operator in a pod: {time.monotonic() - applied:.1f}s")
-    cluster_ip = kube.get("service", MODEL, "-n", namespace)["spec"]["clusterIP"]
-
-    def answer() -> str | None:
-        try:
-            return answered_by(f"{cluster_ip}:{contract.GRPC_PORT}", MODEL)
-        except Exception:  # kube-proxy writes the endpoint a second after it turns ready
-            return None
-
-    assert eventually(answer, timeout=30, interval=0.5, what=f"an answer from {cluster_ip}") == "v1"
+    print(f"kubectl apply -> Ready with the operator in a pod: {apply_until_answering(kube, model):.1f}s")
     operator_log = "\n".join(real_node.container_log(namespace, p["metadata"]["name"], "operator") for p in pods)
     forbidden = [line for line in operator_log.splitlines() if " 403" in line or "forbidden" in line.lower()]
     assert forbidden == [], forbidden[:5]

@@ -23,17 +23,21 @@ import pytest
 import yaml
 from devtools import images
 from devtools.bundle import build_bundle, release_of
-from devtools.cluster import Kubectl, eventually
+from devtools.cluster import Kubectl
 from devtools.helm import CHART, Helm
 from devtools.models import real_model
 from devtools.node import host
 from devtools.node.config import NODE_NAME
 from devtools.node.kept_images import archive_digest, listed_images
 from devtools.node.real_node import RealNode
-from devtools.traffic import answered_by, write_sample_model
+from devtools.traffic import write_sample_model
 
-from e2e.real_models import create_real_namespace, delete_real_namespace, real_node_chart_values
-from skiff_operator import contract
+from e2e.real_models import (
+    apply_until_answering,
+    create_real_namespace,
+    delete_real_namespace,
+    real_node_chart_values,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -168,22 +172,7 @@ def test_the_bundle_installs_and_serves_on_the_real_node_with_nothing_pulled(
     del model["spec"]["runtime"]["image"]  # the chart's --default-runtime-image: the bundle's runtime
     del model["spec"]["runtime"]["imagePullPolicy"]  # the default, IfNotPresent
     model["spec"]["routing"] = {"mode": "Service"}
-    applied = time.monotonic()
-    kube.apply(model)
-    done = kube.attempt("wait", "--for=condition=Ready", f"inferencemodel/{MODEL}", "-n", namespace, "--timeout=240s")
-    if done.returncode != 0:
-        print(kube.run("get", "inferencemodel,deployment,pod,event", "-n", namespace, "-o", "yaml")[-20000:])
-        raise AssertionError(f"{MODEL} not Ready: {done.stderr}")
-    print(f"kubectl apply -> Ready: {time.monotonic() - applied:.1f}s")
-    cluster_ip = kube.get("service", MODEL, "-n", namespace)["spec"]["clusterIP"]
-
-    def answer() -> str | None:
-        try:
-            return answered_by(f"{cluster_ip}:{contract.GRPC_PORT}", MODEL)
-        except Exception:  # kube-proxy writes the endpoint a second after it turns ready
-            return None
-
-    assert eventually(answer, timeout=30, interval=0.5, what=f"an answer from {cluster_ip}") == "v1"
+    print(f"kubectl apply -> Ready: {apply_until_answering(kube, model):.1f}s")
 
     # Every container of the install runs a bundled image at its imported digest, on the real node.
     pods = kube.items("pod", namespace)
