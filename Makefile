@@ -70,7 +70,7 @@ e2e: setup controlplane
 # (mmdebstrap), then buildah, into containers-storage and OCI archives under ~/.cache/skiff (or $$SKIFF_CACHE).
 # Each image is rebuilt only when its inputs change. Cold: about 6 min on 2 cores; cached: under a second.
 # Needs (Debian, as root): apt-get install -y buildah podman skopeo mmdebstrap runc. See docs/images.md.
-.PHONY: images push
+.PHONY: images push bundle
 images:
 	@bash scripts/images.sh build
 
@@ -98,3 +98,9 @@ gpu-check:
 
 clean:
 	rm -rf .venv .cache .pytest_cache .mypy_cache .ruff_cache
+
+# The air-gapped install: dist/skiff-<version>-bundle.tar with both images as OCI archives (named as the chart's
+# defaults expect), the packaged chart, manifests/, SHA256SUMS and INSTALL.md; reproducible (SOURCE_DATE_EPOCH sets
+# the file times). docs/images.md, "Installing with no registry".
+bundle: setup images
+	@$(PY) -m devtools.bundle

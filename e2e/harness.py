@@ -226,10 +226,16 @@ RELEASE = "skiff"
 
 
 def install_chart(
-    helm: Helm, namespace: str, *set_json: str, command: str = "install", extra: tuple[str, ...] = ()
+    helm: Helm,
+    namespace: str,
+    *set_json: str,
+    command: str = "install",
+    extra: tuple[str, ...] = (),
+    chart: Path = CHART,
 ) -> str:
-    """`helm install` (or `command`) of the chart as release RELEASE in `namespace`, waiting for its resources."""
-    args = [command, RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "120s", *extra]
+    """`helm install` (or `command`) of the chart (charts/skiff, or another build of it) as release RELEASE in
+    `namespace`, waiting for its resources."""
+    args = [command, RELEASE, str(chart), "--namespace", namespace, "--wait", "--timeout", "120s", *extra]
     for pair in set_json:
         args += ["--set-json", pair]
     return helm.run(*args).stdout

@@ -4,18 +4,22 @@ sample-shaped model as large as a start-up measurement needs."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from devtools.cluster import Kubectl, eventually
 from devtools.install import create_model_claims, model_volume_name
-from devtools.node.config import NODE_NAME
+from devtools.node.config import NODE_NAME, pod_placement
 from devtools.node.real_node import RealNode
+from devtools.traffic import answered_by
 
 from e2e.harness import RESTRICTED
+from skiff_operator import contract
 
 CLAIM = "models"
 
@@ -68,6 +72,46 @@ def wait_for_quiet_node(kube: Kubectl, namespace: str, timeout_s: float = 240) -
         time.sleep(1)
     if left:
         print(f"the real node still runs {len(left)} pods of other namespaces after {timeout_s:.0f} s: {left}")
+
+
+def real_node_chart_values(namespace: str) -> dict[str, str]:
+    """The chart's values (key -> JSON, for --set-json) that put the operator on the real node serving `namespace`
+    alone and admit models placed there: the node's label and taint are this project's, not on the default
+    allowlists. The CRD is the session's (the `crd` fixture), not the release's."""
+    placement = pod_placement()
+    return {
+        "watchNamespaces": json.dumps([namespace]),
+        "crds.install": "false",
+        "nodeSelector": json.dumps(placement["nodeSelector"]),
+        "tolerations": json.dumps(placement["tolerations"]),
+        "admissionPolicy.allowedNodeLabelKeys": json.dumps(list(placement["nodeSelector"])),
+        "admissionPolicy.allowedTolerationKeys": json.dumps([t["key"] for t in placement["tolerations"]]),
+    }
+
+
+def apply_until_answering(kube: Kubectl, model: dict[str, Any]) -> float:
+    """`kubectl apply` of a Service-mode model, `kubectl wait --for=condition=Ready` (the model, its Deployments,
+    pods and Events printed when it times out), then its first version answering through the model's ClusterIP;
+    returns the seconds from the apply to Ready."""
+    name, namespace = model["metadata"]["name"], model["metadata"]["namespace"]
+    applied = time.monotonic()
+    kube.apply(model)
+    done = kube.attempt("wait", "--for=condition=Ready", f"inferencemodel/{name}", "-n", namespace, "--timeout=240s")
+    if done.returncode != 0:
+        print(kube.run("get", "inferencemodel,deployment,pod,event", "-n", namespace, "-o", "yaml")[-20000:])
+        raise AssertionError(f"{name} not Ready: {done.stderr}")
+    ready = time.monotonic() - applied
+    cluster_ip = kube.get("service", name, "-n", namespace)["spec"]["clusterIP"]
+
+    def answer() -> str | None:
+        try:
+            return answered_by(f"{cluster_ip}:{contract.GRPC_PORT}", name)
+        except Exception:  # kube-proxy writes the endpoint a second after it turns ready
+            return None
+
+    version = model["spec"]["versions"][0]["name"]
+    assert eventually(answer, timeout=30, interval=0.5, what=f"an answer from {cluster_ip}") == version
+    return ready
 
 
 def delete_real_namespace(kube: Kubectl, namespace: str) -> None:

@@ -6,7 +6,6 @@ model answers through its ClusterIP.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,16 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools.cluster import Kubectl, eventually
+from devtools.cluster import Kubectl
 from devtools.helm import CHART, Helm
 from devtools.images import Images
 from devtools.models import real_model
-from devtools.node.config import NODE_NAME, pod_placement
+from devtools.node.config import NODE_NAME
 from devtools.node.real_node import RealNode
-from devtools.traffic import answered_by, write_sample_model
+from devtools.traffic import write_sample_model
 
-from e2e.real_models import create_real_namespace, delete_real_namespace
-from skiff_operator import contract
+from e2e.real_models import (
+    apply_until_answering,
+    create_real_namespace,
+    delete_real_namespace,
+    real_node_chart_values,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -41,19 +44,12 @@ def released(real_node: RealNode, kube: Kubectl, helm: Helm, crd: dict[str, Any]
     models = create_real_namespace(kube, real_node, namespace)
     built = Images.from_script()
     repository, tag = built.operator.rsplit(":", 1)
-    placement = pod_placement()
     values = {
         "image.repository": f'"{repository}"',
         "image.tag": f'"{tag}"',
         "image.pullPolicy": '"Never"',
-        "watchNamespaces": f'["{namespace}"]',
-        "crds.install": "false",
-        "nodeSelector": json.dumps(placement["nodeSelector"]),
-        "tolerations": json.dumps(placement["tolerations"]),
         "admissionPolicy.allowedImagePrefixes": '["localhost/"]',
-        # The real node's label and taint are this project's, not on the default allowlists.
-        "admissionPolicy.allowedNodeLabelKeys": json.dumps(list(placement["nodeSelector"])),
-        "admissionPolicy.allowedTolerationKeys": json.dumps([t["key"] for t in placement["tolerations"]]),
+        **real_node_chart_values(namespace),
     }
     args = ["install", RELEASE, str(CHART), "--namespace", namespace, "--wait", "--timeout", "180s"]
     for key, value in values.items():
@@ -90,22 +86,7 @@ def test_the_helm_installed_operator_pod_serves_a_model_on_the_real_node(
     write_sample_model(models / "sample-cnn" / "v1")
     model = real_model(namespace, MODEL, "pvc://models/sample-cnn/v1", Images.from_script().runtime)
     model["spec"]["routing"] = {"mode": "Service"}
-    applied = time.monotonic()
-    kube.apply(model)
-    done = kube.attempt("wait", "--for=condition=Ready", f"inferencemodel/{MODEL}", "-n", namespace, "--timeout=240s")
-    if done.returncode != 0:
-        print(kube.run("get", "inferencemodel,deployment,pod,event", "-n", namespace, "-o", "yaml")[-20000:])
-        raise AssertionError(f"{MODEL} not Ready: {done.stderr}")
-    print(f"kubectl apply -> Ready with the operator in a pod: {time.monotonic() - applied:.1f}s")
-    cluster_ip = kube.get("service", MODEL, "-n", namespace)["spec"]["clusterIP"]
-
-    def answer() -> str | None:
-        try:
-            return answered_by(f"{cluster_ip}:{contract.GRPC_PORT}", MODEL)
-        except Exception:  # kube-proxy writes the endpoint a second after it turns ready
-            return None
-
-    assert eventually(answer, timeout=30, interval=0.5, what=f"an answer from {cluster_ip}") == "v1"
+    print(f"kubectl apply -> Ready with the operator in a pod: {apply_until_answering(kube, model):.1f}s")
     operator_log = "\n".join(real_node.container_log(namespace, p["metadata"]["name"], "operator") for p in pods)
     forbidden = [line for line in operator_log.splitlines() if " 403" in line or "forbidden" in line.lower()]
     assert forbidden == [], forbidden[:5]
