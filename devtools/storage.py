@@ -266,9 +266,11 @@ def docker_registry(
     port: int | None = None,
     users: dict[str, str] | None = None,
     tls: tuple[Path, Path] | None = None,
+    auth: dict[str, Any] | None = None,
 ) -> Iterator[OciRegistry]:
     """Debian's docker-registry (distribution 2.8) on `address` (`port`, else a free one), storing under `workdir`;
-    htpasswd logins `users` (user -> password) when given, TLS with `tls` (cert, key) when given; stopped on exit."""
+    htpasswd logins `users` (user -> password) when given, or the registry's `auth` section as given (a token
+    service); TLS with `tls` (cert, key) when given; stopped on exit."""
     binary = shutil.which("docker-registry")
     if binary is None:
         raise FileNotFoundError(REGISTRY_HINT)
@@ -286,6 +288,8 @@ def docker_registry(
     if users is not None:
         (workdir / "htpasswd").write_text("".join(htpasswd_line(u, p) + "\n" for u, p in users.items()))
         config["auth"] = {"htpasswd": {"realm": "skiff-test", "path": str(workdir / "htpasswd")}}
+    if auth is not None:
+        config["auth"] = auth
     (workdir / "registry.yml").write_text(yaml.safe_dump(config))
     log = workdir / "registry.log"
     with log.open("ab") as out:

@@ -206,7 +206,9 @@ class Registry:
                 FetchReason.ACCESS_DENIED,
                 f"{self.registry}: the token service is not https (a login is never sent in the clear)",
             )
-        query = {"scope": params.get("scope") or f"repository:{repository}:{self.actions}"}
+        # The scope this client needs (pull, or pull,push for `pack`) rather than the challenge's, which names only
+        # what the refused request needed: one token then serves every later call.
+        query = {"scope": f"repository:{repository}:{self.actions}"}
         if params.get("service"):
             query["service"] = params["service"]
         url = urllib.parse.urlunsplit(realm._replace(query=urllib.parse.urlencode(query)))
