@@ -70,13 +70,19 @@ e2e: setup controlplane
 # (mmdebstrap), then buildah, into containers-storage and OCI archives under ~/.cache/skiff (or $$SKIFF_CACHE).
 # Each image is rebuilt only when its inputs change. Cold: about 6 min on 2 cores; cached: under a second.
 # Needs (Debian, as root): apt-get install -y buildah podman skopeo mmdebstrap runc. See docs/images.md.
-.PHONY: images push bundle
+.PHONY: images push bundle model-image
 images:
 	@bash scripts/images.sh build
 
 # Copies both images to a registry with skopeo: make push REGISTRY=host[:port]/namespace
 push: images
 	@bash scripts/images.sh push "$(REGISTRY)"
+
+# A model directory as an OCI artifact (oras-compatible, artifactType application/vnd.skiff.model.v1), pushed; prints
+# the digest status will show: make model-image DIR=path/to/model REF=oci://host[:port]/repository:tag [INSECURE=1]
+model-image: setup
+	@test -n "$(DIR)" -a -n "$(REF)" || { echo "usage: make model-image DIR=<model dir> REF=oci://<registry>/<repository>:<tag> [INSECURE=1]" >&2; exit 2; }
+	@$(PY) -m skiff_runtime.fetch.pack "$(DIR)" "$(REF)" $(if $(INSECURE),--insecure)
 
 # Side by side on the same models: in-process predictor, Skiff, repeated-float gRPC, HTTP+JSON, MLServer 1.7.1
 # (its own venv under .cache/bench). Writes bench/RESULTS.md; ~20 min on 2 cores. Smoke run: make bench ARGS=--quick

@@ -3,7 +3,8 @@ HTTPS file server, each bound to an address the node's pods reach (the node's ow
 with uploads signed by the runtime's own Signature V4.
 
 `make up` starts one SeaweedFS on REAL_NODE_IP:8333 with the sample model in bucket `models` (docs/storage.md);
-the real-node tests start their own on free ports (e2e/test_real_fetch.py).
+the real-node tests start their own on free ports (e2e/test_real_fetch.py). And Debian's docker-registry, the OCI
+registry oci:// models are pushed to and pulled from (plain http, htpasswd logins or TLS, as a test asks).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import http.client
 import ipaddress
 import json
 import os
+import shutil
 import ssl
 import subprocess
 import sys
@@ -29,12 +31,13 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from devtools.cluster import free_port
+from devtools.cluster import free_port, terminate
 from skiff_runtime.fetch.sigv4 import Credentials, object_path, sign
 
 # Development identities: an admin that uploads, a reader that may only read and list bucket BUCKET. They guard
@@ -141,12 +144,7 @@ def seaweedfs(
         _create_bucket(server, BUCKET)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process)
 
 
 def _wait_answering(server: S3Server, timeout: float = 60) -> None:
@@ -230,3 +228,91 @@ def serving_certificate(ip: str) -> tuple[bytes, bytes, bytes]:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     return ca.public_bytes(serialization.Encoding.PEM), cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+REGISTRY_HINT = "docker-registry not installed; run: apt-get install -y docker-registry"
+
+
+@dataclass(frozen=True)
+class OciRegistry:
+    """A running docker-registry: `address` (host:port) to push and pull, its storage folder and its log."""
+
+    address: str
+    storage: Path
+    log: Path
+    tls: bool
+
+    def blob_path(self, digest: str) -> Path:
+        """Where the filesystem driver keeps a blob's bytes (for a test that corrupts one in place)."""
+        hex_digest = digest.removeprefix("sha256:")
+        return self.storage / "docker/registry/v2/blobs/sha256" / hex_digest[:2] / hex_digest / "data"
+
+
+def htpasswd_line(user: str, password: str) -> str:
+    """A bcrypt htpasswd line (what docker-registry's htpasswd auth reads), from the system's crypt(3)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+
+    return f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))}"
+
+
+@contextmanager
+def docker_registry(
+    workdir: Path,
+    address: str,
+    port: int | None = None,
+    users: dict[str, str] | None = None,
+    tls: tuple[Path, Path] | None = None,
+    auth: dict[str, Any] | None = None,
+) -> Iterator[OciRegistry]:
+    """Debian's docker-registry (distribution 2.8) on `address` (`port`, else a free one), storing under `workdir`;
+    htpasswd logins `users` (user -> password) when given, or the registry's `auth` section as given (a token
+    service); TLS with `tls` (cert, key) when given; stopped on exit."""
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        raise FileNotFoundError(REGISTRY_HINT)
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    http_config: dict[str, Any] = {"addr": f"{address}:{port}"}
+    if tls is not None:
+        http_config["tls"] = {"certificate": str(tls[0]), "key": str(tls[1])}
+    config: dict[str, Any] = {
+        "version": 0.1,
+        "log": {"level": "warn"},
+        "storage": {"filesystem": {"rootdirectory": str(workdir / "data")}, "delete": {"enabled": True}},
+        "http": http_config,
+    }
+    if users is not None:
+        (workdir / "htpasswd").write_text("".join(htpasswd_line(u, p) + "\n" for u, p in users.items()))
+        config["auth"] = {"htpasswd": {"realm": "skiff-test", "path": str(workdir / "htpasswd")}}
+    if auth is not None:
+        config["auth"] = auth
+    (workdir / "registry.yml").write_text(yaml.safe_dump(config))
+    log = workdir / "registry.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen([binary, "serve", str(workdir / "registry.yml")], stdout=out,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+    registry = OciRegistry(f"{address}:{port}", workdir / "data", log, tls is not None)
+    try:
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # readiness only: nothing is sent
+        url = f"{'https' if tls else 'http'}://{registry.address}/v2/"
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"docker-registry exited {process.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(url, timeout=2, context=context).close()
+                break
+            except urllib.error.HTTPError:  # 401 without a login: it is up
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"docker-registry never answered:\n{log.read_text()[-3000:]}") from None
+                time.sleep(0.2)
+        yield registry
+    finally:
+        terminate(process, timeout=10)

@@ -13,6 +13,7 @@ from runtime.pack_weights import PACKAGES
 from skiff_operator import contract
 from skiff_operator.render.deployment import render_deployment
 from skiff_operator.spec import InferenceModel, parse_inference_model
+from skiff_runtime.fetch.__main__ import DOCKER_CONFIG_ENV, PIN_ENV, _parser
 from skiff_runtime.settings import OcrSettings, RuntimeSettings, SettingsError, parse_settings
 from skiff_runtime.tasks.ocr.weights import DICTIONARY, MODEL_FILES, MODEL_FOLDERS, WHEEL
 from skiff_runtime.workers.task_engine import DEFAULT_DICTIONARY
@@ -137,3 +138,21 @@ def test_tracing_reaches_the_runtime_only_when_the_cr_asks() -> None:
     assert settings.tracing.trace_sampling_ratio == 0.25
     assert settings.tracing.enabled
     assert not runtime_settings(parse_inference_model(body())).tracing.enabled
+
+
+def test_the_fetch_step_reads_every_argument_and_env_an_oci_init_container_gets() -> None:
+    model = parse_inference_model(
+        body(
+            versions=[{"name": "v1", "modelUri": "oci://10.0.0.5:5000/models/demo:v1"}],
+            storage={"oci": {"secretName": "registry-login", "insecure": True}, "caConfigMapName": "ca"},
+        )
+    )
+    pod = render_deployment(model, model.spec.versions[0])["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    args = _parser().parse_args(init["args"])
+    assert (args.uri, args.oci_insecure, args.ca_file) == (
+        "oci://10.0.0.5:5000/models/demo:v1",
+        True,
+        "/etc/skiff/storage-ca/ca.crt",
+    )
+    assert {e["name"] for e in init["env"]} == {DOCKER_CONFIG_ENV, PIN_ENV}

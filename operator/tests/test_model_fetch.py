@@ -11,6 +11,7 @@ import jsonschema
 
 from skiff_operator.conditions import Reason
 from skiff_operator.manifests import render_all
+from skiff_operator.model_fetch import loaded_digest
 from skiff_operator.model_status import parse_status
 from skiff_operator.observed import ChildStates, DeploymentState, PodState, pod_state
 from skiff_operator.plan import Observed, Plan, make_plan
@@ -150,3 +151,10 @@ def test_once_status_holds_a_digest_new_pods_expect_it_until_the_uri_changes() -
 
 def test_a_version_with_no_digest_yet_is_not_pinned() -> None:
     assert pins(plan_after(status_of(fetched_model(), (), ready=0), fetched_model())) == {}
+
+
+def test_an_oci_uri_pinned_by_digest_reports_it_before_any_pod_and_a_tag_reports_what_was_pulled() -> None:
+    by_digest = fetched_model(f"oci://registry.example:5000/models/bert@{DIGEST}")
+    assert loaded_digest(by_digest.spec.versions[0], ()) == DIGEST  # the kubelet or the fetch refuses any other
+    by_tag = fetched_model("oci://registry.example:5000/models/bert:v1")
+    assert loaded_digest(by_tag.spec.versions[0], ()) is None  # unknown until a pod pulled it

@@ -84,7 +84,7 @@ async def test_only_the_version_with_a_missing_pvc_is_held_back(make_body: Body)
 
 
 @pytest.mark.parametrize(
-    ("uri", "reason"), [("oci://registry/model:1", "UnsupportedModelUri"), ("ftp://x", "InvalidModelUri")]
+    ("uri", "reason"), [("oci://registry/Model:1", "InvalidModelUri"), ("ftp://x", "InvalidModelUri")]
 )
 async def test_unrenderable_spec_becomes_a_condition(make_body: Body, uri: str, reason: str) -> None:
     body = make_body()

@@ -98,6 +98,10 @@ STORAGE_CA_VOLUME = "storage-ca"
 STORAGE_CA_KEY = "ca.crt"
 # spec.storage.s3.secretName: the keys the init container (never the runtime) reads, as the fetch step's env vars.
 S3_CREDENTIAL_KEYS = (("AWS_ACCESS_KEY_ID", False), ("AWS_SECRET_ACCESS_KEY", False), ("AWS_SESSION_TOKEN", True))
+# spec.storage.oci.secretName: a kubernetes.io/dockerconfigjson Secret; its key reaches the init container (only) as
+# this env var (skiff_runtime.fetch.__main__.DOCKER_CONFIG_ENV).
+OCI_DOCKER_CONFIG_KEY = ".dockerconfigjson"
+ENV_OCI_DOCKER_CONFIG = "SKIFF_OCI_DOCKER_CONFIG"
 # The digest a version's first fetch reported, pinned for its later pods: the model's digest ConfigMap holds
 # {"uri", "digest"} (JSON) under the version's name, read by the init container as this env var (optional: no pin
 # yet). The pod template names the key from the start, so learning the digest changes no template (no roll).

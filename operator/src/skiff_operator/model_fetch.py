@@ -1,6 +1,6 @@
-"""What the fetch-model init containers of a fetched version (s3://, https://) said: the digest of the model they
-loaded, or why the fetch failed (ModelFetchFailed); and the digest pinned from status into the versions, so that
-later pods refuse a changed object at the same URI. Pure: reads PodStates and the previous status's digests."""
+"""What the fetch-model init containers of a fetched version (s3://, https://, oci://) said: the digest of the model
+they loaded, or why the fetch failed (ModelFetchFailed); and the digest pinned from status into the versions, so
+that later pods refuse a changed object at the same URI. Pure: reads PodStates and the previous status's digests."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from skiff_operator.conditions import Problem, Reason
 from skiff_operator.observed import PodState
-from skiff_operator.spec import InferenceModel, Version
+from skiff_operator.spec import FetchScheme, InferenceModel, Version
 
 MAX_FETCH_MESSAGE = 1024  # a termination message is at most 4 KiB; status shows the first 1 KiB of it
 
@@ -68,6 +68,9 @@ def loaded_digest(version: Version, pods: Sequence[PodState]) -> str | None:
         outcome = read_fetch(pod) if pod.version == version.name else None
         if isinstance(outcome, Fetched) and outcome.uri == fetched.uri:
             return outcome.digest
+    if fetched.pinned_digest is None and fetched.scheme is FetchScheme.OCI and "@sha256:" in fetched.uri:
+        # oci://...@sha256: names its manifest: the fetch refuses (an image volume's pull fails on) any other.
+        return fetched.uri.rpartition("@")[2]
     return fetched.pinned_digest
 
 

@@ -107,3 +107,57 @@ def test_a_pvc_version_has_no_init_container(make_body: Body) -> None:
     pod = pod_spec(make_body())
     assert "initContainers" not in pod
     assert pod["volumes"][0] == {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}
+
+
+OCI_URI = "oci://10.0.0.5:5000/models/sample-cnn:v1"
+
+
+def oci_body(make_body: Body, **oci: Any) -> dict[str, Any]:
+    storage = {"oci": {"secretName": "registry-login", **oci}}
+    return make_body(versions=[{"name": "v1", "modelUri": OCI_URI}], storage=storage)
+
+
+def test_an_oci_version_is_pulled_by_the_init_container_with_the_login_there_only(make_body: Body) -> None:
+    pod = pod_spec(oci_body(make_body, insecure=True))
+    (init,) = pod["initContainers"]
+    assert init["args"] == ["--uri", OCI_URI, "--dest", "/var/lib/skiff/fetch/model", "--oci-insecure"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in init["env"] if "secretKeyRef" in e["valueFrom"]}
+    assert refs == {"SKIFF_OCI_DOCKER_CONFIG": {"name": "registry-login", "key": ".dockerconfigjson"}}
+    assert {"name": "model", "emptyDir": {}} in pod["volumes"]
+    runtime = pod["containers"][0]
+    assert "registry-login" not in str(runtime)
+    assert "imagePullSecrets" not in pod  # the login is the init container's, not the kubelet's
+    model_mount = next(m for m in runtime["volumeMounts"] if m["name"] == "model")
+    assert model_mount["subPath"] == "model"
+
+
+def test_an_oci_version_over_https_has_no_insecure_flag_and_the_ca(make_body: Body) -> None:
+    body = oci_body(make_body)
+    body["spec"]["storage"]["caConfigMapName"] = "ca"
+    (init,) = pod_spec(body)["initContainers"]
+    assert init["args"] == [
+        "--uri", OCI_URI, "--dest", "/var/lib/skiff/fetch/model", "--ca-file", "/etc/skiff/storage-ca/ca.crt",
+    ]  # fmt: skip
+
+
+def test_an_image_volume_is_rendered_only_when_asked_for(make_body: Body) -> None:
+    pod = pod_spec(oci_body(make_body, mount="ImageVolume"))
+    assert "initContainers" not in pod
+    (model,) = [v for v in pod["volumes"] if v["name"] == "model"]
+    assert model == {
+        "name": "model",
+        "image": {"reference": "10.0.0.5:5000/models/sample-cnn:v1", "pullPolicy": "IfNotPresent"},
+    }
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "model")
+    assert mount == {"name": "model", "mountPath": "/models/v1", "readOnly": True}  # the image's root is the model
+    assert pod["imagePullSecrets"] == [{"name": "registry-login"}]  # the kubelet pulls it
+    assert render_digest_pins(parse_inference_model(oci_body(make_body, mount="ImageVolume"))) is None
+
+
+def test_an_image_volume_keeps_the_runtime_pull_secrets_without_repeating_one(make_body: Body) -> None:
+    body = oci_body(make_body, mount="ImageVolume")
+    body["spec"]["runtime"] = {
+        **body["spec"].get("runtime", {}),
+        "imagePullSecrets": ["runtime-pull", "registry-login"],
+    }
+    assert pod_spec(body)["imagePullSecrets"] == [{"name": "runtime-pull"}, {"name": "registry-login"}]

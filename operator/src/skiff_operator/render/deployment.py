@@ -12,7 +12,12 @@ from skiff_operator import contract, names
 from skiff_operator.kinds import DEPLOYMENT
 from skiff_operator.render.auth import render_auth_env, render_auth_mounts, render_auth_volumes
 from skiff_operator.render.common import render_metadata
-from skiff_operator.render.fetch import model_sub_path, render_fetch_init_containers, render_model_volume
+from skiff_operator.render.fetch import (
+    image_pull_secrets,
+    model_sub_path,
+    render_fetch_init_containers,
+    render_model_volume,
+)
 from skiff_operator.render.pod_template import MergedPod, merge_pod_template
 from skiff_operator.render.tls import render_tls_annotations, render_tls_env, render_tls_mounts, render_tls_volumes
 from skiff_operator.spec import (
@@ -140,8 +145,9 @@ def _render_pod_spec(model: InferenceModel, version: Version) -> dict[str, Any]:
         pod["runtimeClassName"] = scheduling.runtime_class_name
     if scheduling.priority_class_name:
         pod["priorityClassName"] = scheduling.priority_class_name
-    if spec.runtime.image_pull_secrets:
-        pod["imagePullSecrets"] = [{"name": name} for name in spec.runtime.image_pull_secrets]
+    pull_secrets = image_pull_secrets(model)
+    if pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
     return pod
 
 
@@ -170,7 +176,7 @@ def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]
     mounts: list[dict[str, Any]] = []
     if version.packaged is None:  # packaged:// weights are read where the image holds them
         mount: dict[str, Any] = {"name": "model", "mountPath": model_dir(version), "readOnly": True}
-        sub_path = model_sub_path(version)
+        sub_path = model_sub_path(model, version)
         if sub_path:
             mount["subPath"] = sub_path
         mounts.append(mount)

@@ -18,10 +18,15 @@ _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 MAX_OBJECT_NAME_LENGTH = 253  # a DNS-1123 subdomain: Secrets, claims, ConfigMaps, most objects
 MAX_NAMESPACE_LENGTH = 63
 _PVC_URI = re.compile(r"^pvc://(?P<claim>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(?P<path>(/[^/]+)*)$")
-_RESERVED_SCHEMES = ("oci://",)
 # Fetched modelUris, as the fetch step (skiff_runtime.fetch.source) reads them; the CRD's CEL rules are the same.
 _S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?P<prefix>/[^?#]*)?")
 _HTTPS_URI = re.compile(r"https://[^/?#@\s]+(/[^?#\s]*)?")
+# The OCI distribution spec's reference grammar, as skiff_runtime.fetch.source.OCI_REFERENCE reads it.
+_OCI_URI = re.compile(
+    r"oci://[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?"
+    r"/[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[0-9a-f]{64})"
+)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _S3_ENDPOINT = re.compile(r"https?://[^/?#@\s]+/?")
 _S3_REGION = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")

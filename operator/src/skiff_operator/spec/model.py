@@ -98,12 +98,14 @@ class FetchScheme(enum.StrEnum):
 
     S3 = "s3"
     HTTPS = "https"
+    OCI = "oci"
 
 
 @dataclass(frozen=True)
 class FetchedUri:
-    """s3://<bucket>/<prefix> or https://<host>/<path>: downloaded by the fetch-model init container into an
-    emptyDir the runtime reads (docs/storage.md)."""
+    """s3://<bucket>/<prefix>, https://<host>/<path> or oci://<registry>/<repository>:<tag>|@sha256:<digest>:
+    downloaded by the fetch-model init container into an emptyDir the runtime reads, or (oci:// with
+    spec.storage.oci.mount ImageVolume) mounted as an image volume (docs/storage.md)."""
 
     uri: str
     scheme: FetchScheme
@@ -111,6 +113,11 @@ class FetchedUri:
     # The digest status.versions[] holds for this very URI (plan.pin_fetched_digests sets it): new pods refuse other
     # content (ChecksumMismatch) until the user changes the URI.
     pinned_digest: str | None = None
+
+    @property
+    def image_reference(self) -> str:
+        """oci:// only: the reference a container runtime pulls (registry/repository:tag or @sha256:...)."""
+        return self.uri.removeprefix("oci://")
 
 
 @dataclass(frozen=True)
@@ -134,11 +141,29 @@ class S3Storage:
     secret_name: str | None = None  # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY[, AWS_SESSION_TOKEN]; None: anonymous
 
 
+class OciMount(enum.StrEnum):
+    """How an oci:// model reaches the pod: pulled by the fetch-model init container (any node), or mounted by the
+    kubelet as an image volume (no copy; needs Kubernetes' ImageVolume and containerd >= 2.1 on the node)."""
+
+    PULL = "Pull"
+    IMAGE_VOLUME = "ImageVolume"
+
+
+@dataclass(frozen=True)
+class OciStorage:
+    """spec.storage.oci: the registry login and how oci:// models are read."""
+
+    secret_name: str | None = None  # a kubernetes.io/dockerconfigjson Secret (.dockerconfigjson); None: anonymous
+    insecure: bool = False  # plain http to the registry (Pull only)
+    mount: OciMount = OciMount.PULL
+
+
 @dataclass(frozen=True)
 class StorageSpec:
-    """spec.storage: how fetched modelUris (s3://, https://) are read; model-wide, for every version."""
+    """spec.storage: how fetched modelUris (s3://, https://, oci://) are read; model-wide, for every version."""
 
     s3: S3Storage = S3Storage()
+    oci: OciStorage = OciStorage()
     ca_config_map_name: str | None = None  # a ConfigMap with ca.crt: the CA bundle for https and the S3 endpoint
 
 

@@ -13,8 +13,8 @@ from skiff_operator.spec.autoscaling import parse_autoscaling
 from skiff_operator.spec.grammar import (
     _DNS1035,
     _HTTPS_URI,
+    _OCI_URI,
     _PVC_URI,
-    _RESERVED_SCHEMES,
     _S3_ENDPOINT,
     _S3_REGION,
     _S3_URI,
@@ -73,6 +73,8 @@ from skiff_operator.spec.model import (
     ModelUri,
     NetworkPolicySpec,
     ObjectRef,
+    OciMount,
+    OciStorage,
     OperatorDefaults,
     PackagedUri,
     Peer,
@@ -152,10 +154,8 @@ def parse_spec(spec: Mapping[str, Any], defaults: OperatorDefaults = NO_OPERATOR
 
 
 def parse_model_uri(uri: str, sha256: str | None = None) -> ModelUri | FetchedUri | PackagedUri:
-    """pvc:// (mounted), s3:// or https:// (fetched), packaged:// (in the image); `sha256` (versions[].sha256)
-    belongs to https:// only."""
-    if uri.startswith(_RESERVED_SCHEMES):
-        raise SpecError(Reason.UNSUPPORTED_MODEL_URI, f"{_shown(uri)}: oci:// model URIs are not supported yet")
+    """pvc:// (mounted), s3://, https:// or oci:// (fetched), packaged:// (in the image); `sha256`
+    (versions[].sha256) belongs to https:// only."""
     if uri.startswith(PACKAGED_SCHEME):
         weights = uri.removeprefix(PACKAGED_SCHEME)
         if weights not in PACKAGED_WEIGHTS:
@@ -167,7 +167,7 @@ def parse_model_uri(uri: str, sha256: str | None = None) -> ModelUri | FetchedUr
         if sha256 is not None:
             raise SpecError(Reason.INVALID_MODEL_URI, f"{uri}: sha256 is checked only for https:// modelUris")
         return PackagedUri(weights)
-    if uri.startswith(("s3://", "https://")):
+    if uri.startswith(("s3://", "https://", "oci://")):
         return parse_fetched_uri(uri, sha256)
     if sha256 is not None:
         raise SpecError(Reason.INVALID_MODEL_URI, f"{_shown(uri)}: sha256 is checked only for https:// modelUris")
@@ -175,7 +175,8 @@ def parse_model_uri(uri: str, sha256: str | None = None) -> ModelUri | FetchedUr
     if not match:
         raise SpecError(
             Reason.INVALID_MODEL_URI,
-            f"{_shown(uri)}: modelUri must be pvc://<claim>/<path>, s3://<bucket>/<prefix> or https://<host>/<path>",
+            f"{_shown(uri)}: modelUri must be pvc://<claim>/<path>, s3://<bucket>/<prefix>, https://<host>/<path> or "
+            "oci://<registry>/<repository>:<tag>",
         )
     path = match.group("path").lstrip("/")
     if ".." in path.split("/"):
@@ -188,7 +189,8 @@ def parse_model_uri(uri: str, sha256: str | None = None) -> ModelUri | FetchedUr
 
 
 def parse_fetched_uri(uri: str, sha256: str | None) -> FetchedUri:
-    """s3://<bucket>/<prefix> or https://<host>/<path>, by the rules of the fetch step and the CRD's CEL rules."""
+    """s3://<bucket>/<prefix>, https://<host>/<path> or oci://<registry>/<repository>(:<tag>|@sha256:<digest>), by
+    the rules of the fetch step and the CRD's CEL rules."""
     if "?" in uri or "#" in uri:
         raise SpecError(
             Reason.INVALID_MODEL_URI,
@@ -197,6 +199,19 @@ def parse_fetched_uri(uri: str, sha256: str | None) -> FetchedUri:
         )
     if "/../" in f"{uri}/" or "/./" in f"{uri}/":
         raise SpecError(Reason.INVALID_MODEL_URI, f"{_shown(uri)}: modelUri must not contain '.' or '..' segments")
+    if uri.startswith("oci://"):
+        if _OCI_URI.fullmatch(uri) is None:
+            raise SpecError(
+                Reason.INVALID_MODEL_URI,
+                f"{_shown(uri)}: write oci://<registry>[:<port>]/<repository>:<tag> or ...@sha256:<64 hex digits> "
+                "(a lowercase repository; the login belongs in spec.storage.oci.secretName)",
+            )
+        if sha256 is not None:
+            raise SpecError(
+                Reason.INVALID_MODEL_URI,
+                f"{_shown(uri)}: sha256 is for https:// downloads; pin an oci:// model with @sha256:<digest>",
+            )
+        return FetchedUri(uri, FetchScheme.OCI)
     if uri.startswith("s3://"):
         if _S3_URI.fullmatch(uri) is None:
             raise SpecError(
@@ -220,8 +235,18 @@ def parse_fetched_uri(uri: str, sha256: str | None) -> FetchedUri:
 
 
 def parse_storage(raw: Mapping[str, Any]) -> StorageSpec:
-    """spec.storage: the S3 endpoint, region and credentials Secret, and a CA bundle ConfigMap."""
+    """spec.storage: the S3 endpoint, region and credentials Secret, the OCI registry login and mount, and a CA
+    bundle ConfigMap."""
     s3 = _mapping(raw.get("s3", {}), "spec.storage.s3")
+    oci = _mapping(raw.get("oci", {}), "spec.storage.oci")
+    mount = _enum(OciMount, oci.get("mount", OciMount.PULL.value), "spec.storage.oci.mount")
+    insecure = _bool(oci.get("insecure", False), "spec.storage.oci.insecure")
+    if insecure and mount is OciMount.IMAGE_VOLUME:
+        raise SpecError(
+            Reason.INVALID_SPEC,
+            "spec.storage.oci.insecure applies to mount: Pull only; an image volume is pulled by the node's container "
+            "runtime, so configure the registry as insecure there and leave insecure out",
+        )
     endpoint = _optional_string(s3.get("endpoint"), "spec.storage.s3.endpoint")
     if endpoint is not None and _S3_ENDPOINT.fullmatch(endpoint) is None:
         raise SpecError(
@@ -238,6 +263,11 @@ def parse_storage(raw: Mapping[str, Any]) -> StorageSpec:
             endpoint=endpoint.rstrip("/") if endpoint else None,
             region=region,
             secret_name=_optional_object_name(s3.get("secretName"), "spec.storage.s3.secretName"),
+        ),
+        oci=OciStorage(
+            secret_name=_optional_object_name(oci.get("secretName"), "spec.storage.oci.secretName"),
+            insecure=insecure,
+            mount=mount,
         ),
         ca_config_map_name=_optional_object_name(raw.get("caConfigMapName"), "spec.storage.caConfigMapName"),
     )

@@ -1,6 +1,7 @@
 """`python -m skiff_runtime.fetch`: the init step that puts a version's model into the pod before the runtime
 starts. Credentials come from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN: the
-Secret the InferenceModel names), never from arguments. On failure it writes `{"reason", "message"}` to the
+Secret the InferenceModel names) and SKIFF_OCI_DOCKER_CONFIG (the .dockerconfigjson of spec.storage.oci.secretName),
+never from arguments. On failure it writes `{"reason", "message"}` to the
 termination log (the operator reads it into status as ModelFetchFailed) and exits 1; bad arguments exit 2. On
 success it writes the result (`{"uri", "digest", "files", "bytes", "reused"}`) there too: the operator reports the
 digest in status and pins it, for later pods, in a ConfigMap they read as SKIFF_FETCH_PIN (`{"uri", "digest"}`:
@@ -19,22 +20,27 @@ from dataclasses import asdict
 from pathlib import Path
 
 from skiff_runtime.fetch.delivery import fetch_model
+from skiff_runtime.fetch.oci import OciAccess, registry_credentials
 from skiff_runtime.fetch.sigv4 import Credentials
-from skiff_runtime.fetch.source import FetchError, FetchReason, Limits, S3Source, parse_source
+from skiff_runtime.fetch.source import FetchError, FetchReason, Limits, OciSource, S3Source, parse_source
 from skiff_runtime.fetch.transfer import S3Endpoint, Transport
 
 PIN_ENV = "SKIFF_FETCH_PIN"  # the operator's digest pin ConfigMap's key for this version, {"uri", "digest"}
+DOCKER_CONFIG_ENV = "SKIFF_OCI_DOCKER_CONFIG"  # a .dockerconfigjson: the oci:// registry's login
 
 
 def _parser() -> argparse.ArgumentParser:
     env = os.environ.get
     p = argparse.ArgumentParser(prog="python -m skiff_runtime.fetch", description=__doc__)
-    p.add_argument("--uri", required=True, help="s3://bucket/prefix or https://host/path (a file or an archive)")
+    p.add_argument("--uri", required=True, help="s3://bucket/prefix, https://host/path (a file or an archive) or "
+                   "oci://registry/repository:tag|@sha256:digest")  # fmt: skip
     p.add_argument("--dest", required=True, type=Path, help="the model directory to fill")
     p.add_argument("--sha256", default=env("SKIFF_FETCH_SHA256") or None, help="https://: the file's sha256 (hex)")
     p.add_argument("--s3-endpoint", default=env("SKIFF_S3_ENDPOINT"), help="scheme://host[:port]; default AWS's")
     p.add_argument("--s3-region", default=env("AWS_REGION", "us-east-1"))
     p.add_argument("--ca-file", default=env("SKIFF_FETCH_CA_FILE") or None, help="CA bundle for https")
+    p.add_argument("--oci-insecure", action="store_true", default=env("SKIFF_OCI_INSECURE") == "1",
+                   help="oci://: speak plain http to the registry (a registry that has no TLS)")  # fmt: skip
     p.add_argument("--max-bytes", type=int, default=int(env("SKIFF_FETCH_MAX_BYTES", str(Limits.max_bytes))))
     p.add_argument("--timeout", type=float, default=float(env("SKIFF_FETCH_TIMEOUT", str(Limits.deadline_seconds))))
     p.add_argument("--expect-digest", default=None, help="refuse a model whose content digest differs (sha256:...)")
@@ -87,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(source, S3Source):
             url = args.s3_endpoint or f"https://s3.{args.s3_region}.amazonaws.com"
             endpoint = S3Endpoint(url.rstrip("/"), args.s3_region, _credentials())
+        oci = OciAccess(args.oci_insecure)
+        if isinstance(source, OciSource) and os.environ.get(DOCKER_CONFIG_ENV):
+            oci = OciAccess(args.oci_insecure, registry_credentials(os.environ[DOCKER_CONFIG_ENV], source.registry))
         result = fetch_model(
             args.uri,
             source,
@@ -94,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             limits=limits,
             transport=Transport(limits, args.ca_file),
             endpoint=endpoint,
+            oci=oci,
+            expected=expected,
             log=log,
         )
         if expected is not None and result.digest != expected:

@@ -1,6 +1,7 @@
-"""One model fetch start to finish: list (S3) or download (HTTPS), check sizes before and while bytes move, verify
-a given checksum, unpack archives, write the result and its digest beside the model. A destination that already
-holds a complete fetch of the same URI is kept as it is (a second pod of the version on the node)."""
+"""One model fetch start to finish: list (S3), download (HTTPS) or pull the layers (OCI), check sizes before and
+while bytes move, verify a given checksum or digest, unpack archives, write the result and its digest beside the
+model. A destination that already holds a complete fetch of the same URI is kept as it is (a second pod of the
+version on the node)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path, PurePosixPath
 
 from skiff_runtime.fetch.archive import extract, is_archive, safe_relative
 from skiff_runtime.fetch.digest import directory_digest
-from skiff_runtime.fetch.source import FetchError, FetchReason, HttpsSource, Limits, S3Source, Source
+from skiff_runtime.fetch.oci import OciAccess, Registry, fetch_artifact
+from skiff_runtime.fetch.source import FetchError, FetchReason, HttpsSource, Limits, OciSource, S3Source, Source
 from skiff_runtime.fetch.transfer import Budget, S3Endpoint, Transport, get_object, list_objects
 
 RECORD = ".skiff-fetch.json"
@@ -48,9 +50,13 @@ def fetch_model(
     limits: Limits,
     transport: Transport,
     endpoint: S3Endpoint | None = None,
+    oci: OciAccess | None = None,
+    expected: str | None = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> FetchResult:
-    """Fetch into `dest` (created; replaced only once the new content is complete and verified)."""
+    """Fetch into `dest` (created; replaced only once the new content is complete and verified). The digest is the
+    content digest of the files (s3://, https://) or the manifest's digest (oci://); `expected` lets an oci://
+    fetch refuse a moved tag before any layer moves (the caller checks every scheme's result against it)."""
     done = previous(dest, uri)
     if done is not None:
         log(f"model already fetched into {dest} ({done.digest}): reusing it")
@@ -60,14 +66,20 @@ def fetch_model(
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".fetch-") as scratch:
         staging = Path(scratch) / "model"
         staging.mkdir()
+        hashes: dict[str, str] = {}
+        manifest: str | None = None
         if isinstance(source, S3Source):
             if endpoint is None:
                 raise FetchError(FetchReason.INVALID_URI, "an s3:// model needs an S3 endpoint")
             hashes = _fetch_s3(source, staging, budget, transport, endpoint, log)
+        elif isinstance(source, OciSource):
+            registry = Registry(transport, source.registry, oci or OciAccess())
+            manifest = _fetch_oci(source, staging, Path(scratch), budget, registry, expected, log)
         else:
             hashes = _fetch_https(source, staging, Path(scratch), budget, transport, log)
         files = [p for p in staging.rglob("*") if p.is_file()]
-        result = FetchResult(uri, directory_digest(staging, hashes), len(files), sum(p.stat().st_size for p in files))
+        digest = manifest or directory_digest(staging, hashes)
+        result = FetchResult(uri, digest, len(files), sum(p.stat().st_size for p in files))
         (staging / RECORD).write_text(json.dumps(asdict(result) | {"reused": False}))
         if dest.exists():
             shutil.rmtree(dest)
@@ -98,6 +110,15 @@ def _fetch_s3(source: S3Source, staging: Path, budget: Budget, transport: Transp
         moved += item.size
         log(f"  {number}/{len(objects)} {relative} ({moved}/{total} bytes)")
     return hashes
+
+
+def _fetch_oci(source: OciSource, staging: Path, scratch: Path, budget: Budget, registry: Registry,
+               expected: str | None, log: Callable[[str], None]) -> str:  # fmt: skip
+    def unpack(layer: Path) -> None:
+        unpacked = sum(p.stat().st_size for p in staging.rglob("*") if p.is_file())
+        extract(layer, staging, budget.limits.max_bytes - unpacked)
+
+    return fetch_artifact(source, registry, scratch, budget, expected, unpack, log)
 
 
 def _fetch_https(source: HttpsSource, staging: Path, scratch: Path, budget: Budget, transport: Transport,

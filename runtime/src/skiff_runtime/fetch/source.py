@@ -15,6 +15,12 @@ from dataclasses import dataclass
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 MAX_URI = 2048
+# oci://<registry>[:<port>]/<repository>(:<tag> | @sha256:<hex>), the OCI distribution spec's grammar.
+OCI_REFERENCE = re.compile(
+    r"oci://(?P<registry>[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?)"
+    r"/(?P<repository>[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*)"
+    r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})|@(?P<digest>sha256:[0-9a-f]{64}))"
+)
 
 
 class FetchReason(enum.StrEnum):
@@ -69,7 +75,34 @@ class HttpsSource:
     sha256: str | None = None  # hex digest of the downloaded file, checked before it is used
 
 
-Source = S3Source | HttpsSource
+@dataclass(frozen=True)
+class OciSource:
+    """An OCI artifact (or image) whose layers are tar(.gz) archives of the model directory."""
+
+    registry: str  # host[:port]
+    repository: str
+    tag: str | None = None
+    digest: str | None = None  # "sha256:<hex>": the manifest's digest, checked before any layer is read
+
+    @property
+    def reference(self) -> str:
+        """What the manifest is asked for by: the digest when pinned, else the tag."""
+        return self.digest or self.tag or ""
+
+
+Source = S3Source | HttpsSource | OciSource
+
+
+def parse_oci(uri: str) -> OciSource:
+    """oci://<registry>[:<port>]/<repository>:<tag> or ...@sha256:<digest>; FetchError(INVALID_URI) otherwise."""
+    match = OCI_REFERENCE.fullmatch(uri)
+    if match is None:
+        raise FetchError(
+            FetchReason.INVALID_URI,
+            "write oci://<registry>[:<port>]/<repository>:<tag> or oci://<registry>/<repository>@sha256:<64 hex> "
+            "(lowercase repository, no credentials in the URI)",
+        )
+    return OciSource(match["registry"], match["repository"], match["tag"], match["digest"])
 
 
 def parse_source(uri: str, sha256: str | None = None) -> Source:
@@ -94,9 +127,15 @@ def parse_source(uri: str, sha256: str | None = None) -> Source:
         if parts.username or parts.password:
             raise FetchError(FetchReason.INVALID_URI, "credentials do not belong in the URI: use a Secret")
         return HttpsSource(uri, sha256)
+    if parts.scheme == "oci":
+        if sha256 is not None:
+            raise FetchError(FetchReason.INVALID_URI, "an oci:// model is pinned by @sha256:<digest>, not sha256")
+        return parse_oci(uri)
     if parts.scheme == "http":
         raise FetchError(FetchReason.INVALID_URI, "plain http:// is not fetched: serve the model over https://")
-    raise FetchError(FetchReason.INVALID_URI, "the scheme must be s3:// or https:// (pvc:// is mounted, not fetched)")
+    raise FetchError(
+        FetchReason.INVALID_URI, "the scheme must be s3://, https:// or oci:// (pvc:// is mounted, not fetched)"
+    )
 
 
 def redacted(url: str) -> str:

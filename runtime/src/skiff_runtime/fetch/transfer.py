@@ -1,4 +1,5 @@
-"""The fetch's only network I/O: bounded, resumable HTTPS/HTTP GETs and S3 (list + get, Signature V4).
+"""The fetch's only network I/O: bounded, resumable HTTPS/HTTP GETs, S3 (list + get, Signature V4) and the small
+requests of the OCI distribution API (skiff_runtime.fetch.oci speaks that protocol over this transport).
 
 Every byte is charged to one Budget (total size, whole-fetch deadline); a read that stalls past the read timeout
 fails; a dropped transfer resumes where it stopped (`Range`), a server that ignores Range is read again from the
@@ -19,6 +20,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from skiff_runtime.fetch.sigv4 import EMPTY_SHA256, Credentials, canonical_query, object_path, sign
 from skiff_runtime.fetch.source import FetchError, FetchReason, Limits, redacted
@@ -89,7 +91,7 @@ class Transport:
         self.limits = limits
         self.context = ssl.create_default_context(cafile=ca_file)
 
-    def _open(self, url: str, headers: Mapping[str, str], method: str = "GET", body: bytes | None = None
+    def _open(self, url: str, headers: Mapping[str, str], method: str = "GET", body: bytes | IO[bytes] | None = None
               ) -> http.client.HTTPResponse:  # fmt: skip
         for _ in range(MAX_REDIRECTS + 1):
             parts = urllib.parse.urlsplit(url)
@@ -125,10 +127,27 @@ class Transport:
                 target_url = urllib.parse.urljoin(url, location)
                 if parts.scheme != "https" or urllib.parse.urlsplit(target_url).scheme != "https":
                     raise FetchError(FetchReason.SERVER_ERROR, f"{redacted(url)}: redirected away from https")
+                if urllib.parse.urlsplit(target_url).netloc != parts.netloc:
+                    # A registry's blob redirect goes to storage with its own signed URL: the registry's
+                    # credentials stay with the registry.
+                    headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
                 url = target_url
                 continue
             return response
         raise FetchError(FetchReason.SERVER_ERROR, f"{redacted(url)}: more than {MAX_REDIRECTS} redirects")
+
+    def request(self, method: str, url: str, headers: Mapping[str, str], cap: int,
+                body: bytes | IO[bytes] | None = None) -> tuple[int, http.client.HTTPMessage, bytes]:  # fmt: skip
+        """One request whose answer is at most `cap` bytes, whatever its status: (status, headers, body)."""
+        response = self._open(url, headers, method, body)
+        with response:
+            try:
+                data = response.read(cap + 1)
+            except (OSError, http.client.IncompleteRead):
+                raise FetchError(FetchReason.UNREACHABLE, f"{redacted(url)}: the connection dropped") from None
+        if len(data) > cap:
+            raise FetchError(FetchReason.TOO_LARGE, f"{redacted(url)}: an answer larger than {cap} bytes")
+        return response.status, response.headers, data
 
     def read_small(self, url: str, headers: Mapping[str, str], cap: int) -> bytes:
         """A whole response of at most `cap` bytes (an S3 listing page)."""
