@@ -11,6 +11,7 @@ from pathlib import Path
 
 from devtools.cluster import Kubectl, eventually
 from devtools.install import create_model_claims, model_volume_name
+from devtools.node.config import NODE_NAME
 from devtools.node.real_node import RealNode
 
 from e2e.harness import RESTRICTED
@@ -28,6 +29,13 @@ layer.eval()
 spec = [paddle.static.InputSpec([-1, 3, 32, 32], "float32", "image")]
 paddle.jit.save(layer, sys.argv[1] + "/inference", input_spec=spec)
 """
+
+
+def assert_node_still_up(kube: Kubectl) -> None:
+    """For module fixtures that must run before test_real_node.py's last test, which stops the session's node."""
+    assert kube.get_or_none("node", NODE_NAME, "default") is not None, (
+        "the real node was stopped by an earlier test; this module must run before test_real_node.py's last test"
+    )
 
 
 def create_real_namespace(kube: Kubectl, real_node: RealNode, namespace: str) -> Path:
