@@ -23,6 +23,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -259,6 +260,8 @@ def test_the_policy_drops_what_it_does_not_admit_and_the_control_without_it_is_a
     ready = next(c for c in after["status"]["conditions"] if c["type"] == "Ready")
     print(f"after {time.time() - enforced_at:.0f}s enforced (failure window {window}s): Ready {ready}")
     assert ready["status"] == "True", after["status"]
+    became_ready = datetime.fromisoformat(ready["lastTransitionTime"].replace("Z", "+00:00")).timestamp()
+    assert became_ready <= enforced_at + 1, f"Ready changed while the policy was enforced: {ready}"
     assert after["status"]["containerStatuses"][0]["restartCount"] == 0, after["status"]
 
     # Negative control: the same forbidden connections, with the policy gone, are answered.
