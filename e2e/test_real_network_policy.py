@@ -23,9 +23,9 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pytest
