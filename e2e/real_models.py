@@ -36,6 +36,13 @@ paddle.jit.save(layer, sys.argv[1] + "/inference", input_spec=spec)
 """
 
 
+def assert_node_still_up(kube: Kubectl) -> None:
+    """For module fixtures that must run before test_real_node.py's last test, which stops the session's node."""
+    assert kube.get_or_none("node", NODE_NAME, "default") is not None, (
+        "the real node was stopped by an earlier test; this module must run before test_real_node.py's last test"
+    )
+
+
 def create_real_namespace(kube: Kubectl, real_node: RealNode, namespace: str) -> Path:
     """The namespace (Pod Security "restricted") and its claim "models", Bound to a fresh directory on the node;
     returns that directory, where the test exports its models. delete_real_namespace removes both."""

@@ -32,12 +32,11 @@ from devtools.cluster import Kubectl, eventually
 from devtools.gateway import gateway_with_traefik
 from devtools.images import Images
 from devtools.models import real_model
-from devtools.node.config import NODE_NAME
 from devtools.node.real_node import RealNode
 from devtools.traffic import steady_load, version_answering
 
 from e2e.harness import OperatorProcess, condition, wait_model_ready
-from e2e.real_models import create_real_namespace, delete_real_namespace
+from e2e.real_models import assert_node_still_up, create_real_namespace, delete_real_namespace
 
 # The first test's setup may build the runtime image (cold: minutes) and wait for another session's real node.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -103,9 +102,7 @@ def stage(
     real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stage]:
     """One namespace, Traefik, the operator, and both models applied at once (their pods start together)."""
-    assert kube.get_or_none("node", NODE_NAME, "default") is not None, (
-        "the real node was stopped by an earlier test; this module must run before test_real_node.py's last test"
-    )
+    assert_node_still_up(kube)
     namespace = f"e2e-rollout-{uuid.uuid4().hex[:6]}"
     models = create_real_namespace(kube, real_node, namespace)
     for kind, path in (("conv", "conv/v1"), ("conv", "conv/v2"), ("two_io", "two-io/v1")):

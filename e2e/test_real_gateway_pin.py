@@ -23,12 +23,11 @@ from devtools.cluster import Kubectl, eventually
 from devtools.gateway import gateway_with_traefik
 from devtools.images import Images
 from devtools.models import real_model
-from devtools.node.config import NODE_NAME
 from devtools.node.real_node import RealNode
 from devtools.traffic import INPUT
 
 from e2e.harness import OperatorProcess, wait_model_ready
-from e2e.real_models import create_real_namespace, delete_real_namespace
+from e2e.real_models import assert_node_still_up, create_real_namespace, delete_real_namespace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -63,9 +62,7 @@ def stage(
     real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stage]:
     """v1 at 75% and v2 at 25%, one pod each, behind Traefik; v3 at 0% with its pod running."""
-    assert kube.get_or_none("node", NODE_NAME, "default") is not None, (
-        "the real node was stopped by an earlier test; this module must run before test_real_node.py's last test"
-    )
+    assert_node_still_up(kube)
     namespace = f"e2e-pin-{uuid.uuid4().hex[:6]}"
     models = create_real_namespace(kube, real_node, namespace)
     subprocess.run([sys.executable, "-m", "skiff_runtime.samples", "conv", str(models / "conv/v1")], check=True,

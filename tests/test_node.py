@@ -3,6 +3,7 @@ file under its directory, safety rules for every guarded range, and a pause imag
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -12,6 +13,7 @@ import tarfile
 from ipaddress import IPv4Network
 from pathlib import Path
 
+import pytest
 from devtools.node.config import (
     NETWORK,
     NODE_LABEL,
@@ -25,6 +27,7 @@ from devtools.node.config import (
     safety_rules,
 )
 from devtools.node.kept_images import archive_digest, listed_images, stale_images
+from devtools.node.network_policies import api_credentials, engine_argv, queue_bound, set_addresses
 from devtools.node.scratch_image import write_scratch_image
 
 
@@ -150,3 +153,46 @@ def test_the_store_keeps_the_most_recently_used_images_of_each_repository_and_th
     assert stale == sorted([runtime[0], runtime[1], "localhost/stray:1", "sha256:config0", "sha256:config1"])
     kept = {name: digest for name, digest in present.items() if name not in stale}
     assert stale_images(used, kept, keep=3) == []
+
+
+def test_the_network_policy_engine_gets_the_kubeconfigs_certificates_as_files_and_serves_on_loopback() -> None:
+    b64 = {name: base64.b64encode(name.encode()).decode() for name in ("ca", "cert", "key")}
+    kubeconfig = {
+        "clusters": [{"cluster": {"server": "https://127.0.0.1:32766", "certificate-authority-data": b64["ca"]}}],
+        "users": [{"user": {"client-certificate-data": b64["cert"], "client-key-data": b64["key"]}}],
+    }
+    credentials = api_credentials(kubeconfig)
+    assert credentials.server == "https://127.0.0.1:32766"
+    expected = {"certificate-authority": b"ca", "client-certificate": b"cert", "client-key": b"key"}
+    assert dict(credentials.files) == expected
+    files = {flag: Path("/node/network-policies") / flag for flag in credentials.files}
+    argv = engine_argv(Path("/bin/knp"), credentials.server, files, "127.0.0.1:9999")
+    assert argv[0] == "/bin/knp"
+    assert "--server=https://127.0.0.1:32766" in argv
+    assert "--client-key=/node/network-policies/client-key" in argv
+    assert "--hostname-override=real-node" in argv
+    assert "--disable-nri" in argv
+    assert "--metrics-bind-address=127.0.0.1:9999" in argv
+    assert not any(a.startswith("--fail-open") for a in argv)  # fail-closed: no queue listener, no connection
+
+
+def test_a_kubeconfig_with_a_token_instead_of_a_client_certificate_is_refused_with_what_to_use() -> None:
+    kubeconfig = {"clusters": [{"cluster": {"server": "https://x", "certificate-authority-data": "Y2E="}}],
+                  "users": [{"user": {"token": "secret-token"}}]}  # fmt: skip
+    with pytest.raises(ValueError, match="client-certificate-data") as refused:
+        api_credentials(kubeconfig)
+    assert "secret-token" not in str(refused.value)
+
+
+def test_the_engines_pod_set_and_queue_are_read_from_nft_and_proc() -> None:
+    listing = """table inet kube-network-policies {
+	set podips-v4 {
+		type ipv4_addr
+		elements = { 10.244.0.5, 10.244.0.7 }
+	}
+}"""
+    assert set_addresses(listing) == {"10.244.0.5", "10.244.0.7"}
+    assert set_addresses("table inet kube-network-policies {\n\tset podips-v4 {\n\t}\n}") == set()
+    assert queue_bound("  100  12345     0 2 65531     0     0        0  1\n")
+    assert not queue_bound("  101  12345     0 2 65531     0     0        0  1\n")
+    assert not queue_bound("")

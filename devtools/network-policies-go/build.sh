@@ -3,9 +3,11 @@
 # implementation the real node enforces NetworkPolicy with, into $SKIFF_CACHE/network-policies/<stamp>/
 # kube-network-policies (SKIFF_CACHE defaults to ~/.cache/skiff). Version pinned with its module hash (the go.sum
 # line of sigs.k8s.io/kube-network-policies v0.8.0, checked before building; the module's own go.sum pins every
-# dependency), plus one patch (nfqueue-xt.patch): the e2e machines' kernels have no nftables queue expression, so
-# the engine's `queue` rules become the iptables NFQUEUE target run through nft_compat, the same verdict. Redone
-# only when the version, the hash, the patch, the flags or Go change. Go's module and build caches are the
+# dependency), plus two patches: nfqueue-xt.patch (the e2e machines' kernels have no nftables queue expression, so
+# the engine's `queue` rules become the iptables NFQUEUE target run through nft_compat, the same verdict) and
+# host-process.patch (flags --server, --certificate-authority, --client-certificate, --client-key: the real node
+# runs it as a host process with the kubelet's credentials, where the engine knew only the in-cluster
+# configuration; no new dependency). Redone only when the version, the hash, a patch, the flags or Go change. Go's module and build caches are the
 # control plane's ($SKIFF_CACHE/go). Cold: 27 min measured on 2 cores at a load average of 16-27 (2.6 min of CPU;
 # docs/e2e.md); then 0.06 s.
 #
@@ -20,7 +22,7 @@ version=v0.8.0
 sum="h1:dzecRNzdmg+VmHEQWTIjxnCgf412J+8CKHqbKgCiWkk="
 flags=(-trimpath -ldflags="-s -w")
 command -v go >/dev/null || { echo "network-policies-go/build.sh: Go 1.26+ is required on PATH (https://go.dev/dl/)" >&2; exit 1; }
-stamp="$({ go version; echo "$module@$version $sum"; printf '%s\n' "${flags[@]}"; cat "$here/nfqueue-xt.patch"; } | sha256sum | cut -c1-16)"
+stamp="$({ go version; echo "$module@$version $sum"; printf '%s\n' "${flags[@]}"; cat "$here"/*.patch; } | sha256sum | cut -c1-16)"
 binary="$cache/network-policies/$stamp/kube-network-policies"
 
 case "${1:-}" in
@@ -45,7 +47,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp -r "$dir/." "$work/src" 2>/dev/null || { mkdir -p "$work/src" && cp -r "$dir/." "$work/src"; }
 chmod -R u+w "$work/src"
-(cd "$work/src" && patch -s -p1 < "$here/nfqueue-xt.patch")
+for each in "$here"/*.patch; do (cd "$work/src" && patch -s -p1 < "$each"); done
 mkdir -p "$(dirname "$binary")"
 (cd "$work/src" && GOFLAGS="-buildvcs=false -mod=readonly" go build "${flags[@]}" -o "$binary.partial" ./cmd)
 mv "$binary.partial" "$binary"

@@ -14,5 +14,7 @@ bind-mounted files, so the host's sysctls stay as they were. One real node runs 
 under /run): a second session waits for the first.
 
 config: its files and network (pure); host: this machine's tools, commands and lock; kept_images and
-scratch_image: containerd's image store and the pause image (pure); real_node: `RealNode`, its start and stop.
+scratch_image: containerd's image store and the pause image (pure); network_policies: the NetworkPolicy engine's
+binary, command line and credentials (started only on request: `RealNode.start_network_policies`); real_node:
+`RealNode`, its start and stop.
 """

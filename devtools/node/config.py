@@ -119,6 +119,11 @@ class NodePaths:
         return self.root / "logs"
 
     @property
+    def network_policies(self) -> Path:
+        """The NetworkPolicy engine's API credentials (0700; the key 0600)."""
+        return self.root / "network-policies"
+
+    @property
     def images(self) -> Path:
         return self.root / "images"
 

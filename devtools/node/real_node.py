@@ -29,11 +29,12 @@ from devtools.cluster import (
     LocalControlPlane,
     Log,
     eventually,
+    free_port,
     local_control_plane,
     process_exited,
     terminate,
 )
-from devtools.node import host
+from devtools.node import host, network_policies
 from devtools.node.config import (
     HARD_CODED_PATHS,
     KERNEL_TUNABLES,
@@ -145,6 +146,8 @@ class RealNode:
                 if pid_file.parents[1] != self.paths.root and command in dict(host.processes()).get(pid, ""):
                     stale.append(pid)
         found = [f"pid {pid}" for pid in stale]
+        if network_policies.TABLE in host.nft_tables():
+            found.append(f"nft table {network_policies.TABLE}")
         found += [link for link in (self.network.bridge, self.network.node_bridge) if link in host.links()]
         found += [
             rule[2]
@@ -164,6 +167,7 @@ class RealNode:
         if kube_proxy.exists():
             host.run(str(kube_proxy), "--cleanup", check=False, timeout=60)
         self._remove_iptables()
+        self._remove_network_policy_table()
         self._remove_links()
         for directory in self.paths.root.parent.glob("skiff-real-node-*"):
             if directory != self.paths.root:
@@ -388,6 +392,55 @@ class RealNode:
         eventually(forwarding, timeout=10, interval=0.1, what=f"the API server on {listen}")
         self._step(f"API server forwarded on {listen}", started)
 
+    # -- the NetworkPolicy engine (on request)
+
+    def start_network_policies(self, binary: Path) -> None:
+        """kube-network-policies as a host process on the node's network with the kubelet's credentials (its log
+        `network-policies.log` beside the others), until its nftables table is installed and its queue bound: from
+        then on every new connection to or from a pod of this node is judged by the cluster's NetworkPolicies."""
+        assert self.running, "start the real node first"
+        started = time.monotonic()
+        raw = self.kube.run("config", "view", "--minify", "--flatten", "--raw", "-o", "json")
+        credentials = network_policies.api_credentials(json.loads(raw))
+        directory = self.paths.network_policies
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        files = {}
+        for flag, content in credentials.files.items():
+            path = directory / flag
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+                handle.write(content)
+            files[flag] = path
+        argv = network_policies.engine_argv(binary, credentials.server, files, f"127.0.0.1:{free_port()}")
+        self._spawn("network-policies", argv)
+        eventually(self._network_policies_ready, timeout=60, interval=0.2, what="the NetworkPolicy engine's rules")
+        self._step("NetworkPolicy engine (table installed, queue bound)", started)
+
+    def _network_policies_ready(self) -> bool:
+        process = self._processes["network-policies"]
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"kube-network-policies exited with {process.returncode}:\n{self.log_tail('network-policies')}"
+            )
+        queues = Path("/proc/net/netfilter/nfnetlink_queue")
+        bound = queues.exists() and network_policies.queue_bound(queues.read_text())
+        return bound and network_policies.TABLE in host.nft_tables()
+
+    def network_policy_addresses(self) -> set[str]:
+        """The pod addresses the engine's table judges (its set podips-v4): the pods of this node it knows."""
+        listing = host.run("nft", "list", "set", *network_policies.TABLE.split(), "podips-v4", check=False)
+        return network_policies.set_addresses(listing.stdout)
+
+    def stop_network_policies(self) -> None:
+        """The engine stopped and its table removed (the engine removes it only on SIGINT, after a 5 s grace: a
+        table left with no process on its queue would drop every new pod connection); idempotent."""
+        self._stop("network-policies", timeout=5)
+        self._remove_network_policy_table()
+        shutil.rmtree(self.paths.network_policies, ignore_errors=True)
+
+    def _remove_network_policy_table(self) -> None:
+        if network_policies.TABLE in host.nft_tables():
+            host.run("nft", "delete", "table", *network_policies.TABLE.split(), check=False)
+
     # -- use
 
     def shared_dir(self, name: str) -> Path:
@@ -435,6 +488,7 @@ class RealNode:
             return list(self._left_at_stop)
         started = time.monotonic()
         steps = (
+            self.stop_network_policies,
             self._drain_node,
             lambda: self._stop("apiserver-forward"),
             self._stop_kube_proxy,
@@ -569,6 +623,8 @@ class RealNode:
                 found += [f"{binary} -t {table} chain {c}" for c in host.chains(binary, table) if c.startswith("KUBE-")]
                 rules = host.run(binary, "-t", table, "-S", check=False).stdout.splitlines()
                 found += [f"{binary} -t {table} rule {r}" for r in rules if SAFETY_COMMENT in r or "KUBE-" in r]
+        if network_policies.TABLE in host.nft_tables():
+            found.append(f"nft table {network_policies.TABLE}")
         names = set(host.links())
         found += [f"link {n}" for n in (self.network.bridge, self.network.node_bridge) if n in names]
         found += [f"link {v} (on {self.network.bridge})" for v in host.links("master", self.network.bridge)]
