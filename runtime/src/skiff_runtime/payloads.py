@@ -27,8 +27,11 @@ from skiff_runtime.tensors import Array, Datatype, InferRequest, InferResponse, 
 MIN_JSON_BYTES_PER_ELEMENT = 2
 # The request parameters that only steer the REST encoding of the answer; the replayed request asks for JSON.
 ENCODING_PARAMETERS = frozenset({"binary_data_output"})
-# Rounds of cutting a body's tensors to fit the byte limit before the body is replaced by a marker.
+# Rounds of cutting a body's tensors to fit the byte limit before the body is replaced by a marker; the first
+# cut is estimated from the JSON of each tensor's first SAMPLE_ELEMENTS, aiming at FILL of the limit.
 CUT_ROUNDS = 4
+SAMPLE_ELEMENTS = 256
+FILL = 0.97
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
@@ -220,21 +223,49 @@ def _dumps(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
 
 
-def body_json(body: BodyCopy, max_bytes: int, response: PayloadRecord | None = None) -> tuple[dict[str, Any], bool]:
-    """The body as OIP JSON of at most `max_bytes` (its tensors cut to their first elements when it would be
-    longer), and whether it is whole."""
-    keeps = [t.head.size for t in body.tensors]
+def body_text(body: BodyCopy, max_bytes: int, response: PayloadRecord | None = None) -> tuple[str, bool]:
+    """The body as OIP JSON text of at most `max_bytes` (its tensors cut to their first elements when it would be
+    longer), and whether it is whole. The elements kept are estimated first from the JSON size of a sample of
+    each tensor's, so a body far past the limit costs about `max_bytes` of JSON encoding, not its whole size."""
+    keeps = _estimated_keeps(body, response, max_bytes)
     for _ in range(CUT_ROUNDS):
         out, whole = _body_json(body, response, keeps)
-        size = len(_dumps(out))
-        if size <= max_bytes:
-            return out, whole
-        share = max_bytes / size * 0.9
+        text = _dumps(out)
+        if len(text) <= max_bytes:
+            return text, whole
+        share = max_bytes / len(text) * FILL
         keeps = [int(keep * share) for keep in keeps]
     marker: dict[str, Any] = {"skiff_truncated": f"the body's JSON does not fit in {max_bytes} bytes"}
     if body.id:
         marker["id"] = body.id
-    return marker, False
+    return _dumps(marker), False
+
+
+def body_json(body: BodyCopy, max_bytes: int, response: PayloadRecord | None = None) -> tuple[dict[str, Any], bool]:
+    """body_text, parsed."""
+    text, whole = body_text(body, max_bytes, response)
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed, whole
+
+
+def _estimated_keeps(body: BodyCopy, response: PayloadRecord | None, max_bytes: int) -> list[int]:
+    """How many elements of each tensor fit, in order, by each tensor's JSON bytes per element in a sample (all of
+    them when the estimate fits; the exact size is checked after)."""
+    skeleton = len(_dumps(_body_json(body, response, [0] * len(body.tensors))[0]))
+    per_element = []
+    for tensor in body.tensors:
+        values, _ = _json_values(tensor, SAMPLE_ELEMENTS)
+        per_element.append((len(_dumps(values)) - 1) / len(values) if values else 1.0)  # with its comma
+    sizes = [t.head.size for t in body.tensors]
+    if skeleton + sum(p * n for p, n in zip(per_element, sizes, strict=True)) <= max_bytes:
+        return sizes
+    room = max_bytes * FILL - skeleton
+    keeps = []
+    for size, per in zip(sizes, per_element, strict=True):
+        keep = min(size, max(0, int(room / per)))
+        room -= keep * per
+        keeps.append(keep)
+    return keeps
 
 
 def utc_timestamp(ns: int) -> str:
@@ -267,13 +298,13 @@ def payload_line(record: PayloadRecord, max_body_bytes: int) -> PayloadLine:
         entry["trace_id"] = record.trace_id
     if record.error:
         entry["error"] = record.error
-    cut: list[str] = []
+    bodies = []  # encoded once each, and spliced into the line as they are
     if record.request is not None:
-        entry["request"], whole = body_json(record.request, max_body_bytes)
-        cut += [] if whole else ["request"]
+        bodies.append(("request", *body_text(record.request, max_body_bytes)))
     if record.response is not None:
-        entry["response"], whole = body_json(record.response, max_body_bytes, record)
-        cut += [] if whole else ["response"]
+        bodies.append(("response", *body_text(record.response, max_body_bytes, record)))
+    cut = [name for name, _, whole in bodies if not whole]
     if cut:
         entry["truncated"] = cut
-    return PayloadLine(_dumps(entry).encode(), bool(cut))
+    parts = [_dumps(entry)[:-1], *(f',"{name}":{text}' for name, text, _ in bodies), "}"]
+    return PayloadLine("".join(parts).encode(), bool(cut))
