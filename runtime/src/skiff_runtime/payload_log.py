@@ -208,10 +208,11 @@ class PayloadLog:
         if now - self._warned < WARN_EVERY_S:
             return
         self._warned = now
-        url = urllib.parse.urlsplit(self.settings.payload_log_sink)
+        url = urllib.parse.urlsplit(self.settings.payload_log_sink)  # no user:password@ in what is logged
+        port = f":{url.port}" if url.port else ""
         log.warning(
             'payload log sink failed; lines are dropped (skiff_payload_log_records_total{result="dropped"})',
-            extra={"sink": f"{url.scheme}://{url.hostname}:{url.port or ''}{url.path}", "error": type(exc).__name__},
+            extra={"sink": f"{url.scheme}://{url.hostname}{port}{url.path}", "error": type(exc).__name__},
         )
 
 
