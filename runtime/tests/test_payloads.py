@@ -155,3 +155,11 @@ def test_the_line_names_the_model_status_timing_and_the_cut_bodies() -> None:
     assert (entry["id"], entry["status"], entry["duration_us"], entry["trace_id"]) == ("req-7", 200, 1234, "ab" * 16)
     assert entry["truncated"] == ["response"]
     assert entry["response"]["outputs"][0]["skiff_truncated_from"] == 300
+
+
+def test_a_nan_parameter_still_makes_a_line() -> None:
+    request = InferRequest(
+        "m", "", "i", (Tensor("x", Datatype.FP32, np.ones(2, np.float32)),), parameters={"p": np.nan}
+    )
+    line = payload_line(PayloadRecord("grpc", "m", "1", 0, 1, "OK", request=copy_request(request, 1000)), 1000)
+    assert json.loads(line.text)["request"]["parameters"] == {"p": "nan"}

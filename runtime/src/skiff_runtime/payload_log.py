@@ -160,11 +160,21 @@ class PayloadLog:
                     self._queue.put(None)  # stop after this batch
                     break
                 batch.append(more)
-            lines = [payload_line(r, self.settings.payload_log_max_body_bytes) for r in batch]
+            lines = self._lines(batch)
             written = self._post(lines) if http else self._print(lines)
             self._count("written", written)
-            self._count("dropped", len(lines) - written)
+            self._count("dropped", len(batch) - written)
             self._count("truncated", sum(line.truncated for line in lines[:written]))
+
+    def _lines(self, batch: list[PayloadRecord]) -> list[PayloadLine]:
+        """The records' lines; one that cannot be written (a bug: the writer must outlive it) is left out, logged."""
+        lines = []
+        for record in batch:
+            try:
+                lines.append(payload_line(record, self.settings.payload_log_max_body_bytes))
+            except Exception:  # the writer thread keeps going; the record counts as dropped
+                log.exception("payload line could not be built", extra={"protocol": record.protocol})
+        return lines
 
     def _print(self, lines: list[PayloadLine]) -> int:
         out = self._out if self._out is not None else sys.stdout.buffer

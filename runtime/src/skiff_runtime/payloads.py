@@ -132,13 +132,23 @@ class BodyCopy:
     requested_outputs: tuple[str, ...] = ()
 
 
+def _parameters(parameters: Mapping[str, ParameterValue]) -> dict[str, ParameterValue]:
+    """The parameters a line may hold: not the encoding ones; NaN and infinities (a gRPC double_param may be one;
+    JSON has no such number) as strings."""
+    return {
+        key: str(value) if isinstance(value, float) and not math.isfinite(value) else value
+        for key, value in parameters.items()
+        if key not in ENCODING_PARAMETERS
+    }
+
+
 def copy_request(request: InferRequest, max_bytes: int) -> BodyCopy:
-    parameters = {k: v for k, v in request.parameters.items() if k not in ENCODING_PARAMETERS}
+    parameters = _parameters(request.parameters)
     return BodyCopy(request.id, parameters, copy_tensors(request.inputs, max_bytes), request.requested_outputs)
 
 
 def copy_response(response: InferResponse, max_bytes: int) -> BodyCopy:
-    return BodyCopy(response.id, dict(response.parameters), copy_tensors(response.outputs, max_bytes))
+    return BodyCopy(response.id, _parameters(response.parameters), copy_tensors(response.outputs, max_bytes))
 
 
 def trace_id_of(carrier: Mapping[str, str], context: object = None) -> str:
