@@ -145,8 +145,11 @@ class PayloadLog:
         self._thread.join(timeout_s)
 
     def _write_all(self) -> None:
+        """The writer thread: one line at a time to stdout; batches of what is queued for an HTTP sink. Ends at
+        the None that close() queues, after what came before it."""
         http = self.settings.payload_log_sink.startswith(("http://", "https://"))
-        while True:
+        stopping = False
+        while not stopping:
             record = self._queue.get()
             if record is None:
                 return
@@ -157,7 +160,7 @@ class PayloadLog:
                 except queue.Empty:
                     break
                 if more is None:
-                    self._queue.put(None)  # stop after this batch
+                    stopping = True  # after this batch
                     break
                 batch.append(more)
             lines = self._lines(batch)
