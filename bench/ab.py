@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
                               f"load {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
                 finally:
                     server.stop()
+                logged = log.read_bytes().count(b'"kind":"payload"')  # lines of --payload-log-ratio, if on
+                if logged:
+                    print(f"round {round_number} {side:6}: {logged} payload log lines written", flush=True)
     print("\n| measure | before (median of rounds) | after (median of rounds) | after / before |\n|---|---|---|---|")
     for key in results["before"]:
         before, after = statistics.median(results["before"][key]), statistics.median(results["after"][key])

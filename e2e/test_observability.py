@@ -63,7 +63,7 @@ def chart_objects(helm: Helm, namespace: str) -> tuple[dict[str, Any], dict[str,
             "dashboard.enabled=true",
         )
     )
-    (monitor,) = [d for d in rendered if d["kind"] == "ServiceMonitor"]
+    (monitor,) = [d for d in rendered if d["kind"] == "ServiceMonitor" and d["metadata"]["name"].endswith("-runtime")]
     (config_map,) = [d for d in rendered if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]]
     return monitor, json.loads(config_map["data"]["skiff-runtime.json"])
 

@@ -14,7 +14,7 @@ from skiff_operator import contract
 from skiff_operator.render.deployment import render_deployment
 from skiff_operator.spec import InferenceModel, parse_inference_model
 from skiff_runtime.fetch.__main__ import DOCKER_CONFIG_ENV, PIN_ENV, _parser
-from skiff_runtime.settings import OcrSettings, RuntimeSettings, SettingsError, parse_settings
+from skiff_runtime.settings import OcrSettings, PayloadLogSettings, RuntimeSettings, SettingsError, parse_settings
 from skiff_runtime.tasks.ocr.weights import DICTIONARY, MODEL_FILES, MODEL_FOLDERS, WHEEL
 from skiff_runtime.workers.task_engine import DEFAULT_DICTIONARY
 
@@ -156,3 +156,13 @@ def test_the_fetch_step_reads_every_argument_and_env_an_oci_init_container_gets(
         "/etc/skiff/storage-ca/ca.crt",
     )
     assert {e["name"] for e in init["env"]} == {DOCKER_CONFIG_ENV, PIN_ENV}
+
+
+def test_payload_logging_reaches_the_runtime_only_when_the_cr_asks() -> None:
+    logging = {"ratio": 0.05, "maxBodyBytes": 4096, "maxPerSecond": 2.5, "sink": "http://logs.monitoring:8080/p"}
+    settings = runtime_settings(parse_inference_model(body(observability={"payloadLogging": logging})))
+    assert settings.payload_log == PayloadLogSettings(0.05, 4096, 2.5, "http://logs.monitoring:8080/p")
+    assert settings.payload_log.enabled
+    defaults = runtime_settings(parse_inference_model(body(observability={"payloadLogging": {}})))
+    assert defaults.payload_log == PayloadLogSettings(1.0, 65536, 100.0, "stdout")
+    assert not runtime_settings(parse_inference_model(body())).payload_log.enabled

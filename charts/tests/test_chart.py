@@ -237,8 +237,26 @@ def test_deployment_is_two_replicas_with_a_restricted_pod(helm: Helm) -> None:
 def test_liveness_probe_checks_the_endpoint_the_operator_serves(helm: Helm, port: int) -> None:
     c = container(render(helm, f"operator.livenessPort={port}"))
     assert f"--liveness=http://0.0.0.0:{port}/healthz" in c["args"]
-    assert c["ports"] == [{"name": "liveness", "containerPort": port, "protocol": "TCP"}]
+    assert c["ports"][0] == {"name": "liveness", "containerPort": port, "protocol": "TCP"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+
+
+@pytest.mark.parametrize("port", [8081, 9400])
+def test_the_operators_metrics_port_is_served_exposed_and_scraped_when_asked(helm: Helm, port: int) -> None:
+    docs = render(helm, f"operator.metricsPort={port}")
+    c = container(docs)
+    assert f"--metrics-port={port}" in c["args"]
+    assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in c["ports"]
+    [service] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-operator-metrics")]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}]
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]  # off by default
+    monitors = [d for d in render(helm, "serviceMonitor.enabled=true") if d["kind"] == "ServiceMonitor"]
+    [operator] = [m for m in monitors if m["metadata"]["name"].endswith("-operator")]
+    assert operator["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert operator["spec"]["endpoints"][0]["port"] == "metrics"
+    assert operator["spec"]["namespaceSelector"] == {"matchNames": ["skiff-system"]}
 
 
 def test_replicas_elect_a_leader_on_one_lease_they_alone_may_update(helm: Helm) -> None:
@@ -280,11 +298,15 @@ def test_operator_settings_reach_the_command_line(helm: Helm) -> None:
     assert "--route-settle-seconds=3" in container(render(helm))["args"]
 
 
+def runtime_monitor(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runtime pods' ServiceMonitor (the other one scrapes the operator)."""
+    (monitor,) = [d for d in of_kind(docs, "ServiceMonitor") if d["metadata"]["name"].endswith("-runtime")]
+    return monitor
+
+
 def test_service_monitor_is_off_by_default_and_scrapes_version_services_when_on(helm: Helm) -> None:
     assert of_kind(render(helm), "ServiceMonitor") == []
-    monitor = one(
-        render(helm, "serviceMonitor.enabled=true", 'serviceMonitor.labels={"release":"prom"}'), "ServiceMonitor"
-    )
+    monitor = runtime_monitor(render(helm, "serviceMonitor.enabled=true", 'serviceMonitor.labels={"release":"prom"}'))
     assert monitor["metadata"]["labels"]["release"] == "prom"
     (endpoint,) = monitor["spec"]["endpoints"]
     assert {k: endpoint[k] for k in ("port", "interval")} == {"port": "metrics", "interval": "30s"}
@@ -300,9 +322,9 @@ def test_service_monitor_is_off_by_default_and_scrapes_version_services_when_on(
         "app.kubernetes.io/managed-by": "skiff-operator",
     }
     assert monitor["spec"]["selector"]["matchExpressions"] == [{"key": "skiff.dev/version", "operator": "Exists"}]
-    scoped = one(render(helm, "serviceMonitor.enabled=true", 'watchNamespaces=["ml"]'), "ServiceMonitor")
+    scoped = runtime_monitor(render(helm, "serviceMonitor.enabled=true", 'watchNamespaces=["ml"]'))
     assert scoped["spec"]["namespaceSelector"] == {"matchNames": ["ml"]}
-    everywhere = one(render(helm, "serviceMonitor.enabled=true", "clusterWide=true"), "ServiceMonitor")
+    everywhere = runtime_monitor(render(helm, "serviceMonitor.enabled=true", "clusterWide=true"))
     assert everywhere["spec"]["namespaceSelector"] == {"any": True}
 
 
@@ -361,6 +383,7 @@ def test_install_bundle_is_the_namespace_then_the_default_chart() -> None:
         "FlowSchema",
         "PriorityLevelConfiguration",
         "Deployment",
+        "Service",  # the operator's metrics port
     }
     assert all(d["metadata"].get("namespace", "skiff-system") == "skiff-system" for d in docs[1:])
 

@@ -1,5 +1,6 @@
-"""spec.observability.tracing: parsed into TracingSpec, refused with a clear message when it is not a collector URL
-or a ratio, and the endpoint pattern the same as the CRD's."""
+"""spec.observability.tracing and .payloadLogging: parsed into TracingSpec and PayloadLoggingSpec, refused with a
+clear message when a value is not a URL, a ratio or in bounds, and the patterns and defaults the same as the
+CRD's."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import pytest
 import yaml
 
 from skiff_operator.errors import SpecError
-from skiff_operator.spec.observability import ENDPOINT_PATTERN, ObservabilitySpec, TracingSpec, parse_observability
+from skiff_operator.spec.observability import (
+    ENDPOINT_PATTERN,
+    SINK_PATTERN,
+    ObservabilitySpec,
+    PayloadLoggingSpec,
+    TracingSpec,
+    parse_observability,
+)
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "skiff.dev_inferencemodels.yaml"
 
@@ -56,3 +64,40 @@ def test_the_endpoint_pattern_is_the_crds() -> None:
     tracing = schema["properties"]["spec"]["properties"]["observability"]["properties"]["tracing"]
     assert tracing["properties"]["endpoint"]["pattern"] == ENDPOINT_PATTERN
     assert tracing["required"] == ["endpoint"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({}, PayloadLoggingSpec(1.0, 65536, 100.0, "stdout")),
+        ({"ratio": 0.01, "maxBodyBytes": 512, "maxPerSecond": 5, "sink": "https://logs.example.com/in"},
+         PayloadLoggingSpec(0.01, 512, 5.0, "https://logs.example.com/in")),
+    ],
+)  # fmt: skip
+def test_payload_logging_is_parsed(raw: dict[str, Any], expected: PayloadLoggingSpec) -> None:
+    assert parse_observability({"payloadLogging": raw}) == ObservabilitySpec(payload_logging=expected)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("on", "payloadLogging must be an object"),
+        ({"ratio": 2}, "ratio must be a number from 0 to 1"),
+        ({"maxBodyBytes": 0}, "maxBodyBytes must be a whole number of bytes"),
+        ({"maxBodyBytes": 1.5}, "maxBodyBytes must be a whole number of bytes"),
+        ({"maxPerSecond": 0}, "maxPerSecond must be a number above 0"),
+        ({"sink": "file:///var/log/x"}, "sink must be stdout or the http"),
+        ({"sink": "stderr"}, "sink must be stdout or the http"),
+    ],
+)
+def test_bad_payload_logging_is_refused_with_what_to_write(raw: object, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        parse_observability({"payloadLogging": raw})
+
+
+def test_the_payload_logging_schema_is_the_parsers() -> None:
+    schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    logging = schema["properties"]["spec"]["properties"]["observability"]["properties"]["payloadLogging"]
+    assert logging["properties"]["sink"]["pattern"] == SINK_PATTERN
+    defaults = {key: value["default"] for key, value in logging["properties"].items()}
+    assert parse_observability({"payloadLogging": defaults}) == parse_observability({"payloadLogging": {}})

@@ -10,11 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 HAVE_PADDLE = importlib.util.find_spec("paddle") is not None
 needs_paddle = pytest.mark.skipif(
@@ -73,6 +76,16 @@ class RuntimeProcess:
     def health_target(self) -> str:
         return f"127.0.0.1:{self.health_port}"
 
+    @property
+    def stdout_path(self) -> Path:
+        return self.log_path.with_suffix(".stdout")
+
+    def metric_samples(self) -> list[Sample]:
+        """Every sample of the runtime's /metrics page, as it is now."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
     def logs(self) -> list[dict[str, object]]:
         entries = []
         for line in self.log_path.read_text().splitlines():
@@ -84,7 +97,8 @@ class RuntimeProcess:
         cmd = [sys.executable, "-m", "skiff_runtime", "serve", "--model-dir", str(self.model_dir),
                "--model-name", self.model_name, "--host", "127.0.0.1", "--grpc-port", "0",
                "--health-port", "0", "--metrics-port", "0", *self.extra_args]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stderr=self.log_path.open("wb"), stdout=subprocess.DEVNULL)
+        stdout = self.stdout_path.open("wb")  # payload log lines (--payload-log-sink stdout)
+        self.proc = subprocess.Popen(cmd, stderr=self.log_path.open("wb"), stdout=stdout)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             listening = [e for e in self.logs() if e.get("msg") == "listening"]

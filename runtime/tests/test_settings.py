@@ -14,6 +14,7 @@ from skiff_runtime.settings import (
     IntermediateTensors,
     OcrSettings,
     Option,
+    PayloadLogSettings,
     RuntimeSettings,
     SettingsError,
     ShapeRange,
@@ -25,7 +26,12 @@ from skiff_runtime.settings import (
 
 REQUIRED_ARGS = ["--model-dir", "/models/m", "--model-name", "m"]
 # Every settings field an option fills: RuntimeSettings' own, and those of its groups (BatchingLimits, OcrSettings).
-SECTIONS = {"batching": BatchingLimits, "ocr": OcrSettings, "tracing": TracingSettings}
+SECTIONS = {
+    "batching": BatchingLimits,
+    "ocr": OcrSettings,
+    "tracing": TracingSettings,
+    "payload_log": PayloadLogSettings,
+}
 FIELDS = {
     **{f.name: f for f in dataclasses.fields(RuntimeSettings) if f.name not in SECTIONS},
     **{f.name: f for group in SECTIONS.values() for f in dataclasses.fields(group)},
@@ -153,6 +159,10 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "trace_endpoint": ("http://otel:4317", "http://otel:4317"),
         "trace_sampling_ratio": ("0.25", 0.25),
         "trace_service_name": ("ranker", "ranker"),
+        "payload_log_ratio": ("0.5", 0.5),
+        "payload_log_max_body_bytes": ("4096", 4096),
+        "payload_log_max_per_second": ("2.5", 2.5),
+        "payload_log_sink": ("http://collector:8080/payloads", "http://collector:8080/payloads"),
     }
     assert set(values) == set(FIELDS)
     argv = [arg for option in OPTIONS for arg in (option.flag, values[option.name][0])]
@@ -380,3 +390,24 @@ def test_tracing_falls_back_to_the_standard_otel_variables_after_skiffs() -> Non
 def test_bad_tracing_options_name_their_source(args: list[str], env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         parse_settings([*REQUIRED_ARGS, *args], env=env)
+
+
+def test_payload_logging_is_off_by_default_and_on_with_a_ratio() -> None:
+    assert not parse_settings(REQUIRED_ARGS, env={}).payload_log.enabled
+    settings = parse_settings([*REQUIRED_ARGS, "--payload-log-ratio", "0.1"], env={})
+    assert settings.payload_log == PayloadLogSettings(0.1, 65536, 100.0, "stdout")
+    assert settings.payload_log.enabled
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--payload-log-ratio", "1.5"], "--payload-log-ratio='1.5': expected a number from 0 to 1"),
+        (["--payload-log-sink", "file:///etc/passwd"], "expected stdout or an http"),
+        (["--payload-log-max-body-bytes", "0"], "expected a positive integer"),
+        (["--payload-log-max-per-second", "0"], "expected a positive number"),
+    ],
+)
+def test_bad_payload_log_options_say_what_to_pass(args: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        parse_settings([*REQUIRED_ARGS, *args], env={})

@@ -55,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("SKIFF_OPERATOR_LIVENESS"),
         help="serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz",
     )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the operator's Prometheus metrics on http://0.0.0.0:PORT/metrics (default: not served; the "
+        "chart passes 8081)",
+    )
     run.add_argument("--standalone", action="store_true", help="skip kopf's peering (leader election is separate)")
     run.add_argument(
         "--leader-elect",
@@ -131,6 +139,8 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
         parser.error("choose the scope: --namespace NS (repeatable) or --all-namespaces")
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: give at least 1")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        parser.error(f"--metrics-port {args.metrics_port}: give a port number 0-65535")
     if not 0 <= args.route_settle_seconds <= 300:
         parser.error(f"--route-settle-seconds {args.route_settle_seconds:g}: give 0 to 300")
     try:
@@ -168,6 +178,7 @@ def parse_run_config(argv: Sequence[str]) -> RunConfig:
             lease=lease,
             namespaces=() if args.all_namespaces else tuple(ns.strip() for ns in namespaces),
             defaults=OperatorDefaults(runtime_image=image, spread_across=spread),
+            metrics_port=args.metrics_port,
         ),
     )
 

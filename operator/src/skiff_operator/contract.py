@@ -52,6 +52,11 @@ ENV_MAX_QUEUE_SIZE = "SKIFF_MAX_QUEUE_SIZE"
 # spec.observability.tracing: the runtime's OTLP/gRPC collector and sampling ratio.
 ENV_TRACE_ENDPOINT = "SKIFF_TRACE_ENDPOINT"
 ENV_TRACE_SAMPLING_RATIO = "SKIFF_TRACE_SAMPLING_RATIO"
+# spec.observability.payloadLogging: the runtime's sampled request/response logging.
+ENV_PAYLOAD_LOG_RATIO = "SKIFF_PAYLOAD_LOG_RATIO"
+ENV_PAYLOAD_LOG_MAX_BODY_BYTES = "SKIFF_PAYLOAD_LOG_MAX_BODY_BYTES"
+ENV_PAYLOAD_LOG_MAX_PER_SECOND = "SKIFF_PAYLOAD_LOG_MAX_PER_SECOND"
+ENV_PAYLOAD_LOG_SINK = "SKIFF_PAYLOAD_LOG_SINK"
 
 # A version that serves a task (spec.versions[].task): the task, its sub-model directories (NAME=DIR,..., relative to
 # SKIFF_MODEL_DIR), the dictionary (a file) and the ocr knobs, one variable per spec.task.options field.

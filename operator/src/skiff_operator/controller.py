@@ -19,8 +19,10 @@ from skiff_operator.errors import ApplyRejected, ClusterUnavailable
 from skiff_operator.kinds import WATCHED_KINDS
 from skiff_operator.kube import Kube
 from skiff_operator.leader import LeaderElector, LeaseOptions
+from skiff_operator.metrics import ModelState, OperatorMetrics, Result
 from skiff_operator.model_status import Status, render_status
 from skiff_operator.reconcile import reconcile
+from skiff_operator.rollout import RolloutStatus
 from skiff_operator.scheduler import Key, Scheduler, SchedulerOptions
 from skiff_operator.spec import NO_OPERATOR_DEFAULTS, OperatorDefaults
 from skiff_operator.status import patch_changes
@@ -45,6 +47,7 @@ class OperatorOptions:
     lease: LeaseOptions | None = None  # leader election between replicas; None: this replica always works
     route_settle_s: float = ROUTE_SETTLE_S  # Gateway mode: Ready this long after the gateways accepted the route
     defaults: OperatorDefaults = NO_OPERATOR_DEFAULTS  # what a model that says nothing gets (runtime image, spread)
+    metrics_port: int | None = None  # serve the operator's Prometheus metrics on this port (None: not served)
 
     def scheduler(self) -> SchedulerOptions:
         return SchedulerOptions(self.child_debounce_s, self.resync_interval_s, self.workers)
@@ -71,6 +74,7 @@ class Shared:
     elector: LeaderElector | None = None
     route_settle_s: float = ROUTE_SETTLE_S
     defaults: OperatorDefaults = NO_OPERATOR_DEFAULTS
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
 
 
 def child_owner(body: Mapping[str, Any]) -> Key | None:
@@ -107,6 +111,7 @@ def model_needs_reconcile(shared: Shared, key: Key, event_type: str | None, body
     """A model event asks for a reconcile unless it is a deletion or leaves the generation the last reconcile
     read (a status write, a label): the first sighting (create, or the listing at start), a spec change."""
     if event_type == "DELETED":
+        shared.metrics.forget_model(key)
         shared.scheduler.forget(key)
         shared.kube.forget_model(*key)
         shared.generations.pop(key, None)
@@ -121,7 +126,25 @@ def model_needs_reconcile(shared: Shared, key: Key, event_type: str | None, body
 async def reconcile_key(shared: Shared, key: Key) -> float | None:
     """One reconcile of a model as the scheduler runs it: read it, reconcile, write the status when it changed,
     post the Events. Returns the seconds after which to try again (a failed apply, an unreachable API server, a
-    route no gateway has accepted yet)."""
+    route no gateway has accepted yet). Timed by how it ended (skiff_operator_reconcile_duration_seconds)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    result = Result.ERROR
+    try:
+        delay, result = await _reconcile_key(shared, key)
+        return delay
+    finally:
+        shared.metrics.observe_reconcile(result, loop.time() - started)
+
+
+def model_state(status: Status) -> ModelState:
+    """The model's Ready condition and rollout state, as the operator's metrics count them."""
+    ready = find_condition(status.conditions, READY)
+    rollout = status.rollout.verdict.value if isinstance(status.rollout, RolloutStatus) else None
+    return ModelState(str(ready.status) if ready is not None else "Unknown", rollout)
+
+
+async def _reconcile_key(shared: Shared, key: Key) -> tuple[float | None, Result]:
     namespace, name = key
     body = shared.bodies.get(key)
     if body is None:
@@ -131,13 +154,14 @@ async def reconcile_key(shared: Shared, key: Key) -> float | None:
             _log.warning(
                 "%s/%s: reading the model failed, retrying in %gs: %s", namespace, name, error.retry_after_s, error
             )
-            return error.retry_after_s
+            return error.retry_after_s, Result.UNAVAILABLE
         if body is None:
             shared.scheduler.forget(key)
             shared.kube.forget_model(namespace, name)
             shared.generations.pop(key, None)
             shared.autoscale.pop(key, None)
-            return None  # the model is gone; the garbage collector removes its children
+            shared.metrics.forget_model(key)
+            return None, Result.GONE  # the model is gone; the garbage collector removes its children
         remember_body(shared, key, body)
     shared.generations[key] = int(body.get("metadata", {}).get("generation") or 0)
     try:
@@ -151,6 +175,7 @@ async def reconcile_key(shared: Shared, key: Key) -> float | None:
         )
         if outcome.memory is not None:
             shared.autoscale[key] = outcome.memory
+        shared.metrics.observe_model(key, model_state(outcome.status))
         writes = [shared.kube.post_event(body, event) for event in outcome.events]
         patch = render_status(outcome.status)  # the one rendering of the typed status
         if patch_changes(body.get("status"), patch):  # unchanged: no write, no watch event
@@ -158,15 +183,16 @@ async def reconcile_key(shared: Shared, key: Key) -> float | None:
         await asyncio.gather(*writes)  # independent: at once
     except ClusterUnavailable as error:
         _log.warning("%s/%s: %s (retrying in %gs)", namespace, name, error, error.retry_after_s)
-        return error.retry_after_s
+        return error.retry_after_s, Result.UNAVAILABLE
     except ApplyRejected as error:  # the status patch or an Event refused (RBAC): the resync tries again
         _log.error("%s/%s: %s", namespace, name, error)
-        return None
+        return None, Result.REJECTED
     _log.debug("%s/%s: applied %s", namespace, name, ", ".join(outcome.applied) or "nothing")
     if outcome.retry_after_s is not None:
         _log.warning("%s/%s: %s", namespace, name, _ready_message(outcome.status))
-        return outcome.retry_after_s
-    return outcome.recheck_after_s  # Ready waits for a gateway to accept the route
+        return outcome.retry_after_s, Result.RETRY
+    recheck = outcome.recheck_after_s  # Ready waits for a gateway to accept the route
+    return recheck, Result.OK if recheck is None else Result.RECHECK
 
 
 async def _patch_status(shared: Shared, key: Key, status: Mapping[str, Any]) -> None:
@@ -175,8 +201,11 @@ async def _patch_status(shared: Shared, key: Key, status: Mapping[str, Any]) -> 
         remember_body(shared, key, stored)
 
 
-def start_operator(kube: Kube, stack: contextlib.AsyncExitStack, options: OperatorOptions) -> Shared:
-    """The scheduler, the Pod watches and (with a lease) the leader elector, started on the running loop."""
+def start_operator(
+    kube: Kube, stack: contextlib.AsyncExitStack, options: OperatorOptions, metrics: OperatorMetrics | None = None
+) -> Shared:
+    """The scheduler, the Pod watches and (with a lease) the leader elector, started on the running loop; the
+    metrics (served by the caller) follow the scheduler and the API errors."""
     holder: list[Shared] = []
     scheduler = Scheduler(lambda key: reconcile_key(holder[0], key), options.scheduler(), _log)
     shared = Shared(
@@ -185,7 +214,10 @@ def start_operator(kube: Kube, stack: contextlib.AsyncExitStack, options: Operat
         scheduler=scheduler,
         route_settle_s=options.route_settle_s,
         defaults=options.defaults,
+        metrics=metrics or OperatorMetrics(),
     )
+    shared.metrics.track_scheduler(lambda: scheduler.running, lambda: scheduler.queued, lambda: len(scheduler.known))
+    kube.observe_errors(shared.metrics.observe_api_error)
     holder.append(shared)
     if options.lease is not None:
         scheduler.pause()  # a standby: watches warm, models known, nothing written until it leads

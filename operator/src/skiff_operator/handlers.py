@@ -4,6 +4,7 @@ over to skiff_operator.controller at once."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 import kopf
@@ -18,6 +19,9 @@ from skiff_operator.controller import (
 )
 from skiff_operator.kinds import GROUP, PLURAL, VERSION
 from skiff_operator.kube import Kube
+from skiff_operator.metrics import OperatorMetrics
+
+METRICS_HOST = "0.0.0.0"  # Prometheus scrapes the pod's IP (the chart's Service and ServiceMonitor)
 
 
 def configure_settings(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
@@ -43,7 +47,11 @@ def build_registry(options: OperatorOptions, on: Any = kopf.on) -> kopf.Operator
         stack = contextlib.AsyncExitStack()
         instance = options.lease.identity if options.lease is not None else ""
         kube = await stack.enter_async_context(Kube.connect(instance))
-        shared = start_operator(kube, stack, options)
+        metrics = OperatorMetrics()
+        if options.metrics_port is not None:
+            port = metrics.serve(METRICS_HOST, options.metrics_port)
+            logging.getLogger("skiff_operator").info("serving metrics on http://%s:%d/metrics", METRICS_HOST, port)
+        shared = start_operator(kube, stack, options, metrics)
         memo["skiff"] = shared
 
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:

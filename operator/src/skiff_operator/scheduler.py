@@ -60,6 +60,16 @@ class Scheduler:
         self._tasks: list[asyncio.Task[None]] = []
         self.reconciles = 0  # finished reconciles, for tests and logs
 
+    @property
+    def running(self) -> int:
+        """Reconciles running now."""
+        return len(self._running)
+
+    @property
+    def queued(self) -> int:
+        """Models queued for a reconcile, due or not yet."""
+        return len(self._due)
+
     # -- triggers ---------------------------------------------------------------------------------------
 
     def trigger(self, key: Key, delay_s: float | None = None) -> None:

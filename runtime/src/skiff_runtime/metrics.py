@@ -255,9 +255,19 @@ class RuntimeMetrics:
             "Bytes of request messages queued or running (--max-request-memory-mb)",
             registry=r,
         )
+        self.payload_records = Counter(
+            "skiff_payload_log_records",
+            "Payload log records by result: written, dropped (queue full or sink failed), rate_limited, and "
+            "truncated (written with a body cut to --payload-log-max-body-bytes)",
+            ["result"],
+            registry=r,
+        )
         self._ready = self.ready.labels(**labels)
         self._ready.set(0)
         r.register(CpuCollector())
+
+    def count_payload_records(self, result: str, count: int) -> None:
+        self.payload_records.labels(result=result).inc(count)
 
     def set_ready(self, ready: bool) -> None:
         self._ready.set(1 if ready else 0)

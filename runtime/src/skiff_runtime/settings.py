@@ -231,6 +231,30 @@ OTEL_DEFAULTS: Mapping[str, tuple[str, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class PayloadLogSettings:
+    """Sampled request/response logging (skiff_runtime.payload_log): the share of inference requests logged (0 =
+    off, the default: nothing is built), the most bytes of each body's JSON kept (longer bodies are cut and say
+    so), the most lines a second, and where they go: "stdout" (JSON lines for log collectors) or an http(s) URL
+    that receives them by POST."""
+
+    payload_log_ratio: float = 0.0
+    payload_log_max_body_bytes: int = 65536
+    payload_log_max_per_second: float = 100.0
+    payload_log_sink: str = "stdout"
+
+    @property
+    def enabled(self) -> bool:
+        return self.payload_log_ratio > 0
+
+
+def _sink(text: str) -> str:
+    value = text.strip()
+    if value != "stdout" and not value.startswith(("http://", "https://")):
+        raise ValueError(f"expected stdout or an http(s):// URL that takes POSTed JSON lines; got {text!r}")
+    return value
+
+
 def _endpoint(text: str) -> str:
     value = text.strip()
     if value and not value.startswith(("http://", "https://")):
@@ -270,6 +294,7 @@ class RuntimeSettings:
     worker_nice: int = 10
     batching: BatchingLimits = field(default_factory=BatchingLimits)
     tracing: TracingSettings = field(default_factory=TracingSettings)
+    payload_log: PayloadLogSettings = field(default_factory=PayloadLogSettings)
     max_message_mb: int = 32
     max_request_memory_mb: int = 0
     receive_timeout_s: float = 30.0
@@ -510,6 +535,32 @@ OPTIONS: tuple[Option, ...] = (
         "service.name of the spans (default skiff-runtime; OTEL_SERVICE_NAME when unset)",
         section="tracing",
     ),
+    Option(
+        "payload_log_ratio",
+        _fraction,
+        "share of inference requests (gRPC, REST, TF Serving) whose request and response are logged as OIP JSON, "
+        "0-1 (default 0 = off)",
+        section="payload_log",
+    ),
+    Option(
+        "payload_log_max_body_bytes",
+        _positive,
+        "most bytes of a logged request's or response's JSON; a longer one is cut and marked truncated (65536)",
+        section="payload_log",
+    ),
+    Option(
+        "payload_log_max_per_second",
+        _positive_float,
+        "most payload lines a second (a token bucket); sampled requests past it are not logged (default 100)",
+        section="payload_log",
+    ),
+    Option(
+        "payload_log_sink",
+        _sink,
+        "where payload lines go: stdout (JSON lines) or an http(s):// URL that is POSTed batches of JSON lines "
+        "(default stdout)",
+        section="payload_log",
+    ),
     Option("grace_period_s", _seconds, "seconds to finish in-flight requests after SIGTERM (default 20)"),
     Option("log_level", _log_level, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
 )
@@ -552,7 +603,7 @@ class SettingsError(ValueError):
 def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, str]) -> RuntimeSettings:
     """Flags win over SKIFF_* variables, which win over the dataclass defaults."""
     kwargs: dict[str, Any] = {}
-    sections: dict[str, dict[str, Any]] = {"batching": {}, "ocr": {}, "tracing": {}}
+    sections: dict[str, dict[str, Any]] = {"batching": {}, "ocr": {}, "tracing": {}, "payload_log": {}}
     for option in OPTIONS:
         raw = values.get(option.name)
         source = option.flag
@@ -578,6 +629,7 @@ def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, 
         batching=BatchingLimits(**sections["batching"]),
         ocr=OcrSettings(**sections["ocr"]),
         tracing=TracingSettings(**sections["tracing"]),
+        payload_log=PayloadLogSettings(**sections["payload_log"]),
     )
     if settings.task_models and settings.task is None:
         raise SettingsError("--task-models (SKIFF_TASK_MODELS) names a task's sub-models: add --task ocr")

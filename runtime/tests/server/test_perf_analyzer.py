@@ -6,11 +6,10 @@ import csv
 import os
 import shutil
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from runtime.tests.conftest import RuntimeProcess
 
 pytestmark = [pytest.mark.paddle, pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -26,20 +25,17 @@ def perf_analyzer() -> str:
     return subprocess.run(["bash", str(script)], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def _infer_calls(metrics_port: int) -> dict[str, float]:
+def _infer_calls(runtime: RuntimeProcess) -> dict[str, float]:
     """ModelInfer calls the runtime has answered, by gRPC status code."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
     return {
         sample.labels["grpc_code"]: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
+        for sample in runtime.metric_samples()
         if sample.name == "grpc_server_handled_total" and sample.labels.get("grpc_method") == "ModelInfer"
     }
 
 
 def test_perf_analyzer_measures_the_runtime_with_no_errors(perf_analyzer: str, conv_server, tmp_path: Path) -> None:
-    before = _infer_calls(conv_server.metrics_port)
+    before = _infer_calls(conv_server)
     report = tmp_path / "report.csv"
     done = subprocess.run(
         [perf_analyzer, "-m", "conv", "-i", "grpc", "-u", conv_server.target, "-b", "2",
@@ -51,7 +47,7 @@ def test_perf_analyzer_measures_the_runtime_with_no_errors(perf_analyzer: str, c
     (row,) = csv.DictReader(report.open())
     assert row["Concurrency"] == "2"
     assert float(row["Inferences/Second"]) > 0
-    after = _infer_calls(conv_server.metrics_port)
+    after = _infer_calls(conv_server)
     assert after.get("OK", 0) - before.get("OK", 0) >= REQUESTS
     errors = {code: after[code] - before.get(code, 0) for code in after if code != "OK"}
     assert not any(errors.values()), errors

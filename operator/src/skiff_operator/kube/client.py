@@ -7,7 +7,7 @@ import contextlib
 import json
 import os
 import pathlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -110,6 +110,15 @@ class Client:
     def __init__(self, api: client.ApiClient, operator_namespace: str | None = None) -> None:
         self.operator_namespace = operator_namespace  # where the operator's pod runs; None out of cluster
         self._api = api
+        self._on_error: Callable[[str, str], None] | None = None
+
+    def observe_errors(self, on_error: Callable[[str, str], None]) -> None:
+        """Call `on_error(verb, code)` for every request that fails (the operator's API error metric)."""
+        self._on_error = on_error
+
+    def _failed(self, verb: str, error: BaseException) -> None:
+        if self._on_error is not None:
+            self._on_error(verb, error_code(error))
 
     async def _request(
         self,
@@ -127,7 +136,7 @@ class Client:
         turn back into dicts than the API server takes to answer. None for 404 when `not_found` allows it; other
         errors as ApplyRejected / ClusterUnavailable."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        async with translated_errors(kind, name):
+        async with translated_errors(kind, name, lambda error: self._failed(method, error)):
             response = await self._api.call_api(
                 path,
                 method,
@@ -156,11 +165,20 @@ class Client:
         return items
 
 
+def error_code(error: BaseException) -> str:
+    """The HTTP status of a failed request, or the client's exception's name when no answer came."""
+    return str(error.status) if isinstance(error, ApiException) else type(error).__name__
+
+
 @contextlib.asynccontextmanager
-async def translated_errors(kind: str, name: str) -> AsyncIterator[None]:
+async def translated_errors(
+    kind: str, name: str, failed: Callable[[BaseException], None] | None = None
+) -> AsyncIterator[None]:
     try:
         yield
     except (ApiException, aiohttp.ClientError, TimeoutError) as error:
+        if failed is not None:
+            failed(error)
         raise translate_error(error, kind, name) from error
 
 

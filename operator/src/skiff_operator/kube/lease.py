@@ -22,8 +22,10 @@ class Leases(Client):
         except ApiException as error:
             if error.status == NOT_FOUND:
                 return None
+            self._failed("GET", error)
             raise translate_error(error, LEASE.kind, name) from error
         except (aiohttp.ClientError, TimeoutError) as error:
+            self._failed("GET", error)
             raise translate_error(error, LEASE.kind, name) from error
         found: dict[str, Any] = self._api.sanitize_for_serialization(lease)
         return found
@@ -33,7 +35,7 @@ class Leases(Client):
         name = manifest["metadata"]["name"]
         namespace = manifest["metadata"]["namespace"]
         body: Any = dict(manifest)  # the client serializes a dict as it is
-        async with translated_errors(LEASE.kind, name):
+        async with translated_errors(LEASE.kind, name, lambda error: self._failed("POST" if create else "PUT", error)):
             if create:
                 written = await client.CoordinationV1Api(self._api).create_namespaced_lease(namespace, body)
             else:

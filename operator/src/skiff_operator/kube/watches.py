@@ -64,7 +64,9 @@ class Watches(Client):
                             yield event["raw_object"]
             except ApiException as error:
                 if error.status != GONE:
+                    self._failed("WATCH", error)
                     raise translate_error(error, kind, selector) from error
                 version = None
             except (aiohttp.ClientError, TimeoutError) as error:
+                self._failed("WATCH", error)
                 raise translate_error(error, kind, selector) from error

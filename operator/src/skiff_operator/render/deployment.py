@@ -284,6 +284,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         *render_tls_env(model),
         *render_auth_env(model),
         *_tracing_env(model),
+        *_payload_logging_env(model),
     ]
     return [{"name": name, "value": _env_value(value)} for name, value in values if value is not None]
 
@@ -295,6 +296,18 @@ def _tracing_env(model: InferenceModel) -> list[tuple[str, object | None]]:
     return [
         (contract.ENV_TRACE_ENDPOINT, tracing.endpoint),
         (contract.ENV_TRACE_SAMPLING_RATIO, tracing.sampling_ratio),
+    ]
+
+
+def _payload_logging_env(model: InferenceModel) -> list[tuple[str, object | None]]:
+    logging = model.spec.observability.payload_logging
+    if logging is None:
+        return []
+    return [
+        (contract.ENV_PAYLOAD_LOG_RATIO, logging.ratio),
+        (contract.ENV_PAYLOAD_LOG_MAX_BODY_BYTES, logging.max_body_bytes),
+        (contract.ENV_PAYLOAD_LOG_MAX_PER_SECOND, logging.max_per_second),
+        (contract.ENV_PAYLOAD_LOG_SINK, logging.sink),
     ]
 
 

@@ -22,6 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from skiff_runtime.metrics import RuntimeMetrics
+from skiff_runtime.payload_log import PayloadLog
 from skiff_runtime.proto import inference_pb2
 from skiff_runtime.server import tfserving
 from skiff_runtime.server.auth import BearerTokenAuth, TokenFile
@@ -110,10 +111,21 @@ class RuntimeServer:
         self.tracing = (
             Tracing(settings.tracing, settings.model_name, settings.model_version) if settings.tracing.enabled else None
         )
-        servicer = InferenceServicer(self.service, settings.receive_timeout_s, self.tracing)
+        # Sampled request/response logging when --payload-log-ratio is above 0; else None, nothing on the path.
+        self.payloads = (
+            PayloadLog(
+                settings.payload_log,
+                settings.model_name,
+                settings.model_version,
+                self.metrics.count_payload_records,
+            )
+            if settings.payload_log.enabled
+            else None
+        )
+        servicer = InferenceServicer(self.service, settings.receive_timeout_s, self.tracing, self.payloads)
         register(servicer, self.grpc_server)
         # TensorFlow Serving's Predict, GetModelMetadata and GetModelStatus, onto the same service.
-        tfserving.register(self.service, self.grpc_server, settings.receive_timeout_s, self.tracing)
+        tfserving.register(self.service, self.grpc_server, settings.receive_timeout_s, self.tracing, self.payloads)
         # Health on the inference port: each call reads its message within the receive timeout, a message past a
         # service name's size is refused unparsed, and Watch streams are capped so they cannot hold the server's
         # concurrent-RPC places.
@@ -145,6 +157,7 @@ class RuntimeServer:
                 ssl_context=ReloadingSslContext(self.tls.files).context if self.tls is not None else None,
                 observe=self.metrics.observe_http,
                 tracing=self.tracing,
+                payloads=self.payloads,
             )
             if settings.http_port is not None
             else None
@@ -252,6 +265,8 @@ class RuntimeServer:
         await self.service.close()
         if self.tracing is not None:
             await loop.run_in_executor(None, self.tracing.shutdown)  # the spans still buffered leave now
+        if self.payloads is not None:
+            await loop.run_in_executor(None, self.payloads.close)  # the lines still queued are written now
         log.info("stopped")
 
     async def serve(self) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from aiohttp import web
 
 from skiff_runtime import __version__, errors
+from skiff_runtime.payload_log import Capture, PayloadLog, logged
 from skiff_runtime.rest_codec import (
     HEADER_LENGTH,
     JSON_EXPANSION,
@@ -66,6 +67,17 @@ def http_status_for(error: BaseException) -> int:
     return 500
 
 
+def status_of(error: BaseException | None) -> int:
+    """The HTTP status an infer request ends with (as the guard answers it)."""
+    if error is None:
+        return 200
+    if isinstance(error, web.HTTPException):
+        return error.status
+    if isinstance(error, asyncio.CancelledError):
+        return 499  # the client went away (nginx's word for it)
+    return http_status_for(error)
+
+
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.Response(status=status, body=error_body(message), content_type=JSON_TYPE, headers=headers)
 
@@ -92,9 +104,11 @@ class RestServer:
         ssl_context: ssl.SSLContext | None = None,
         observe: ObserveRequest | None = None,
         tracing: Tracing | None = None,
+        payloads: PayloadLog | None = None,
     ) -> None:
         self.service = service
         self.tracing = tracing
+        self.payloads = payloads
         self.max_body_bytes = max_body_bytes
         self.receive_timeout_s = receive_timeout_s
         self.token = token
@@ -214,16 +228,22 @@ class RestServer:
         the byte budget before the body is read too: by its Content-Length (a body without one, by the most one
         may be), so bodies that do not fit are refused on the headers instead of arriving together. Traced under
         the caller's `traceparent` header when tracing is on; `"skiff_timing": true` in the request's parameters
-        adds the timing to the response's parameters and headers (timing.TIMING_HEADERS)."""
+        adds the timing to the response's parameters and headers (timing.TIMING_HEADERS). Logged as OIP JSON when
+        payload logging samples it (skiff_runtime.payload_log); never its headers."""
 
         def carrier() -> dict[str, str]:
             return carrier_of(request.headers.items())
 
-        return await traced(
-            self.tracing, "infer", "http", carrier, lambda times, arrived: self._infer(request, times, arrived)
-        )
+        def handle(times: RequestTimes | None, arrived: int) -> Awaitable[web.Response]:
+            return logged(
+                self.payloads, "rest", carrier, status_of, lambda cap: self._infer(request, times, arrived, cap)
+            )
 
-    async def _infer(self, request: web.Request, times: RequestTimes | None, arrived: int) -> web.Response:
+        return await traced(self.tracing, "infer", "http", carrier, handle)
+
+    async def _infer(
+        self, request: web.Request, times: RequestTimes | None, arrived: int, capture: Capture | None
+    ) -> web.Response:
         self._check(request)
         with self.service.admit() as admission:
             announced = self.max_body_bytes if request.content_length is None else request.content_length
@@ -242,7 +262,11 @@ class RestServer:
                     self.service.contract,
                 )
                 times = decoded_at(times, decoded.request.parameters, arrived)
+                if capture is not None:
+                    capture.took(decoded.request, times)
                 response = answered(await self.service.infer(decoded.request, None, admission, times), times)
+                if capture is not None:
+                    capture.answered(response)
         encoded = encode_infer_body(response, decoded.binary_outputs)
         headers = {} if encoded.header_length is None else {HEADER_LENGTH: str(encoded.header_length)}
         if times is not None and times.report:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import grpc
 
 from skiff_runtime import __version__
 from skiff_runtime.codec import decode_request_bytes, encode_model_config, encode_response_bytes
+from skiff_runtime.payload_log import Capture, PayloadLog, logged
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
+from skiff_runtime.server.status_codes import status_name
 from skiff_runtime.service import ModelService
 from skiff_runtime.timing import RequestTimes, answered, decoded_at
 from skiff_runtime.tracing import Tracing, carrier_of, traced
@@ -37,10 +39,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         service: ModelService,
         receive_timeout_s: float = MESSAGE_ARRIVAL_TIMEOUT_S,
         tracing: Tracing | None = None,
+        payloads: PayloadLog | None = None,
     ) -> None:
         self.service = service
         self.receive_timeout_s = receive_timeout_s
         self.tracing = tracing
+        self.payloads = payloads
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: object) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -80,16 +84,22 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         output copied once (codec.encode_response_bytes). The message is the only copy of the request Skiff holds
         (its tensors are views into it, until the batch is copied to a worker) and is let go before the response is
         encoded. Traced (skiff_runtime.tracing) under the caller's `traceparent` metadata when tracing is on; the
-        `skiff_timing` parameter adds the request's timing to the response's parameters (skiff_runtime.timing)."""
+        `skiff_timing` parameter adds the request's timing to the response's parameters (skiff_runtime.timing).
+        Logged as OIP JSON when payload logging samples it (skiff_runtime.payload_log); never its metadata."""
 
         def carrier() -> dict[str, str]:
             return carrier_of(context.invocation_metadata())
 
-        return await traced(
-            self.tracing, "ModelInfer", "grpc", carrier, lambda times, arrived: self._infer(context, times, arrived)
-        )
+        def handle(times: RequestTimes | None, arrived: int) -> Awaitable[bytes]:
+            return logged(
+                self.payloads, "grpc", carrier, status_name, lambda cap: self._infer(context, times, arrived, cap)
+            )
 
-    async def _infer(self, context: grpc.aio.ServicerContext, times: RequestTimes | None, arrived: int) -> bytes:
+        return await traced(self.tracing, "ModelInfer", "grpc", carrier, handle)
+
+    async def _infer(
+        self, context: grpc.aio.ServicerContext, times: RequestTimes | None, arrived: int, capture: Capture | None
+    ) -> bytes:
         service = self.service
         with service.admit() as admission:
             request = await read_message(context, self.receive_timeout_s, "ModelInferRequest")
@@ -99,9 +109,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 decoded = decode_request_bytes(request, service.contract, service.check_model)
                 del request  # lives on only through the decoded tensors' views
                 times = decoded_at(times, decoded.parameters, arrived)
+                if capture is not None:
+                    capture.took(decoded, times)
                 response = await service.infer(decoded, _deadline(context), admission, times)
                 del decoded
-        return encode_response_bytes(answered(response, times))
+        response = answered(response, times)
+        if capture is not None:
+            capture.answered(response)
+        return encode_response_bytes(response)
 
 
 def register(servicer: InferenceServicer, server: grpc.aio.Server) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,15 @@ def status_code_for(error: BaseException) -> grpc.StatusCode:
         if cls in STATUS_CODES:
             return STATUS_CODES[cls]
     return grpc.StatusCode.INTERNAL
+
+
+def status_name(error: BaseException | None) -> str:
+    """The gRPC status code's name a call ends with: OK, the table's code, CANCELLED for a cancelled call."""
+    if error is None:
+        return "OK"
+    if isinstance(error, asyncio.CancelledError):
+        return "CANCELLED"
+    return str(status_code_for(error).name)
 
 
 class ErrorInterceptor(UnaryInterceptor):

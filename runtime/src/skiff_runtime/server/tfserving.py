@@ -9,17 +9,19 @@ codes by the server's one ErrorInterceptor (TF Serving uses the same codes).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from skiff_runtime import tf_codec
 from skiff_runtime.errors import InvalidInput
+from skiff_runtime.payload_log import Capture, PayloadLog, logged
 from skiff_runtime.proto import tensorflow_serving_pb2 as tfs
 from skiff_runtime.proto import tensorflow_serving_pb2_grpc as tfs_grpc
 from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
 from skiff_runtime.server.servicer import MESSAGE_ARRIVAL_TIMEOUT_S, _deadline
+from skiff_runtime.server.status_codes import status_name
 from skiff_runtime.service import ModelService
 from skiff_runtime.timing import RequestTimes, answered, now_ns
 from skiff_runtime.tracing import Tracing, carrier_of, traced
@@ -36,22 +38,32 @@ class PredictionServicer(tfs_grpc.PredictionServiceServicer):
         service: ModelService,
         receive_timeout_s: float = MESSAGE_ARRIVAL_TIMEOUT_S,
         tracing: Tracing | None = None,
+        payloads: PayloadLog | None = None,
     ) -> None:
         self.service = service
         self.receive_timeout_s = receive_timeout_s
         self.tracing = tracing
+        self.payloads = payloads
 
     async def Predict(  # type: ignore[override]  # client-streaming on purpose, see register()
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> bytes:
-        """Traced like ModelInfer (TF Serving's PredictResponse has no parameters: no timing answer)."""
+        """Traced like ModelInfer (TF Serving's PredictResponse has no parameters: no timing answer), and logged
+        like it, as the OIP JSON of the same tensors (protocol `tfserving`)."""
 
         def carrier() -> dict[str, str]:
             return carrier_of(context.invocation_metadata())
 
-        return await traced(self.tracing, "Predict", "grpc", carrier, lambda times, _: self._predict(context, times))
+        def handle(times: RequestTimes | None, _: int) -> Awaitable[bytes]:
+            return logged(
+                self.payloads, "tfserving", carrier, status_name, lambda cap: self._predict(context, times, cap)
+            )
 
-    async def _predict(self, context: grpc.aio.ServicerContext, times: RequestTimes | None) -> bytes:
+        return await traced(self.tracing, "Predict", "grpc", carrier, handle)
+
+    async def _predict(
+        self, context: grpc.aio.ServicerContext, times: RequestTimes | None, capture: Capture | None
+    ) -> bytes:
         service = self.service
         with service.admit() as admission:
             data = await read_message(context, self.receive_timeout_s, "PredictRequest")
@@ -65,8 +77,13 @@ class PredictionServicer(tfs_grpc.PredictionServiceServicer):
                 del message, data
                 if times is not None:
                     times.decoded = now_ns()
+                if capture is not None:
+                    capture.took(decoded, times)
                 response = await service.infer(decoded, _deadline(context), admission, times)
-        return tf_codec.encode_predict(answered(response, times)).SerializeToString()
+        response = answered(response, times)
+        if capture is not None:
+            capture.answered(response)
+        return tf_codec.encode_predict(response).SerializeToString()
 
     async def GetModelMetadata(
         self, request: tfs.GetModelMetadataRequest, context: object
@@ -85,10 +102,14 @@ class ModelStatusServicer(tfs_grpc.ModelServiceServicer):
 
 
 def register(
-    service: ModelService, server: grpc.aio.Server, receive_timeout_s: float, tracing: Tracing | None = None
+    service: ModelService,
+    server: grpc.aio.Server,
+    receive_timeout_s: float,
+    tracing: Tracing | None = None,
+    payloads: PayloadLog | None = None,
 ) -> None:
     """Adds both TF Serving services to `server`; Predict as client-streaming on raw bytes (see ModelInfer)."""
-    prediction = PredictionServicer(service, receive_timeout_s, tracing)
+    prediction = PredictionServicer(service, receive_timeout_s, tracing, payloads)
     name, handlers = capture(tfs_grpc.add_PredictionServiceServicer_to_server, prediction)
     handlers = bounded(small(handlers), receive_timeout_s, max_streams=0)
     handlers["Predict"] = grpc.stream_unary_rpc_method_handler(
