@@ -33,6 +33,7 @@ from skiff_runtime.rest_codec import (
 )
 from skiff_runtime.server.auth import SCHEME, TokenFile
 from skiff_runtime.server.servicer import EXTENSIONS, SERVER_NAME
+from skiff_runtime.server.shadow import ShadowSwitch
 from skiff_runtime.service import ModelService
 from skiff_runtime.timing import TIMING_HEADERS, RequestTimes, answered, decoded_at
 from skiff_runtime.tracing import Tracing, carrier_of, traced
@@ -92,9 +93,11 @@ class RestServer:
         ssl_context: ssl.SSLContext | None = None,
         observe: ObserveRequest | None = None,
         tracing: Tracing | None = None,
+        shadow: ShadowSwitch | None = None,
     ) -> None:
         self.service = service
         self.tracing = tracing
+        self.shadow = shadow
         self.max_body_bytes = max_body_bytes
         self.receive_timeout_s = receive_timeout_s
         self.token = token
@@ -243,6 +246,8 @@ class RestServer:
                 )
                 times = decoded_at(times, decoded.request.parameters, arrived)
                 response = answered(await self.service.infer(decoded.request, None, admission, times), times)
+                if self.shadow is not None:
+                    self.shadow.offer(decoded.request, response)
         encoded = encode_infer_body(response, decoded.binary_outputs)
         headers = {} if encoded.header_length is None else {HEADER_LENGTH: str(encoded.header_length)}
         if times is not None and times.report:

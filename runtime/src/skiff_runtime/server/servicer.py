@@ -12,6 +12,7 @@ from skiff_runtime.codec import decode_request_bytes, encode_model_config, encod
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
+from skiff_runtime.server.shadow import ShadowSwitch
 from skiff_runtime.service import ModelService
 from skiff_runtime.timing import RequestTimes, answered, decoded_at
 from skiff_runtime.tracing import Tracing, carrier_of, traced
@@ -37,10 +38,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         service: ModelService,
         receive_timeout_s: float = MESSAGE_ARRIVAL_TIMEOUT_S,
         tracing: Tracing | None = None,
+        shadow: ShadowSwitch | None = None,
     ) -> None:
         self.service = service
         self.receive_timeout_s = receive_timeout_s
         self.tracing = tracing
+        self.shadow = shadow  # offered every answered request (a stable version copying to its candidate)
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: object) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -100,6 +103,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 del request  # lives on only through the decoded tensors' views
                 times = decoded_at(times, decoded.parameters, arrived)
                 response = await service.infer(decoded, _deadline(context), admission, times)
+                if self.shadow is not None:
+                    self.shadow.offer(decoded, response)  # after the answer; never waits, never raises
                 del decoded
         return encode_response_bytes(answered(response, times))
 

@@ -45,12 +45,22 @@ class Mirror:
     """Samples `ratio` of the offered requests (evenly: every 1/ratio-th, no randomness) into a queue of
     `queue_size`; `run` (one task) drains it."""
 
-    def __init__(self, send: Send, rules: Rules, *, ratio: float, queue_size: int, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        send: Send,
+        rules: Rules,
+        *,
+        ratio: float,
+        queue_size: int,
+        timeout_s: float = 10.0,
+        tally: Tally | None = None,
+    ) -> None:
+        """`tally`: counters to add to (kept across mirrors of one candidate, so the exported ones only grow)."""
         if not 0 < ratio <= 1 or queue_size < 1:
             raise ValueError(f"ratio must be in (0, 1] and queue_size at least 1 (got {ratio}, {queue_size})")
         self.send, self.rules, self.ratio, self.timeout_s = send, rules, ratio, timeout_s
         self.queue: asyncio.Queue[Copy] = asyncio.Queue(maxsize=queue_size)
-        self.tally = Tally()
+        self.tally = Tally() if tally is None else tally
         self.last_difference = ""  # the latest disagreement, for the log and the status message
         self._credit = 0.0
 
