@@ -284,8 +284,7 @@ class RuntimeMetrics:
         )
         self.shadow_served = Counter(
             "skiff_shadow_served",
-            "Copies a stable version sent here (marked skiff-shadow: 1) that this runtime answered, by gRPC code; "
-            "they are left out of grpc_server_* (the rollout analysis reads those)",
+            "Shadow copies (skiff-shadow: 1) answered, by gRPC code; not in grpc_server_*",
             ["grpc_code"],
             registry=r,
         )
