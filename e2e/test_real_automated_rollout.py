@@ -22,8 +22,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -98,20 +99,26 @@ class Stage:
         return triton.InferenceServerClient(f"127.0.0.1:{self.port}", channel_args=options)
 
 
-@pytest.fixture(scope="module")
-def stage(
-    real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def rollout_stage(
+    real_node: RealNode,
+    kube: Kubectl,
+    scratch: Path,
+    prefix: str,
+    exports: Sequence[tuple[str, str]],
+    rollouts: Mapping[str, tuple[str, dict[str, Any]]],
 ) -> Iterator[Stage]:
-    """One namespace, Traefik, the operator, and both models applied at once (their pods start together)."""
+    """One namespace with the sample models `exports` ((kind, path) under the models volume), Traefik, the operator,
+    and one model per entry of `rollouts` (name -> (candidate's modelUri, spec.rollout)) applied at once, so their
+    pods start together; the logs printed and the namespace deleted after."""
     assert kube.get_or_none("node", NODE_NAME, "default") is not None, (
         "the real node was stopped by an earlier test; this module must run before test_real_node.py's last test"
     )
-    namespace = f"e2e-rollout-{uuid.uuid4().hex[:6]}"
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
     models = create_real_namespace(kube, real_node, namespace)
-    for kind, path in (("conv", "conv/v1"), ("conv", "conv/v2"), ("two_io", "two-io/v1")):
+    for kind, path in exports:
         export = [sys.executable, "-m", "skiff_runtime.samples", kind, str(models / path)]
         subprocess.run(export, check=True, timeout=300)
-    scratch = tmp_path_factory.mktemp("rollout-real")
     # Before the operator starts: routing mode Auto picks Gateway when a model names one.
     traefik = gateway_with_traefik(kube, namespace, GATEWAY, scratch / "traefik.log")
     operator = OperatorProcess(kube, namespace, scratch / "operator.log", ["--resync-seconds", RESYNC_S])
@@ -119,37 +126,43 @@ def stage(
     try:
         traefik.start(namespace, GATEWAY)
         operator.start()
-        good = {
-            "candidate": "v2",
-            "steps": [{"weight": 20, "pause": "8s"}, {"weight": 50, "pause": "8s"}],
-            # p99s from histogram buckets on a shared 2-core machine: one bucket apart is already 2-2.5x.
-            "analysis": {"maxErrorRatio": 0.01, "maxP99LatencyRatio": 10, "minRequests": 30},
-        }
-        bad = {
-            "candidate": "v2",
-            "steps": [{"weight": 20, "pause": "5m"}, {"weight": 50, "pause": "5m"}],
-            "analysis": {
-                "maxErrorRatio": 0.05,
-                "errorCodes": [*DEFAULT_ERROR_CODES, "INVALID_ARGUMENT"],
-                "minRequests": 20,
-            },
-        }
-        kube.apply(
-            [
-                rollout_model(namespace, GOOD, image, "pvc://models/conv/v2", good),
-                rollout_model(namespace, BAD, image, "pvc://models/two-io/v1", bad),
-            ]
-        )
+        kube.apply([rollout_model(namespace, name, image, uri, spec) for name, (uri, spec) in rollouts.items()])
         yield Stage(namespace, traefik.port, kube)
     finally:
         traefik.stop()
         operator.stop()
         print(f"---- operator log ----\n{operator.log()[-20000:]}")
         print(f"---- traefik log ----\n{traefik.log()[-5000:]}")
-        for model in (GOOD, BAD):
+        for model in rollouts:
             logs = real_node.container_log(namespace, f"{model}-*", "runtime")
             print(f"---- {model} runtime logs ----\n{logs[-4000:]}")
         delete_real_namespace(kube, namespace)
+
+
+@pytest.fixture(scope="module")
+def stage(
+    real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stage]:
+    """One namespace, Traefik, the operator, and both models applied at once (their pods start together)."""
+    good = {
+        "candidate": "v2",
+        "steps": [{"weight": 20, "pause": "8s"}, {"weight": 50, "pause": "8s"}],
+        # p99s from histogram buckets on a shared 2-core machine: one bucket apart is already 2-2.5x.
+        "analysis": {"maxErrorRatio": 0.01, "maxP99LatencyRatio": 10, "minRequests": 30},
+    }
+    bad = {
+        "candidate": "v2",
+        "steps": [{"weight": 20, "pause": "5m"}, {"weight": 50, "pause": "5m"}],
+        "analysis": {
+            "maxErrorRatio": 0.05,
+            "errorCodes": [*DEFAULT_ERROR_CODES, "INVALID_ARGUMENT"],
+            "minRequests": 20,
+        },
+    }
+    exports = (("conv", "conv/v1"), ("conv", "conv/v2"), ("two_io", "two-io/v1"))
+    rollouts = {GOOD: ("pvc://models/conv/v2", good), BAD: ("pvc://models/two-io/v1", bad)}
+    with rollout_stage(real_node, kube, tmp_path_factory.mktemp("rollout-real"), "e2e-rollout", exports, rollouts) as s:
+        yield s
 
 
 @contextlib.contextmanager
