@@ -12,8 +12,10 @@ import json
 from typing import Any
 
 from skiff_operator.conditions import Reason
+from skiff_operator.plan import next_split
 from skiff_operator.prometheus import Counts
 from skiff_operator.rollout import Observation, Verdict, decide_rollout
+from skiff_operator.spec import parse_inference_model
 from skiff_operator.spec.shadow import CompareMode, Comparison, Shadow
 from tests.fakes import GATEWAYS, FakeCluster, canary_body, condition, deployment
 from tests.test_reconcile_rollout import ROLLOUT as RECONCILED_ROLLOUT
@@ -161,3 +163,13 @@ async def test_a_disagreeing_candidate_is_rolled_back_with_a_condition_and_a_war
     ]
     assert cluster.objects[("ConfigMap", "fraud-shadow")]["data"]["shadow.json"] == "{}"
     assert body["status"]["rollout"]["summary"] == "shadow 3.00% of 100 RolledBack"
+
+
+def test_while_the_gate_holds_autoscaling_readies_the_first_steps_split(make_body: Body) -> None:
+    body = canary_body(make_body, 100, 0, routing={"gateways": GATEWAYS}, rollout=SHADOW_ROLLOUT)
+    model = parse_inference_model(body)
+    assert model.spec.rollout is not None
+    holding = decide_rollout(model.spec.rollout, None, Observation(counts(0), stable(0)), revision="r1",
+                             stable=("v1",), now=T0)  # fmt: skip
+    assert holding.state.shadowing
+    assert next_split(model, holding) == {"v1": 90, "v2": 10}  # step 1's, not step 2's
