@@ -131,7 +131,8 @@ SHADOW_RESULTS = ("agreed", "disagreed", "dropped", "failed")
 
 class ShadowCollector(Collector):
     """`skiff_shadow_requests_total{candidate, result}`: what this (stable) runtime's mirror did with the copies it
-    sampled for each candidate, read from the tallies (by candidate) at each scrape; nothing before any shadowing."""
+    sampled for each candidate, and `skiff_shadow_output_disagreements_total{candidate, output}`: which outputs
+    differed; read from the tallies (by candidate) at each scrape; nothing before any shadowing."""
 
     def __init__(self, tallies: Callable[[], Mapping[str, Tally]]) -> None:
         self.tallies = tallies
@@ -145,10 +146,18 @@ class ShadowCollector(Collector):
             "Copies of answered requests sampled for a candidate version, by what became of them",
             labels=["candidate", "result"],
         )
+        outputs = CounterMetricFamily(
+            "skiff_shadow_output_disagreements",
+            "Compared copies in which this output of the candidate did not agree",
+            labels=["candidate", "output"],
+        )
         for candidate, tally in sorted(tallies.items()):
             for result in SHADOW_RESULTS:
                 family.add_metric([candidate, result], float(getattr(tally, result)))
+            for output, count in sorted(tally.outputs.items()):
+                outputs.add_metric([candidate, output], float(count))
         yield family
+        yield outputs
 
 
 class GpuCollector(Collector):

@@ -113,6 +113,8 @@ def test_a_candidate_with_the_same_weights_agrees_and_one_with_other_weights_dis
             call(stub, seed)
         wait_for(lambda: shadow_count(stable, "v2", "disagreed") == 20)
         assert shadow_count(stable, "v2", "agreed") == 20  # the counters only grow
+        by_output = {k: v for k, v in metrics(stable).items() if k.startswith("skiff_shadow_output_disagreements")}
+        assert sum(by_output.values()) == 20, by_output  # the conv sample's one output differed every time
         volume.update(b"{}")
         wait_for(lambda: [e.get("msg") for e in stable.logs()][-1:] == ["shadowing off"])
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from skiff_runtime.shadow.compare import Rules, compare_outputs
 from skiff_runtime.tensors import Array
@@ -29,6 +29,8 @@ class Tally:
     agreed: int = 0
     disagreed: int = 0
     failed: int = 0  # the candidate errored or timed out: no answer to compare
+    # Disagreeing copies by output (the stable version's output names: a bounded set), which outputs differed.
+    outputs: dict[str, int] = field(default_factory=dict)
 
     @property
     def compared(self) -> int:
@@ -104,4 +106,6 @@ class Mirror:
             self.tally.agreed += 1
         else:
             self.tally.disagreed += 1
+            for name in verdict.outputs:
+                self.tally.outputs[name] = self.tally.outputs.get(name, 0) + 1
             self.last_difference = "; ".join(verdict.differing)[:500]
