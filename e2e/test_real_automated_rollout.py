@@ -14,87 +14,31 @@ The file sorts before test_real_node.py, whose last test stops the session's rea
 
 from __future__ import annotations
 
-import contextlib
 import re
-import subprocess
-import sys
-import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import tritonclient.grpc as triton
 from devtools.cluster import Kubectl, eventually
-from devtools.gateway import gateway_with_traefik
-from devtools.images import Images
-from devtools.models import real_model
 from devtools.node.real_node import RealNode
 from devtools.traffic import steady_load, version_answering
 
-from e2e.harness import OperatorProcess, condition, wait_model_ready
-from e2e.real_models import assert_node_still_up, create_real_namespace, delete_real_namespace
+from e2e.harness import condition, wait_model_ready
+from e2e.real_rollouts import (
+    BAD,
+    DEFAULT_ERROR_CODES,
+    GOOD,
+    Stage,
+    rollout_stage,
+    wait_verdict,
+    watched,
+)
 
 # The first test's setup may build the runtime image (cold: minutes) and wait for another session's real node.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
-
-GOOD = "rollout-good"
-BAD = "rollout-bad"
-GATEWAY = "public"
-DEFAULT_ERROR_CODES = ["UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"]
-# Reconciles (and so rollout decisions) at least this often; the steps' pauses are a few of these.
-RESYNC_S = "2"
-
-
-def hostname(model: str) -> str:
-    return f"{model}.skiff.test"
-
-
-def rollout_model(namespace: str, name: str, image: str, candidate_uri: str, rollout: dict[str, Any]) -> dict[str, Any]:
-    """v1 (the conv sample) stable at 100%, v2 the candidate, both one pod on the real node, behind the Gateway
-    with their own hostname (both models share its listener)."""
-    body = real_model(namespace, name, "pvc://models/conv/v1", image)
-    spec = body["spec"]
-    spec["resources"]["cpu"] = "250m"  # four pods on the 2-core node
-    spec["versions"].append({"name": "v2", "modelUri": candidate_uri, "replicas": 1})
-    spec["traffic"] = [{"version": "v1", "percent": 100}, {"version": "v2", "percent": 0}]
-    spec["routing"] = {"gateways": [{"name": GATEWAY, "sectionName": "grpc"}], "hostnames": [hostname(name)]}
-    spec["rollout"] = rollout
-    return body
-
-
-@dataclass(frozen=True)
-class Stage:
-    namespace: str
-    port: int
-    kube: Kubectl
-
-    def model(self, name: str) -> dict[str, Any]:
-        found: dict[str, Any] = self.kube.get("inferencemodel", name, "-n", self.namespace)
-        return found
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        selector = f"involvedObject.name={name},involvedObject.kind=InferenceModel"
-        items: list[dict[str, Any]] = self.kube.get("events", "-n", self.namespace, "--field-selector", selector)[
-            "items"
-        ]
-        return sorted(items, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-
-    def answers(self, model: str, count: int) -> Counter[str]:
-        """The versions that answered `count` inferences in a row on one connection."""
-        client = self.client(model)
-        try:
-            return Counter(version_answering(client, model) for _ in range(count))
-        finally:
-            client.close()
-
-    def client(self, model: str) -> triton.InferenceServerClient:
-        """A client on its own long-lived connection to the Gateway, for `model`'s hostname."""
-        options = [("grpc.use_local_subchannel_pool", 1), ("grpc.default_authority", hostname(model))]
-        return triton.InferenceServerClient(f"127.0.0.1:{self.port}", channel_args=options)
 
 
 @pytest.fixture(scope="module")
@@ -102,71 +46,25 @@ def stage(
     real_node: RealNode, kube: Kubectl, crd: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stage]:
     """One namespace, Traefik, the operator, and both models applied at once (their pods start together)."""
-    assert_node_still_up(kube)
-    namespace = f"e2e-rollout-{uuid.uuid4().hex[:6]}"
-    models = create_real_namespace(kube, real_node, namespace)
-    for kind, path in (("conv", "conv/v1"), ("conv", "conv/v2"), ("two_io", "two-io/v1")):
-        export = [sys.executable, "-m", "skiff_runtime.samples", kind, str(models / path)]
-        subprocess.run(export, check=True, timeout=300)
-    scratch = tmp_path_factory.mktemp("rollout-real")
-    # Before the operator starts: routing mode Auto picks Gateway when a model names one.
-    traefik = gateway_with_traefik(kube, namespace, GATEWAY, scratch / "traefik.log")
-    operator = OperatorProcess(kube, namespace, scratch / "operator.log", ["--resync-seconds", RESYNC_S])
-    image = Images.from_script().runtime
-    try:
-        traefik.start(namespace, GATEWAY)
-        operator.start()
-        good = {
-            "candidate": "v2",
-            "steps": [{"weight": 20, "pause": "8s"}, {"weight": 50, "pause": "8s"}],
-            # p99s from histogram buckets on a shared 2-core machine: one bucket apart is already 2-2.5x.
-            "analysis": {"maxErrorRatio": 0.01, "maxP99LatencyRatio": 10, "minRequests": 30},
-        }
-        bad = {
-            "candidate": "v2",
-            "steps": [{"weight": 20, "pause": "5m"}, {"weight": 50, "pause": "5m"}],
-            "analysis": {
-                "maxErrorRatio": 0.05,
-                "errorCodes": [*DEFAULT_ERROR_CODES, "INVALID_ARGUMENT"],
-                "minRequests": 20,
-            },
-        }
-        kube.apply(
-            [
-                rollout_model(namespace, GOOD, image, "pvc://models/conv/v2", good),
-                rollout_model(namespace, BAD, image, "pvc://models/two-io/v1", bad),
-            ]
-        )
-        yield Stage(namespace, traefik.port, kube)
-    finally:
-        traefik.stop()
-        operator.stop()
-        print(f"---- operator log ----\n{operator.log()[-20000:]}")
-        print(f"---- traefik log ----\n{traefik.log()[-5000:]}")
-        for model in (GOOD, BAD):
-            logs = real_node.container_log(namespace, f"{model}-*", "runtime")
-            print(f"---- {model} runtime logs ----\n{logs[-4000:]}")
-        delete_real_namespace(kube, namespace)
-
-
-@contextlib.contextmanager
-def watched(stage: Stage, model: str, interval_s: float = 0.3) -> Iterator[list[dict[str, Any]]]:
-    """The model as read every `interval_s` while the block runs (a step lasts seconds: none is missed)."""
-    seen: list[dict[str, Any]] = []
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.wait(interval_s):
-            seen.append(stage.model(model))
-
-    thread = threading.Thread(target=poll, daemon=True)
-    thread.start()
-    try:
-        yield seen
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        seen.append(stage.model(model))
+    good = {
+        "candidate": "v2",
+        "steps": [{"weight": 20, "pause": "8s"}, {"weight": 50, "pause": "8s"}],
+        # p99s from histogram buckets on a shared 2-core machine: one bucket apart is already 2-2.5x.
+        "analysis": {"maxErrorRatio": 0.01, "maxP99LatencyRatio": 10, "minRequests": 30},
+    }
+    bad = {
+        "candidate": "v2",
+        "steps": [{"weight": 20, "pause": "5m"}, {"weight": 50, "pause": "5m"}],
+        "analysis": {
+            "maxErrorRatio": 0.05,
+            "errorCodes": [*DEFAULT_ERROR_CODES, "INVALID_ARGUMENT"],
+            "minRequests": 20,
+        },
+    }
+    exports = (("conv", "conv/v1"), ("conv", "conv/v2"), ("two_io", "two-io/v1"))
+    rollouts = {GOOD: ("pvc://models/conv/v2", good), BAD: ("pvc://models/two-io/v1", bad)}
+    with rollout_stage(real_node, kube, tmp_path_factory.mktemp("rollout-real"), "e2e-rollout", exports, rollouts) as s:
+        yield s
 
 
 def steps_seen(bodies: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
@@ -187,17 +85,6 @@ _SIDE = re.compile(r"(?P<versions>[\w,-]+): (?P<requests>\d+) requests, error ra
 
 def side_requests(message: str) -> dict[str, tuple[int, float]]:
     return {m["versions"]: (int(m["requests"]), float(m["ratio"])) for m in _SIDE.finditer(message)}
-
-
-def wait_verdict(stage: Stage, model: str, timeout: float) -> dict[str, Any]:
-    """The model once its rollout is Promoted or RolledBack."""
-
-    def final() -> dict[str, Any] | None:
-        body = stage.model(model)
-        verdict = (body.get("status", {}).get("rollout") or {}).get("verdict")
-        return body if verdict in {"Promoted", "RolledBack"} else None
-
-    return eventually(final, timeout=timeout, interval=0.5, what=f"{model}'s rollout to be Promoted or RolledBack")
 
 
 def wait_both_answer(stage: Stage, model: str) -> None:

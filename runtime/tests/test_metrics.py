@@ -202,3 +202,23 @@ def test_this_process_exports_its_cpu_seconds_and_they_grow_with_work() -> None:
     while time.process_time() < deadline:
         pass
     assert exported() - before >= 0.2
+
+
+def test_shadow_counts_are_exported_per_candidate_result_and_differing_output() -> None:
+    from skiff_runtime.shadow.mirror import Tally
+
+    metrics = RuntimeMetrics("m", "v1")
+    tallies = {"v2": Tally(agreed=7, disagreed=3, dropped=2, failed=1, outputs={"probs": 3, "label": 1})}
+    metrics.track_shadow(lambda: tallies)
+    page = generate_latest(metrics.registry).decode()
+    for line in (
+        'skiff_shadow_requests_total{candidate="v2",result="agreed"} 7.0',
+        'skiff_shadow_requests_total{candidate="v2",result="disagreed"} 3.0',
+        'skiff_shadow_requests_total{candidate="v2",result="dropped"} 2.0',
+        'skiff_shadow_requests_total{candidate="v2",result="failed"} 1.0',
+        'skiff_shadow_output_disagreements_total{candidate="v2",output="probs"} 3.0',
+        'skiff_shadow_output_disagreements_total{candidate="v2",output="label"} 1.0',
+    ):
+        assert line in page.splitlines()
+    metrics.observe_shadow_rpc("OK")
+    assert 'skiff_shadow_served_total{grpc_code="OK"} 1.0' in generate_latest(metrics.registry).decode()

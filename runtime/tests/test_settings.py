@@ -143,6 +143,7 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "tls_key_file": ("/certs/tls.key", Path("/certs/tls.key")),
         "tls_client_ca_file": ("/certs/ca.crt", Path("/certs/ca.crt")),
         "auth_token_file": ("/secrets/token", Path("/secrets/token")),
+        "shadow_file": ("/etc/skiff/shadow/shadow.json", Path("/etc/skiff/shadow/shadow.json")),
         "task": ("ocr", "ocr"),
         "task_models": ("det=d,cls=c,rec=r", {"det": Path("d"), "cls": Path("c"), "rec": Path("r")}),
         "ocr_dictionary": ("/models/keys.txt", Path("/models/keys.txt")),

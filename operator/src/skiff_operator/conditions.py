@@ -109,6 +109,9 @@ class Reason(enum.StrEnum):
     ERROR_RATIO_EXCEEDED = "ErrorRatioExceeded"
     LATENCY_RATIO_EXCEEDED = "LatencyRatioExceeded"
     ABORTED = "Aborted"
+    SHADOWING = "Shadowing"  # spec.rollout.shadow's gate: copies compared, the candidate at 0%
+    SHADOW_PASSED = "ShadowPassed"
+    SHADOW_DISAGREED = "ShadowDisagreed"
     # Rollout Events (skiff_operator.rollout.EVENT_REASONS maps each status.rollout reason to one)
     ROLLOUT_STEP_PASSED = "RolloutStepPassed"
     ROLLOUT_LOW_TRAFFIC = "RolloutLowTraffic"
@@ -118,6 +121,9 @@ class Reason(enum.StrEnum):
     ROLLOUT_ERROR_RATIO_EXCEEDED = "RolloutErrorRatioExceeded"
     ROLLOUT_LATENCY_RATIO_EXCEEDED = "RolloutLatencyRatioExceeded"
     ROLLOUT_ABORTED = "RolloutAborted"
+    ROLLOUT_SHADOWING = "RolloutShadowing"
+    ROLLOUT_SHADOW_PASSED = "RolloutShadowPassed"
+    ROLLOUT_SHADOW_DISAGREED = "RolloutShadowDisagreed"
     ROLLOUT_STEP_ROUNDED = "RolloutStepRounded"  # Service mode: whole pods cannot give a step's weight
     # TLS Events (skiff_operator.tls): what a client trusting the model's CA must know
     CERTIFICATE_ISSUED = "CertificateIssued"

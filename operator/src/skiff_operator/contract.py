@@ -90,6 +90,11 @@ ENV_TLS_CLIENT_CA_FILE = "SKIFF_TLS_CLIENT_CA_FILE"
 AUTH_DIR = "/etc/skiff/auth"
 AUTH_TOKEN_FILE_NAME = "token"  # noqa: S105 - a file name, not a password
 ENV_AUTH_TOKEN_FILE = "SKIFF_AUTH_TOKEN_FILE"  # noqa: S105
+# spec.rollout.shadow: the ConfigMap key every version's pods mount; the runtime re-reads it (skiff_runtime.shadow)
+SHADOW_DIR = "/etc/skiff/shadow"
+SHADOW_FILE_NAME = "shadow.json"
+ENV_SHADOW_FILE = "SKIFF_SHADOW_FILE"
+SHADOW_REQUESTS = "skiff_shadow_requests_total"  # {candidate, result}: a stable pod's copies
 
 # A fetched modelUri (s3://, https://): the fetch-model init container (the runtime image's `python -m
 # skiff_runtime.fetch`) fills an emptyDir at FETCH_ROOT/FETCH_SUBDIR, which the runtime mounts read-only at its

@@ -14,6 +14,7 @@ from skiff_operator.render.fetch import render_digest_pins
 from skiff_operator.render.network_policy import render_network_policy
 from skiff_operator.render.route import ParentGateway, render_grpc_route
 from skiff_operator.render.service import render_model_service, render_version_service
+from skiff_operator.render.shadow import render_shadow_config_map
 from skiff_operator.render.tls import render_ca_secret, render_certificate, render_tls_secret
 from skiff_operator.routing import Mode, RoutingPlan
 from skiff_operator.spec import InferenceModel, Version
@@ -28,7 +29,7 @@ LAST_KINDS = kinds_in_order(Order.LAST)
 
 def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
     """The TLS step's Secrets or Certificate (SelfSigned: only those that must change), the fetched versions'
-    digest ConfigMap (any version fetched), then per version its
+    digest ConfigMap (any version fetched), the shadow ConfigMap (spec.rollout.shadow), then per version its
     Deployment (unless its claim is missing: then whatever runs now stays), Service and PodDisruptionBudget (more
     than one replica), the CA ConfigMap and
     BackendTLSPolicies (Gateway mode with TLS), the model Service, the GRPCRoute (Gateway mode), and the
@@ -40,6 +41,7 @@ def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
     pins = render_digest_pins(running)
     if pins is not None:
         manifests.append(pins)
+    manifests += render_shadow_config_map(plan.model, plan.rollout)  # spec.rollout.shadow: what stable pods read
     for version in running.spec.versions:
         manifests += [m for render in VERSION_RENDERERS if (m := render(plan, version)) is not None]
     manifests += render_backend_tls(plan.model, plan.routing)

@@ -22,6 +22,7 @@ from skiff_operator.rollout import (
     Verdict,
 )
 from skiff_operator.routing import Mode
+from skiff_operator.shadow_gate import GateVerdict, ShadowCounts, ShadowStatus
 from skiff_operator.spec import TLSMode
 from skiff_operator.status import NULL_WHEN_NONE, SubModelStatus, VersionStatus
 from skiff_operator.tls import TLSStatus
@@ -122,6 +123,15 @@ WIRE_NAMES: Mapping[str, str] = {
     "p99_seconds": "p99Seconds",
     "codes": "codes",
     "buckets": "buckets",
+    # ShadowStatus, ShadowCounts (spec.rollout.shadow's gate)
+    "shadow": "shadow",
+    "shadow_baseline": "shadowBaseline",
+    "samples": "samples",
+    "agreed": "agreed",
+    "agreement": "agreement",
+    "disagreed": "disagreed",
+    "dropped": "dropped",
+    "failed": "failed",
     # StepRounding
     "step_rounding": "stepRounding",
     "requested_percent": "requestedPercent",
@@ -275,6 +285,9 @@ def _rollout(raw: Any) -> RolloutStatus | None:
     baseline = tuple(_baseline(item) for item in _entries(raw.get("baseline")))
     if any(item is None for item in baseline):
         return None
+    shadow, shadow_baseline = _shadow(raw.get("shadow")), _shadow_counts(raw.get("shadowBaseline"))
+    if (shadow is None) != ("shadow" not in raw) or (shadow_baseline is None) != ("shadowBaseline" not in raw):
+        return None  # an unreadable gate starts the rollout again (at the gate), never past it
     return RolloutStatus(
         candidate=candidate,
         revision=revision,
@@ -288,7 +301,29 @@ def _rollout(raw: Any) -> RolloutStatus | None:
         analysis=tuple(side for side in map(_side, _entries(raw.get("analysis"))) if side is not None),
         baseline=tuple(item for item in baseline if item is not None),
         step_rounding=tuple(item for item in map(_rounding, _entries(raw.get("stepRounding"))) if item is not None),
+        shadow=shadow,
+        shadow_baseline=shadow_baseline,
     )
+
+
+def _shadow(raw: Any) -> ShadowStatus | None:
+    """The shadow gate's last verdict; None when unreadable (the gate then judges from its baseline again)."""
+    if not isinstance(raw, Mapping):
+        return None
+    verdict = _enum(GateVerdict, raw.get("verdict"))
+    numbers = [_int(raw.get(key)) for key in ("samples", "agreed", "dropped", "failed")]
+    agreement = raw.get("agreement")
+    if verdict is None or any(n is None for n in numbers) or not isinstance(agreement, int | float):
+        return None
+    samples, agreed, dropped, failed = (n or 0 for n in numbers)
+    return ShadowStatus(samples, agreed, float(agreement), dropped, failed, verdict, _str(raw.get("message")) or "")
+
+
+def _shadow_counts(raw: Any) -> ShadowCounts | None:
+    if not isinstance(raw, Mapping):
+        return None
+    numbers = [_int(raw.get(key)) for key in ("agreed", "disagreed", "dropped", "failed")]
+    return None if any(n is None for n in numbers) else ShadowCounts(*(n or 0 for n in numbers))
 
 
 def _rounding(raw: Mapping[str, Any]) -> StepRounding | None:

@@ -54,6 +54,11 @@ def model_digests_config_map_name(model: str) -> str:
     return fit_name(model, "model-digests")
 
 
+def shadow_config_map_name(model: str) -> str:
+    """The ConfigMap every version's pods mount with spec.rollout.shadow: where the stable pods copy requests to."""
+    return fit_name(model, "shadow")
+
+
 def selector_labels(model: str, version: str | None = None) -> dict[str, str]:
     """The labels a Service or Deployment selects pods by (stable for a Deployment's lifetime)."""
     labels = {MODEL_LABEL: fit_name(model)}

@@ -174,6 +174,6 @@ def next_split(model: InferenceModel, rollout: RolloutDecision | None) -> dict[s
     spec = model.spec.rollout
     if spec is None or rollout is None or rollout.state.verdict not in (Verdict.PROGRESSING, Verdict.WAITING):
         return {}
-    step = rollout.state.step + 1
+    step = 0 if rollout.state.shadowing else rollout.state.step + 1  # the shadow gate comes before step 1
     weight = spec.steps[step].weight if step < len(spec.steps) else 100
     return {share.version: share.percent for share in rollout_traffic(spec, model.spec.traffic, weight)}

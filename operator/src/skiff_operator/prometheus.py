@@ -24,6 +24,7 @@ HANDLING_BUCKET = "grpc_server_handling_seconds_bucket"
 HANDLING_SUM = "grpc_server_handling_seconds_sum"
 HTTP_HANDLING_SUM = "http_server_handling_seconds_sum"
 CPU_SECONDS = "skiff_cpu_seconds_total"
+SHADOW_REQUESTS = "skiff_shadow_requests_total"  # a stable pod's copies to a candidate, {candidate, result}
 GPU_UTILIZATION = "gpu_utilization"
 # The REST routes that run the model: the runtime labels a request with its canonical route.
 INFERENCE_ROUTE_SUFFIX = "/infer"
@@ -66,6 +67,10 @@ class Counts:
     cpu_pods: int = 0  # the pages that had it (a runtime without a readable cgroup exports none)
     gpu_percent: float = 0.0  # gpu_utilization, summed over every GPU of every page
     gpus: int = 0  # the GPUs that summed
+    shadow: Mapping[str, int] = field(default_factory=dict)  # "candidate/result" -> copies (SHADOW_REQUESTS)
+
+    def shadow_of(self, candidate: str, result: str) -> int:
+        return self.shadow.get(f"{candidate}/{result}", 0)
 
     @property
     def requests(self) -> int:
@@ -92,6 +97,7 @@ class ExpositionReader:
         self._cpu: float | None = None
         self._gpu_percent = 0.0
         self._gpus = 0
+        self._shadow: dict[str, int] = {}
 
     def feed(self, chunk: bytes) -> None:
         self._read += len(chunk)
@@ -123,6 +129,7 @@ class ExpositionReader:
             cpu_pods=0 if self._cpu is None else 1,
             gpu_percent=self._gpu_percent,
             gpus=self._gpus,
+            shadow=dict(self._shadow),
         )
 
     def _line(self, raw: bytes) -> None:
@@ -146,9 +153,13 @@ class ExpositionReader:
             self._gpu_percent += _percent(match.group("value"), self._number)
             self._gpus += 1
             return
-        if name not in (HANDLED, HANDLING_BUCKET, HANDLING_SUM, HTTP_HANDLING_SUM):
+        if name not in (HANDLED, HANDLING_BUCKET, HANDLING_SUM, HTTP_HANDLING_SUM, SHADOW_REQUESTS):
             return
         labels = {key: _unescape(value) for key, value in _LABEL.findall(match.group("labels") or "")}
+        if name == SHADOW_REQUESTS:
+            key = f"{labels.get('candidate', '')}/{labels.get('result', '')}"
+            self._shadow[key] = self._shadow.get(key, 0) + _count(match.group("value"), self._number)
+            return
         if name == HTTP_HANDLING_SUM:
             if labels.get("route", "").endswith(INFERENCE_ROUTE_SUFFIX):
                 self._seconds += _seconds(match.group("value"), self._number)
@@ -180,7 +191,10 @@ def add(counts: Iterable[Counts]) -> Counts:
     buckets: dict[str, int] = {}
     seconds = cpu = gpu = 0.0
     cpu_pods = gpus = 0
+    shadow: dict[str, int] = {}
     for item in counts:
+        for key, value in item.shadow.items():
+            shadow[key] = shadow.get(key, 0) + value
         for code, value in item.codes.items():
             codes[code] = codes.get(code, 0) + value
         for bound, value in item.buckets.items():
@@ -190,7 +204,9 @@ def add(counts: Iterable[Counts]) -> Counts:
         cpu_pods += item.cpu_pods
         gpu += item.gpu_percent
         gpus += item.gpus
-    return Counts(codes, buckets, seconds, cpu_seconds=cpu, cpu_pods=cpu_pods, gpu_percent=gpu, gpus=gpus)
+    return Counts(
+        codes, buckets, seconds, cpu_seconds=cpu, cpu_pods=cpu_pods, gpu_percent=gpu, gpus=gpus, shadow=shadow
+    )
 
 
 def subtract(now: Counts, before: Counts) -> Counts | None:

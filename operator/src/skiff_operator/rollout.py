@@ -17,6 +17,10 @@ Rules (each has a row in operator/tests/test_rollout.py):
   p99 (when the stable versions also served minRequests) rolls it back; otherwise the step passes, and after the
   last step the candidate is promoted to 100%.
 - Promoted and RolledBack are final for the candidate's revision (except abort, above).
+- spec.rollout.shadow: the rollout starts at 0% (Shadowing): the stable pods copy a sample of their requests to the
+  candidate and count the comparisons (skiff_shadow_requests_total); judge_shadow on their growth since the gate
+  started decides: Waiting stays at 0%, Failed rolls back (ShadowDisagreed) with 0% ever given, Passed starts the
+  first weighted step. paused holds the gate at 0%; a shadow counter that went down starts its window again.
 - Service mode splits connections by pods: each step's weight is what whole pods give it (round_steps), and
   status.rollout.stepRounding and a Warning Event say so for every step where that is not the weight asked for,
   before the step starts (from the rollout's first pass, again whenever the rounding changes).
@@ -41,6 +45,7 @@ from skiff_operator.conditions import (
 from skiff_operator.observed import MetricsScrape
 from skiff_operator.prometheus import Counts, quantile, subtract
 from skiff_operator.routing import service_targets
+from skiff_operator.shadow_gate import GateVerdict, ShadowCounts, ShadowStatus, judge_shadow
 from skiff_operator.spec import InferenceModel, ModelUri, RolloutSpec, TrafficShare, Version
 from skiff_operator.status import stamp_conditions
 from skiff_operator.traffic import TOTAL, largest_remainder
@@ -72,6 +77,9 @@ ROLLOUT_REASONS = frozenset(
         Reason.LATENCY_RATIO_EXCEEDED,
         Reason.ABORTED,
         Reason.WAITING_FOR_CAPACITY,
+        Reason.SHADOWING,
+        Reason.SHADOW_PASSED,
+        Reason.SHADOW_DISAGREED,
     }
 )
 
@@ -92,8 +100,15 @@ EVENTS: Mapping[Reason, tuple[EventType, Reason]] = {
     Reason.ERROR_RATIO_EXCEEDED: (EventType.WARNING, Reason.ROLLOUT_ERROR_RATIO_EXCEEDED),
     Reason.LATENCY_RATIO_EXCEEDED: (EventType.WARNING, Reason.ROLLOUT_LATENCY_RATIO_EXCEEDED),
     Reason.ABORTED: (EventType.WARNING, Reason.ROLLOUT_ABORTED),
+    Reason.SHADOWING: (EventType.NORMAL, Reason.ROLLOUT_SHADOWING),
+    Reason.SHADOW_PASSED: (EventType.NORMAL, Reason.ROLLOUT_SHADOW_PASSED),
+    Reason.SHADOW_DISAGREED: (EventType.WARNING, Reason.ROLLOUT_SHADOW_DISAGREED),
 }
-ROLLED_BACK_REASONS = frozenset({Reason.ERROR_RATIO_EXCEEDED, Reason.LATENCY_RATIO_EXCEEDED, Reason.ABORTED})
+ROLLED_BACK_REASONS = frozenset(
+    {Reason.ERROR_RATIO_EXCEEDED, Reason.LATENCY_RATIO_EXCEEDED, Reason.ABORTED, Reason.SHADOW_DISAGREED}
+)
+# skiff_shadow_requests_total's results, in ShadowCounts' field order.
+SHADOW_RESULTS = ("agreed", "disagreed", "dropped", "failed")
 _FINAL = frozenset({Verdict.PROMOTED, Verdict.ROLLED_BACK})
 
 
@@ -126,6 +141,13 @@ class RolloutState:
     message: str
     baseline: Mapping[Role, Counts] = field(default_factory=dict)
     analysis: tuple[Side, ...] = ()
+    shadow: ShadowStatus | None = None  # spec.rollout.shadow's gate: Waiting while the candidate is shadowed
+    shadow_baseline: ShadowCounts | None = None  # the stable pods' shadow counters when the gate started
+
+    @property
+    def shadowing(self) -> bool:
+        """Whether the shadow gate still holds the candidate at 0% (copies compared, no weight yet)."""
+        return self.shadow is not None and self.shadow.verdict is GateVerdict.WAITING
 
 
 @dataclass(frozen=True)
@@ -237,6 +259,8 @@ def _next_state(
         )
     if state.verdict in _FINAL:
         return state
+    if state.shadowing:
+        return _shadow_gate(rollout, state, observed, now)
     # Steps edited mid-rollout: stay within them, at the share the current step now asks for.
     index = min(state.step, steps - 1)
     state = replace(state, step=index, weight=rollout.steps[index].weight)
@@ -297,7 +321,7 @@ def _next_state(
 
 def _start(rollout: RolloutSpec, observed: Observation, revision: str, now: datetime.datetime) -> RolloutState:
     weight = rollout.steps[0].weight
-    return RolloutState(
+    state = RolloutState(
         candidate=rollout.candidate,
         revision=revision,
         step=0,
@@ -307,6 +331,64 @@ def _start(rollout: RolloutSpec, observed: Observation, revision: str, now: date
         reason=Reason.ROLLOUT_STARTED,
         message=f"rolling out {rollout.candidate}: step 1/{len(rollout.steps)} at {weight}%",
         baseline=_baseline(observed),
+    )
+    if rollout.shadow is None:
+        return state
+    gate = judge_shadow(rollout.shadow, ShadowCounts(), rollout.candidate)  # the gate first, at 0%
+    return replace(
+        state,
+        weight=0,
+        reason=Reason.SHADOWING,
+        message=f"rolling out {rollout.candidate}: shadowed first at 0% ({gate.message})",
+        shadow=gate,
+        shadow_baseline=shadow_counts(observed.stable, rollout.candidate),
+    )
+
+
+def shadow_counts(stable: Counts | None, candidate: str) -> ShadowCounts:
+    """The stable pods' shadow counters for `candidate` (zero where none were read)."""
+    if stable is None:
+        return ShadowCounts()
+    return ShadowCounts(*(stable.shadow_of(candidate, result) for result in SHADOW_RESULTS))
+
+
+def _shadow_growth(now: ShadowCounts, before: ShadowCounts) -> ShadowCounts | None:
+    """The counters' growth; None when one went down (a stable pod restarted or left)."""
+    grown = [getattr(now, r) - getattr(before, r) for r in SHADOW_RESULTS]
+    return None if any(value < 0 for value in grown) else ShadowCounts(*grown)
+
+
+def _shadow_gate(
+    rollout: RolloutSpec, state: RolloutState, observed: Observation, now: datetime.datetime
+) -> RolloutState:
+    """One pass of the shadow gate: the candidate stays at 0% until judge_shadow passes or fails it."""
+    shadow = rollout.shadow
+    if shadow is None:  # spec.rollout.shadow removed mid-gate: the steps start now, as without a gate
+        return _start(rollout, observed, state.revision, now)
+    state = replace(state, weight=0)
+    if rollout.paused:
+        message = f"spec.rollout.paused is set: {rollout.candidate} stays shadowed at 0%"
+        return replace(state, verdict=Verdict.PAUSED, reason=Reason.ROLLOUT_PAUSED, message=message)
+    if observed.stable is None:
+        message = f"cannot read the stable pods' shadow counters: {observed.problem or 'no data'}; waiting at 0%"
+        return replace(state, verdict=Verdict.WAITING, reason=Reason.METRICS_UNAVAILABLE, message=message)
+    current = shadow_counts(observed.stable, rollout.candidate)
+    since = _shadow_growth(current, state.shadow_baseline or ShadowCounts())
+    if since is None:
+        message = "a shadow counter went down (a stable pod restarted or left); the gate counts again from now"
+        return replace(
+            state, shadow_baseline=current, verdict=Verdict.WAITING, reason=Reason.COUNTERS_RESET, message=message
+        )
+    gate = judge_shadow(shadow, since, rollout.candidate)
+    state = replace(state, shadow=gate)
+    if gate.verdict is GateVerdict.FAILED:
+        return _rolled_back(state, Reason.SHADOW_DISAGREED, gate.message)
+    if gate.verdict is GateVerdict.WAITING:
+        return replace(state, verdict=Verdict.PROGRESSING, reason=Reason.SHADOWING, message=gate.message)
+    first = _start(replace(rollout, shadow=None), observed, state.revision, now)  # the first step starts now
+    message = f"{gate.message}; {rollout.candidate} now at {first.weight}% (step 1/{len(rollout.steps)})"
+    return replace(
+        first, reason=Reason.SHADOW_PASSED, message=message, shadow=gate, shadow_baseline=state.shadow_baseline
     )
 
 
@@ -517,9 +599,16 @@ class RolloutStatus:
     analysis: tuple[SideStatus, ...] = ()
     baseline: tuple[BaselineStatus, ...] = ()
     step_rounding: tuple[StepRounding, ...] = ()  # Service mode: the steps whole pods round (empty: none)
+    shadow: ShadowStatus | None = None  # spec.rollout.shadow's gate (kubectl's ROLLOUT column shows its agreement)
+    shadow_baseline: ShadowCounts | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "summary", f"{min(self.step + 1, self.steps)}/{self.steps} {self.verdict}")
+        shadow = self.shadow
+        if shadow is not None and shadow.verdict is not GateVerdict.PASSED:  # the gate: no step has started
+            summary = f"shadow {shadow.agreement:.2%} of {shadow.samples} {self.verdict}"
+        else:
+            summary = f"{min(self.step + 1, self.steps)}/{self.steps} {self.verdict}"
+        object.__setattr__(self, "summary", summary)
 
 
 def rollout_status(state: RolloutState, steps: int, rounding: Sequence[StepRounding] = ()) -> RolloutStatus:
@@ -548,6 +637,8 @@ def rollout_status(state: RolloutState, steps: int, rounding: Sequence[StepRound
             BaselineStatus(role, dict(counts.codes), dict(counts.buckets))
             for role, counts in sorted(state.baseline.items())
         ),
+        shadow=state.shadow,
+        shadow_baseline=state.shadow_baseline,
     )
 
 
@@ -563,4 +654,6 @@ def rollout_state(status: RolloutStatus) -> RolloutState:
         reason=status.reason,
         message=status.message,
         baseline={b.role: Counts(dict(b.codes), dict(b.buckets)) for b in status.baseline},
+        shadow=status.shadow,
+        shadow_baseline=status.shadow_baseline,
     )

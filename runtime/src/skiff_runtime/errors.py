@@ -29,6 +29,9 @@ def internal_error_message(incident: str) -> str:
 # A request carrying this header goes, through the model's GRPCRoute, to the version it names (the operator renders
 # one rule per version: its contract.PIN_HEADER); a runtime refuses a pinned or named version it does not serve.
 PIN_HEADER = "skiff-version"
+# The marker a stable runtime puts on the copies it sends its candidate (skiff_runtime.shadow): the candidate counts
+# them apart from user traffic (skiff_shadow_served_total), so the rollout analysis never reads them.
+SHADOW_HEADER = "skiff-shadow"
 
 
 def reach_version_hint(model: str, version: str) -> str:

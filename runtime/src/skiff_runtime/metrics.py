@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from skiff_runtime.batching.batcher import BatchStats
 from skiff_runtime.gpus import NvmlDevice, visible_gpus
 from skiff_runtime.metrics_http import serve_metrics
+from skiff_runtime.shadow.mirror import Tally
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,41 @@ class CpuCollector(Collector):
             "CPU seconds of the runtime's process and its workers (user + system)",
             value=tree_cpu_seconds(self.root, stats, self.ticks),
         )
+
+
+# skiff_shadow_requests_total's results: the Tally field each counts.
+SHADOW_RESULTS = ("agreed", "disagreed", "dropped", "failed")
+
+
+class ShadowCollector(Collector):
+    """`skiff_shadow_requests_total{candidate, result}`: what this (stable) runtime's mirror did with the copies it
+    sampled for each candidate, and `skiff_shadow_output_disagreements_total{candidate, output}`: which outputs
+    differed; read from the tallies (by candidate) at each scrape; nothing before any shadowing."""
+
+    def __init__(self, tallies: Callable[[], Mapping[str, Tally]]) -> None:
+        self.tallies = tallies
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        tallies = self.tallies()
+        if not tallies:
+            return
+        family = CounterMetricFamily(
+            "skiff_shadow_requests",
+            "Copies of answered requests sampled for a candidate version, by what became of them",
+            labels=["candidate", "result"],
+        )
+        outputs = CounterMetricFamily(
+            "skiff_shadow_output_disagreements",
+            "Compared copies in which this output of the candidate did not agree",
+            labels=["candidate", "output"],
+        )
+        for candidate, tally in sorted(tallies.items()):
+            for result in SHADOW_RESULTS:
+                family.add_metric([candidate, result], float(getattr(tally, result)))
+            for output, count in sorted(tally.outputs.items()):
+                outputs.add_metric([candidate, output], float(count))
+        yield family
+        yield outputs
 
 
 class GpuCollector(Collector):
@@ -262,6 +298,12 @@ class RuntimeMetrics:
             ["result"],
             registry=r,
         )
+        self.shadow_served = Counter(
+            "skiff_shadow_served",
+            "Shadow copies (skiff-shadow: 1) answered, by gRPC code; not in grpc_server_*",
+            ["grpc_code"],
+            registry=r,
+        )
         self._ready = self.ready.labels(**labels)
         self._ready.set(0)
         r.register(CpuCollector())
@@ -298,6 +340,13 @@ class RuntimeMetrics:
             self.received_bytes.labels(kind, service, name).observe(received)
         if sent is not None:
             self.sent_bytes.labels(kind, service, name).observe(sent)
+
+    def observe_shadow_rpc(self, code: str) -> None:
+        """One finished shadow copy (ModelInfer marked skiff-shadow): counted apart from user traffic."""
+        self.shadow_served.labels(code).inc()
+
+    def track_shadow(self, tallies: Callable[[], Mapping[str, Tally]]) -> None:
+        self.registry.register(ShadowCollector(tallies))
 
     def observe_http(
         self, route: str, status: int, seconds: float, received: int | None = None, sent: int | None = None

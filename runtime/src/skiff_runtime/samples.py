@@ -66,8 +66,9 @@ class TwoInTwoOut(paddle.nn.Layer):
         return scores, totals
 
 
-def export_conv(directory: Path, image_size: int = 32) -> Path:
-    paddle.seed(7)
+def export_conv(directory: Path, image_size: int = 32, seed: int = 7) -> Path:
+    """The conv sample; another `seed` gives other weights: a version whose answers differ (shadow tests)."""
+    paddle.seed(seed)
     layer = ConvNet()
     layer.eval()
     spec = [paddle.static.InputSpec([-1, 3, image_size, image_size], "float32", "image")]
@@ -107,10 +108,16 @@ def export_two_io(directory: Path) -> Path:
     return directory
 
 
+def export_conv_seed8(directory: Path) -> Path:
+    """The conv sample with other weights (seed 8): same inputs and outputs, other answers."""
+    return export_conv(directory, seed=8)
+
+
 EXPORTERS: dict[str, Callable[[Path], Path]] = {
     "conv": export_conv,
     "conv_dynamic": export_conv_dynamic,
     "conv_heavy": export_conv_heavy,
+    "conv_seed8": export_conv_seed8,
     "two_io": export_two_io,
 }
 

@@ -307,6 +307,7 @@ class RuntimeSettings:
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
     auth_token_file: Path | None = None
+    shadow_file: Path | None = None
     grace_period_s: float = 20.0
     log_level: str = "INFO"
 
@@ -513,6 +514,13 @@ OPTIONS: tuple[Option, ...] = (
         Path,
         "file listing the bearer tokens, one per line, of which every call on the gRPC port (health and "
         "reflection too) and REST inference must present one (the health port needs none); re-read when it changes",
+    ),
+    Option(
+        "shadow_file",
+        Path,
+        "JSON file naming the candidate version this one copies a sample of its answered requests to, and how "
+        "answers are compared (a key of the ConfigMap the operator renders); re-read when it changes, {} or missing "
+        "= off (docs/canary.md)",
     ),
     Option(
         "trace_endpoint",

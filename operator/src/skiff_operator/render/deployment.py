@@ -19,6 +19,7 @@ from skiff_operator.render.fetch import (
     render_model_volume,
 )
 from skiff_operator.render.pod_template import MergedPod, merge_pod_template
+from skiff_operator.render.shadow import render_shadow_env, render_shadow_mounts, render_shadow_volumes
 from skiff_operator.render.tls import render_tls_annotations, render_tls_env, render_tls_mounts, render_tls_volumes
 from skiff_operator.spec import (
     MAX_WORKERS,
@@ -128,6 +129,7 @@ def _render_pod_spec(model: InferenceModel, version: Version) -> dict[str, Any]:
             *render_trt_cache_volumes(version, spec.runtime.tensorrt),
             *render_tls_volumes(model),
             *render_auth_volumes(model),
+            *render_shadow_volumes(model),
         ],
     }
     init_containers = render_fetch_init_containers(model, version, container_security_context())
@@ -207,6 +209,7 @@ def _render_container(model: InferenceModel, version: Version) -> dict[str, Any]
             ),
             *render_tls_mounts(model),
             *render_auth_mounts(model),
+            *render_shadow_mounts(model),
         ],
         **render_probes(model.ref.name, model.spec),
         # Keep serving while endpoints drop the terminating pod; SIGTERM (drain, then exit) comes after.
@@ -283,6 +286,7 @@ def render_env(model: InferenceModel, version: Version) -> list[dict[str, str]]:
         *render_task_env(version),
         *render_tls_env(model),
         *render_auth_env(model),
+        *render_shadow_env(model),
         *_tracing_env(model),
         *_payload_logging_env(model),
     ]

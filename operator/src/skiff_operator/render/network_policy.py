@@ -16,7 +16,8 @@ def render_network_policy(model: InferenceModel) -> dict[str, Any] | None:
     """Ingress only, on the pods of every version; None when spec.networkPolicy.enabled is false.
 
     - inference (8001, and REST's 8000 with spec.runtime.rest): the peers of spec.networkPolicy.inferenceFrom
-      (default: the model's namespace) and the namespaces of the Gateways in spec.routing.gateways;
+      (default: the model's namespace) and the namespaces of the Gateways in spec.routing.gateways; with
+      spec.rollout.shadow, the model's own pods too (the stable versions copy requests to the candidate);
     - health (8002): no rule, so no pod reaches it: kubelet probes come from the pod's own node, and a
       NetworkPolicy never blocks a pod's own node (Kubernetes: "Pods cannot block access from their resident
       node"). A prober elsewhere (a blackbox exporter) is admitted by a NetworkPolicy of the user's own: policies
@@ -27,6 +28,9 @@ def render_network_policy(model: InferenceModel) -> dict[str, Any] | None:
     if not policy.enabled:
         return None
     peers = [_peer(p) for p in policy.inference_from] or [{"podSelector": {}}]
+    rollout = model.spec.rollout
+    if policy.inference_from and rollout is not None and rollout.shadow is not None:
+        peers.append({"podSelector": {"matchLabels": names.selector_labels(model.ref.name)}})  # stable -> candidate
     gateway_namespaces = sorted({g.namespace or model.ref.namespace for g in model.spec.routing.gateways})
     if gateway_namespaces:
         peers.append({"namespaceSelector": _namespaces(gateway_namespaces)})

@@ -34,6 +34,7 @@ from skiff_runtime.server.reflection import add_reflection
 from skiff_runtime.server.rest import RestServer
 from skiff_runtime.server.rpcs import RpcObserver
 from skiff_runtime.server.servicer import InferenceServicer, register
+from skiff_runtime.server.shadow import ShadowSwitch
 from skiff_runtime.server.status_codes import ErrorInterceptor
 from skiff_runtime.server.tls import ReloadingCredentials, ReloadingSslContext, TlsFiles
 from skiff_runtime.service import ModelService
@@ -86,7 +87,7 @@ class RuntimeServer:
         if settings.device.kind == "gpu":
             self.metrics.watch_gpus()
         self.health = ModelHealth(settings.model_name)
-        self.rpcs = RpcObserver(self.metrics.observe_rpc)
+        self.rpcs = RpcObserver(self.metrics.observe_rpc, self.metrics.observe_shadow_rpc)
         # Past this many RPCs in flight gRPC's core answers RESOURCE_EXHAUSTED itself, before Python reads the
         # message: overload is refused in microseconds instead of after decoding megabytes. The bound covers
         # a full queue plus a full batch per worker, so the batcher's own QueueFull still fires first.
@@ -122,7 +123,18 @@ class RuntimeServer:
             if settings.payload_log.enabled
             else None
         )
-        servicer = InferenceServicer(self.service, settings.receive_timeout_s, self.tracing, self.payloads)
+        # Shadow traffic: with --shadow-file, a sample of the answered requests is copied to the candidate it names.
+        self.shadow = (
+            ShadowSwitch(settings.shadow_file, settings.model_name, settings.model_version, token)
+            if settings.shadow_file is not None
+            else None
+        )
+        if self.shadow is not None:
+            shadow = self.shadow
+            self.metrics.track_shadow(lambda: shadow.tallies)
+        servicer = InferenceServicer(
+            self.service, settings.receive_timeout_s, self.tracing, payloads=self.payloads, shadow=self.shadow
+        )
         register(servicer, self.grpc_server)
         # TensorFlow Serving's Predict, GetModelMetadata and GetModelStatus, onto the same service.
         tfserving.register(self.service, self.grpc_server, settings.receive_timeout_s, self.tracing, self.payloads)
@@ -158,6 +170,7 @@ class RuntimeServer:
                 observe=self.metrics.observe_http,
                 tracing=self.tracing,
                 payloads=self.payloads,
+                shadow=self.shadow,
             )
             if settings.http_port is not None
             else None
@@ -183,6 +196,10 @@ class RuntimeServer:
         self.metrics_port = self.metrics.serve(host, self.settings.metrics_port)
         if self.rest is not None and self.settings.http_port is not None:
             self.http_port = await self.rest.start(host, self.settings.http_port, self.settings.grace_period_s)
+        if self.shadow is not None:
+            task = asyncio.get_running_loop().create_task(self.shadow.run())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         log.info(
             "listening",
             extra={
@@ -260,6 +277,10 @@ class RuntimeServer:
             log.warning("grace period over with requests in flight", extra={"in_flight": self.rpcs.in_flight})
         await asyncio.gather(*drains)
         log.info("drained", extra={"seconds": round(loop.time() - started, 3)})
+        background = list(self._background)
+        for task in background:
+            task.cancel()  # the shadow file's watch (and its mirror) among them
+        await asyncio.gather(*background, return_exceptions=True)
         self.service.stop()
         self.health.probes.stop()
         await self.service.close()

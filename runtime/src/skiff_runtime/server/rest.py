@@ -34,6 +34,7 @@ from skiff_runtime.rest_codec import (
 )
 from skiff_runtime.server.auth import SCHEME, TokenFile
 from skiff_runtime.server.servicer import EXTENSIONS, SERVER_NAME
+from skiff_runtime.server.shadow import ShadowSwitch
 from skiff_runtime.service import ModelService
 from skiff_runtime.timing import TIMING_HEADERS, RequestTimes, answered, decoded_at
 from skiff_runtime.tracing import Tracing, carrier_of, traced
@@ -105,10 +106,12 @@ class RestServer:
         observe: ObserveRequest | None = None,
         tracing: Tracing | None = None,
         payloads: PayloadLog | None = None,
+        shadow: ShadowSwitch | None = None,
     ) -> None:
         self.service = service
         self.tracing = tracing
         self.payloads = payloads
+        self.shadow = shadow
         self.max_body_bytes = max_body_bytes
         self.receive_timeout_s = receive_timeout_s
         self.token = token
@@ -267,6 +270,8 @@ class RestServer:
                 response = answered(await self.service.infer(decoded.request, None, admission, times), times)
                 if capture is not None:
                     capture.answered(response)
+                if self.shadow is not None:
+                    self.shadow.offer(decoded.request, response)
         encoded = encode_infer_body(response, decoded.binary_outputs)
         headers = {} if encoded.header_length is None else {HEADER_LENGTH: str(encoded.header_length)}
         if times is not None and times.report:

@@ -15,11 +15,14 @@ from typing import Any
 import grpc
 
 from skiff_runtime.server.interceptors import UnaryBehaviour, UnaryInterceptor
+from skiff_runtime.server.shadow import is_shadow_copy
 
 QUIET_PERIOD_S = 0.25
 
 # (method, code, seconds, request bytes or None, response bytes or None)
 ObserveRpc = Callable[[str, str, float, int | None, int | None], None]
+# (code) of a call marked as a shadow copy (skiff-shadow: 1): counted apart, never in ObserveRpc's metrics.
+ObserveShadow = Callable[[str], None]
 
 
 def message_size(message: object) -> int | None:
@@ -50,12 +53,14 @@ class _Reading:
 
 class RpcObserver(UnaryInterceptor):
     """Counts unary RPCs in flight, remembers the last arrival, and reports (method, code, seconds, request bytes,
-    response bytes)."""
+    response bytes); a call marked as a shadow copy is reported to `observe_shadow` alone (its code), so the
+    rollout analysis, which reads ObserveRpc's metrics, never counts a copy as the candidate's user traffic."""
 
-    def __init__(self, observe: ObserveRpc | None = None) -> None:
+    def __init__(self, observe: ObserveRpc | None = None, observe_shadow: ObserveShadow | None = None) -> None:
         self.in_flight = 0
         self.last_arrival = 0.0
         self._observe = observe
+        self._observe_shadow = observe_shadow
 
     def wrap(self, inner: UnaryBehaviour, method: str) -> UnaryBehaviour:
         async def observed(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -74,7 +79,10 @@ class RpcObserver(UnaryInterceptor):
                 raise
             finally:
                 self.in_flight -= 1
-                if self._observe is not None:
+                if is_shadow_copy(context.invocation_metadata()):
+                    if self._observe_shadow is not None:
+                        self._observe_shadow(code)
+                elif self._observe is not None:
                     received = reading.received if reading.received is not None else message_size(request)
                     self._observe(method, code, loop.time() - started, received, sent)
 

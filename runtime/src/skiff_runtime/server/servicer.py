@@ -14,6 +14,7 @@ from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
 from skiff_runtime.server.status_codes import status_name
+from skiff_runtime.server.shadow import ShadowSwitch
 from skiff_runtime.service import ModelService
 from skiff_runtime.timing import RequestTimes, answered, decoded_at
 from skiff_runtime.tracing import Tracing, carrier_of, traced
@@ -40,11 +41,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         receive_timeout_s: float = MESSAGE_ARRIVAL_TIMEOUT_S,
         tracing: Tracing | None = None,
         payloads: PayloadLog | None = None,
+        shadow: ShadowSwitch | None = None,
     ) -> None:
         self.service = service
         self.receive_timeout_s = receive_timeout_s
         self.tracing = tracing
         self.payloads = payloads
+        self.shadow = shadow  # offered every answered request (a stable version copying to its candidate)
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: object) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -112,6 +115,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 if capture is not None:
                     capture.took(decoded, times)
                 response = await service.infer(decoded, _deadline(context), admission, times)
+                if self.shadow is not None:
+                    self.shadow.offer(decoded, response)  # after the answer; never waits, never raises
                 del decoded
         response = answered(response, times)
         if capture is not None:

@@ -48,16 +48,18 @@ class Verdict:
 
     agree: bool
     differing: tuple[str, ...] = ()  # the outputs that did not agree, with why: "probs: max |diff| 0.31"
+    outputs: tuple[str, ...] = ()  # the names of the outputs that did not agree
 
 
 def compare_outputs(stable: Mapping[str, Array], candidate: Mapping[str, Array], rules: Rules) -> Verdict:
     """Compares every output the user got with the candidate's of the same name (one the candidate lacks differs)."""
-    differing = []
+    differing, outputs = [], []
     for name in sorted(stable):
         why = _differs(stable[name], candidate.get(name), rules.of(name))
         if why:
             differing.append(f"{name}: {why}")
-    return Verdict(not differing, tuple(differing))
+            outputs.append(name)
+    return Verdict(not differing, tuple(differing), tuple(outputs))
 
 
 def _differs(stable: Array, candidate: Array | None, rule: OutputRule) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from skiff_runtime.shadow.compare import Rules, compare_outputs
 from skiff_runtime.tensors import Array
@@ -29,6 +29,8 @@ class Tally:
     agreed: int = 0
     disagreed: int = 0
     failed: int = 0  # the candidate errored or timed out: no answer to compare
+    # Disagreeing copies by output (the stable version's output names: a bounded set), which outputs differed.
+    outputs: dict[str, int] = field(default_factory=dict)
 
     @property
     def compared(self) -> int:
@@ -45,12 +47,22 @@ class Mirror:
     """Samples `ratio` of the offered requests (evenly: every 1/ratio-th, no randomness) into a queue of
     `queue_size`; `run` (one task) drains it."""
 
-    def __init__(self, send: Send, rules: Rules, *, ratio: float, queue_size: int, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        send: Send,
+        rules: Rules,
+        *,
+        ratio: float,
+        queue_size: int,
+        timeout_s: float = 10.0,
+        tally: Tally | None = None,
+    ) -> None:
+        """`tally`: counters to add to (kept across mirrors of one candidate, so the exported ones only grow)."""
         if not 0 < ratio <= 1 or queue_size < 1:
             raise ValueError(f"ratio must be in (0, 1] and queue_size at least 1 (got {ratio}, {queue_size})")
         self.send, self.rules, self.ratio, self.timeout_s = send, rules, ratio, timeout_s
         self.queue: asyncio.Queue[Copy] = asyncio.Queue(maxsize=queue_size)
-        self.tally = Tally()
+        self.tally = Tally() if tally is None else tally
         self.last_difference = ""  # the latest disagreement, for the log and the status message
         self._credit = 0.0
 
@@ -94,4 +106,6 @@ class Mirror:
             self.tally.agreed += 1
         else:
             self.tally.disagreed += 1
+            for name in verdict.outputs:
+                self.tally.outputs[name] = self.tally.outputs.get(name, 0) + 1
             self.last_difference = "; ".join(verdict.differing)[:500]
