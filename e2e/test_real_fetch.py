@@ -1,11 +1,14 @@
 """Fetched models on the real node (devtools/node/), fetched by the runtime image's own init step from real servers
-bound to the node's address: SeaweedFS's S3 (devtools/storage.py) and an HTTPS server with a private CA
-(spec.storage.caConfigMapName). The sample model from s3:// and from https:// answers exactly what the same model
-answers from pvc://, and status names the digest of its files; a wrong checksum, a missing object and a Secret with
+bound to the node's address: SeaweedFS's S3 (devtools/storage.py), an HTTPS server with a private CA
+(spec.storage.caConfigMapName) and a docker-registry (plain http, spec.storage.oci.insecure) holding the sample
+model as the OCI artifact `skiff_runtime.fetch.pack` pushes. The sample model from s3://, https:// and oci:// answers
+exactly what the same model answers from pvc://, and status names the digest of its files (for oci:// the manifest
+digest the push printed); a wrong checksum, a missing object and a Secret with
 a wrong key each give ModelFetchFailed with the reason and no pod serving; no credential reaches a log, an event or
 status. The digest a version learned pins it without a roll: a changed object at the same URI fails the version's
 next pod loudly while the first keeps serving. And start-up is measured (`kubectl apply` -> first answer) for a
-~100 MB model from s3:// cold beside pvc://, and for the second pod of the same version (docs/storage.md).
+~100 MB model from s3:// cold beside pvc://, for the second pod of the same version, and from oci:// cold
+(docs/storage.md).
 
 The tests share one namespace, one operator, the stores and the models (applied together, so their pods start
 while the first test waits) and run in file order.
@@ -38,15 +41,22 @@ from e2e.harness import OperatorProcess, condition
 from e2e.real_models import create_real_namespace, delete_real_namespace, write_large_model
 from skiff_operator import contract
 from skiff_runtime.fetch.digest import directory_digest
+from skiff_runtime.fetch.oci import OciAccess
+from skiff_runtime.fetch.pack import push_model
 from skiff_runtime.fetch.sigv4 import Credentials, object_path
+from skiff_runtime.fetch.source import Limits
+from skiff_runtime.fetch.transfer import Transport
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-PVC, S3, HTTPS = "fetch-pvc", "fetch-s3", "fetch-https"
+PVC, S3, HTTPS, OCI = "fetch-pvc", "fetch-s3", "fetch-https", "fetch-oci"
 BAD_SUM, MISSING, DENIED = "fetch-bad-sum", "fetch-missing", "fetch-denied"
-LARGE_S3, LARGE_PVC = "large-s3", "large-pvc"
+LARGE_S3, LARGE_PVC, LARGE_OCI = "large-s3", "large-pvc", "large-oci"
 WRONG = Credentials(storage.READER.access_key, "wrong-secret-key-never-shown-0123")
 LARGE_MB = 100
+# The node has 2000m allocatable. A served pod requests max(its runtime's cpu, the fetch init container's 250m), a
+# failing one the init container's 250m: 4 served x 250m + 3 failing x 250m = 1750m, room for one more to start.
+SERVED_CPU = "250m"
 
 
 @dataclass(frozen=True)
@@ -56,8 +66,13 @@ class Stores:
     sample: Path
     s3: storage.S3Server
     https: str  # base URL
+    registry: storage.OciRegistry
+    oci_digest: str  # the manifest digest the push of the sample model printed
     image: str
     operator: OperatorProcess
+
+    def oci_uri(self, repository: str) -> str:
+        return f"oci://{self.registry.address}/{repository}:v1"
 
 
 def s3_storage(s3: storage.S3Server, secret: str) -> dict[str, Any]:
@@ -68,8 +83,17 @@ def fetched_model(stores: Stores, name: str, uri: str, storage_spec: dict[str, A
     body = real_model(stores.namespace, name, uri, stores.image)
     body["spec"]["versions"][0].update(version)
     body["spec"]["storage"] = storage_spec
-    body["spec"]["resources"]["cpu"] = "400m"
+    body["spec"]["resources"]["cpu"] = SERVED_CPU
     return body
+
+
+OCI_STORAGE = {"oci": {"insecure": True}}  # the registry on the node speaks plain http
+
+
+def push(registry: storage.OciRegistry, model: Path, repository: str) -> str:
+    """`model` packed and pushed as `repository:v1` (what `make model-image` does); the manifest digest."""
+    uri = f"oci://{registry.address}/{repository}:v1"
+    return push_model(model, uri, OciAccess(insecure=True), Transport(Limits())).digest
 
 
 def s3_secret(namespace: str, name: str, credentials: Credentials) -> dict[str, Any]:
@@ -112,13 +136,16 @@ def stores(
     with (
         storage.seaweedfs(scratch / "weed", address) as s3,
         storage.https_files(scratch / "files", address, scratch / "cert.pem", scratch / "key.pem") as https,
+        storage.docker_registry(scratch / "registry", address) as registry,
     ):
         s3.upload(sample, storage.BUCKET, "sample-cnn/v1")
+        oci_digest = push(registry, sample, "models/sample-cnn")
         kube.apply([s3_secret(namespace, "s3-reader", storage.READER), s3_secret(namespace, "s3-wrong", WRONG)])
         kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "storage-ca", "namespace": namespace},
                     "data": {"ca.crt": ca.decode()}})  # fmt: skip
         operator.start()
-        stores = Stores(namespace, models, sample, s3, https, Images.from_script().runtime, operator)
+        stores = Stores(namespace, models, sample, s3, https, registry, oci_digest, Images.from_script().runtime,
+                        operator)  # fmt: skip
         reader, wrong, ca_only = (
             s3_storage(s3, "s3-reader"),
             s3_storage(s3, "s3-wrong"),
@@ -128,8 +155,9 @@ def stores(
             real_model(namespace, PVC, "pvc://models/sample-cnn/v1", stores.image),
             fetched_model(stores, S3, "s3://models/sample-cnn/v1", reader),
             fetched_model(stores, HTTPS, f"{https}/sample-cnn-v1.tar.gz", ca_only, sha256=sha256),
+            fetched_model(stores, OCI, stores.oci_uri("models/sample-cnn"), OCI_STORAGE),
         ]
-        served[0]["spec"]["resources"]["cpu"] = "400m"
+        served[0]["spec"]["resources"]["cpu"] = SERVED_CPU
         failing = [
             fetched_model(stores, BAD_SUM, f"{https}/sample-cnn-v1.tar.gz", ca_only, sha256="0" * 64),
             fetched_model(stores, MISSING, "s3://models/nothing-here/v1", reader),
@@ -143,7 +171,7 @@ def stores(
         finally:
             operator.stop()
             print(f"---- operator log ----\n{operator.log()[-20000:]}")
-            for model in (S3, HTTPS, BAD_SUM, MISSING, DENIED, LARGE_S3):
+            for model in (S3, HTTPS, OCI, BAD_SUM, MISSING, DENIED, LARGE_S3, LARGE_OCI):
                 print(f"---- {model} fetch log ----\n{real_node.container_log(namespace, f'{model}-*', 'fetch-model')}")
             delete_real_namespace(kube, namespace)
 
@@ -214,11 +242,11 @@ def status_version(kube: Kubectl, namespace: str, model: str) -> dict[str, Any]:
     return found
 
 
-def test_the_same_model_from_s3_and_https_answers_exactly_as_from_the_pvc(stores: Stores, kube: Kubectl) -> None:
-    for model in (PVC, S3, HTTPS):
+def test_the_same_model_from_s3_https_and_oci_answers_exactly_as_from_the_pvc(stores: Stores, kube: Kubectl) -> None:
+    for model in (PVC, S3, HTTPS, OCI):
         wait_ready(kube, stores.namespace, model)
     expected = pod_answer(kube, stores.namespace, PVC)
-    for model in (S3, HTTPS):
+    for model in (S3, HTTPS, OCI):
         np.testing.assert_array_equal(pod_answer(kube, stores.namespace, model), expected)
     # Status names what was loaded, by content: the same files from either store have the pvc directory's digest.
     digest = directory_digest(stores.sample)
@@ -230,6 +258,15 @@ def test_the_same_model_from_s3_and_https_answers_exactly_as_from_the_pvc(stores
     (init,) = pod["status"]["initContainerStatuses"]
     assert init["state"]["terminated"]["exitCode"] == 0
     assert json.loads(init["state"]["terminated"]["message"])["digest"] == digest
+    # oci://: status names the manifest digest the push printed (not a content hash), the init step exited 0.
+    assert stores.oci_digest.startswith("sha256:")
+    assert stores.oci_digest != digest
+    assert status_version(kube, stores.namespace, OCI)["modelDigest"] == stores.oci_digest
+    assert status_version(kube, stores.namespace, OCI)["modelUri"] == stores.oci_uri("models/sample-cnn")
+    (pod,) = pods(kube, stores.namespace, OCI)
+    (init,) = pod["status"]["initContainerStatuses"]
+    assert init["state"]["terminated"]["exitCode"] == 0
+    assert json.loads(init["state"]["terminated"]["message"])["digest"] == stores.oci_digest
 
 
 @pytest.mark.parametrize(
@@ -331,7 +368,7 @@ def test_start_up_of_a_100_mb_model_from_s3_beside_pvc(stores: Stores, kube: Kub
     stores.s3.upload(large, storage.BUCKET, "large/v1")
     from_s3 = fetched_model(stores, LARGE_S3, "s3://models/large/v1", s3_storage(stores.s3, "s3-reader"))
     from_pvc = real_model(stores.namespace, LARGE_PVC, "pvc://models/large/v1", stores.image)
-    from_pvc["spec"]["resources"]["cpu"] = "400m"
+    from_pvc["spec"]["resources"]["cpu"] = SERVED_CPU
     cold_s3 = first_answer_after_apply(kube, stores, from_s3)
     print(f"START-UP {size / 1e6:.0f} MB model from s3:// (cold): kubectl apply -> first answer {cold_s3:.1f}s")
     pvc = first_answer_after_apply(kube, stores, from_pvc)
@@ -350,6 +387,24 @@ def test_start_up_of_a_100_mb_model_from_s3_beside_pvc(stores: Stores, kube: Kub
           f"pvc:// {pvc:.1f}s; the s3:// version's second pod (scale 1 -> 2) -> its answer {second:.1f}s")  # fmt: skip
     assert max(cold_s3, pvc, second) < 600
     delete_models(kube, stores.namespace, (LARGE_S3, LARGE_PVC))
+
+
+def test_start_up_of_a_100_mb_model_from_oci(stores: Stores, kube: Kubectl) -> None:
+    large = stores.models / "large" / "v1"  # written by the s3:// measurement (the same files)
+    if not large.is_dir():
+        write_large_model(large, LARGE_MB)
+    size = sum(path.stat().st_size for path in large.rglob("*") if path.is_file())
+    started = time.monotonic()
+    digest = push(stores.registry, large, "models/large")
+    pushed = time.monotonic() - started
+    from_oci = fetched_model(stores, LARGE_OCI, stores.oci_uri("models/large"), OCI_STORAGE)
+    cold_oci = first_answer_after_apply(kube, stores, from_oci)
+    print(f"START-UP {size / 1e6:.0f} MB model from oci:// (cold, registry on the node, plain http): kubectl apply "
+          f"-> first answer {cold_oci:.1f}s (pack + push beforehand: {pushed:.1f}s)")  # fmt: skip
+    wait_ready(kube, stores.namespace, LARGE_OCI, timeout_s=120)
+    assert status_version(kube, stores.namespace, LARGE_OCI)["modelDigest"] == digest
+    assert cold_oci < 600
+    delete_models(kube, stores.namespace, (LARGE_OCI,))
 
 
 def test_the_learned_digest_pins_without_a_roll_and_a_changed_object_fails_the_next_pod(
