@@ -4,7 +4,8 @@
 engine with predictor.loader (so Paddle stays on the worker), the task from the settings (TASK_BUILDERS), and
 warms them with one sample request. A batch of requests from the batcher runs through `run_together`, which
 merges the sub-model calls of different requests that agree on shape (the recognizer's crops of one width bucket
-from every request in the group, the classifier's crops), never the detector's (ServedTask.alone), and answers each request with its own outputs or its own error.
+from every request in the group, the classifier's crops), never the detector's (ServedTask.alone), and answers
+each request with its own outputs or its own error.
 """
 
 from __future__ import annotations
