@@ -39,13 +39,25 @@ from bench.stats import Target, fmt, markdown_table, ratio, summarize
 ROUNDS = 4
 
 
-def pipelines(device: str, intermediate_tensors: str) -> dict[str, Callable[[bytes], list[str]]]:
-    """name -> a function that OCRs PNG/JPEG bytes and returns the texts."""
+def task_engines(device: str, intermediate_tensors: str = "auto") -> tuple[Any, dict[str, Any]]:
+    """Skiff's ocr task and det/cls/rec on the engine a worker builds (predictor/paddle.py), on PP-OCRv4."""
     from skiff_runtime.predictor.paddle import PaddleEngine
     from skiff_runtime.settings import parse_settings
     from skiff_runtime.tasks.ocr.pipeline import OcrTask
     from skiff_runtime.tasks.ocr.recognize import Dictionary
     from skiff_runtime.tasks.ocr.weights import find_ppocr_v4_weights
+
+    weights = find_ppocr_v4_weights()
+    engine_args = ["--device", device, "--intermediate-tensors", intermediate_tensors]
+    engines = {
+        name: PaddleEngine(parse_settings(["--model-dir", str(folder), "--model-name", name, *engine_args], env={})).run
+        for name, folder in weights.model_dirs.items()
+    }
+    return OcrTask(Dictionary.read(weights.dictionary)), engines
+
+
+def pipelines(device: str, intermediate_tensors: str) -> dict[str, Callable[[bytes], list[str]]]:
+    """name -> a function that OCRs PNG/JPEG bytes and returns the texts."""
     from skiff_runtime.tasks.task import run_task
 
     with warnings.catch_warnings():
@@ -59,13 +71,7 @@ def pipelines(device: str, intermediate_tensors: str) -> dict[str, Callable[[byt
         det_use_cuda=gpu, cls_use_cuda=gpu, rec_use_cuda=gpu,
         det_gpu_id=gpu_id, cls_gpu_id=gpu_id, rec_gpu_id=gpu_id,
     )  # fmt: skip
-    weights = find_ppocr_v4_weights()
-    engine_args = ["--device", device, "--intermediate-tensors", intermediate_tensors]
-    engines = {
-        name: PaddleEngine(parse_settings(["--model-dir", str(folder), "--model-name", name, *engine_args], env={})).run
-        for name, folder in weights.model_dirs.items()
-    }
-    task = OcrTask(Dictionary.read(weights.dictionary))
+    task, engines = task_engines(device, intermediate_tensors)
 
     def in_process(data: bytes) -> list[str]:
         result, _ = reference(data)

@@ -107,3 +107,13 @@ def test_run_together_splits_merged_calls_at_max_batch() -> None:
     outcomes = run_together(Doubler(), requests, engines([], sizes), max_batch=2)
     assert sizes == [2, 2, 1]
     assert [float(o["y"][0]) for o in outcomes if isinstance(o, dict)] == [1.0, 3.0, 5.0, 7.0, 9.0]
+
+
+def test_run_together_runs_a_sub_model_named_alone_once_per_request_and_merges_the_rest() -> None:
+    calls: list[str] = []
+    sizes: list[int] = []
+    requests = [{"x": np.array([float(i)], np.float32)} for i in range(3)]
+    outcomes = run_together(Doubler(), requests, engines(calls, sizes), alone=("twice",))
+    assert sizes == [1, 1, 1]  # "twice" ran each request's call by itself
+    assert calls.count("plus1") == 1  # "plus1" still merged the three requests' calls
+    assert [float(o["y"][0]) for o in outcomes if isinstance(o, dict)] == [1.0, 3.0, 5.0]

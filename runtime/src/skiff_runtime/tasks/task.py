@@ -11,6 +11,8 @@ until it returns the task's outputs. So the same task code runs
   side and merges pending calls to one sub-model into one batch when the calls' inputs agree on every axis but
   the first (a task pads to buckets, as OCR's recognizer pads crops to width buckets, to make that likely), runs
   it once, and sends each generator its slice of the outputs. A worker given a batch of requests runs this.
+  Sub-models named in `alone` never merge across requests (each request's call runs by itself): OCR's detector,
+  whose batches cost as much per image as single images on CPU and whose new batch shapes cost oneDNN kernel builds.
 
 A task refuses bad input with TaskInputError (an InvalidInput, so every transport answers INVALID_ARGUMENT)
 before it yields its first call, so a refused request costs no model time; budgets (bytes, pixels, boxes) are
@@ -19,7 +21,7 @@ the task's own options.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -117,11 +119,12 @@ def run_together(
     engines: Mapping[str, Engine],
     max_batch: int = 64,
     on_call: Callable[[MergedCall], None] | None = None,
+    alone: Collection[str] = (),
 ) -> list[Outcome]:
     """Run many requests' steps side by side, merging their calls that agree on shape into batches of at most
     max_batch rows (engines' outputs are batched on axis 0 too). Each request gets its outputs, or the SkiffError its
     own steps raised (a refused request never fails its neighbours); an engine's error fails the whole call.
-    `on_call` hears of every engine call made."""
+    `on_call` hears of every engine call made; calls to a sub-model in `alone` run one request's call at a time."""
     check_engines(task, engines)
     outcomes: list[Outcome | None] = [None] * len(requests)
     pending: dict[int, tuple[Steps, ModelCall]] = {}
@@ -144,7 +147,8 @@ def run_together(
     while pending:
         groups: dict[tuple[object, ...], list[int]] = {}
         for index, (_, call) in pending.items():
-            groups.setdefault(_call_key(call), []).append(index)
+            key = (index, *_call_key(call)) if call.model in alone else _call_key(call)
+            groups.setdefault(key, []).append(index)
         for members in groups.values():
             chunk: list[int] = []
             rows = 0

@@ -4,7 +4,8 @@
 engine with predictor.loader (so Paddle stays on the worker), the task from the settings (TASK_BUILDERS), and
 warms them with one sample request. A batch of requests from the batcher runs through `run_together`, which
 merges the sub-model calls of different requests that agree on shape (the recognizer's crops of one width bucket
-from every request in the group) and answers each request with its own outputs or its own error.
+from every request in the group, the classifier's crops), never the detector's (ServedTask.alone), and answers
+each request with its own outputs or its own error.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ DEFAULT_DICTIONARY = "ppocr_keys_v1.txt"  # looked for in the rec directory when
 
 @dataclass(frozen=True)
 class ServedTask:
-    """A task with what it serves (its signature) and one request that warms every sub-model it calls."""
+    """A task with what it serves (its signature), one request that warms every sub-model it calls, and the
+    sub-models whose calls never merge across requests (run_together's `alone`)."""
 
     task: Task
     signature: ModelSignature
     warmup: Mapping[str, Array]
+    alone: tuple[str, ...] = ()
 
 
 def ocr_options(settings: RuntimeSettings) -> OcrOptions:
@@ -78,7 +81,9 @@ def build_ocr(settings: RuntimeSettings) -> ServedTask:
         )
     task = OcrTask(Dictionary.read(dictionary_path), ocr_options(settings))
     warmup = {INPUT: np.array([ocr_warmup_image()], dtype=object)}
-    return ServedTask(task, SIGNATURE, warmup)
+    # The detector runs each request's images by itself: on CPU a batch of 4 costs 1.10x a single image's time per
+    # image, and every new batch shape costs oneDNN a kernel build (bench/ocr/RESULTS.md); cls and rec merge.
+    return ServedTask(task, SIGNATURE, warmup, alone=("det",))
 
 
 # Task name (--task) -> how its task is built from the settings.
@@ -107,7 +112,9 @@ class TaskEngine:
 
     def run_group(self, requests: Sequence[Mapping[str, Array]]) -> list[dict[str, Array] | SkiffError]:
         self.calls = []
-        outcomes = run_together(self.served.task, requests, self._runs, self.max_batch, self.calls.append)
+        outcomes = run_together(
+            self.served.task, requests, self._runs, self.max_batch, self.calls.append, self.served.alone
+        )
         log.debug(
             "task group ran",
             extra={

@@ -174,3 +174,14 @@ def test_concurrent_requests_share_detector_and_recogniser_calls_and_read_as_alo
     rec_together = [batch for model, batch in together.calls if model == "rec"]
     assert sum(rec_together) == sum(rec_alone)
     assert len(rec_together) < len(rec_alone)
+    # As a worker runs it (ServedTask.alone): the detector per request, the classifier and recogniser merged, and
+    # every request still reads exactly as alone.
+    served = Counted(ocr_engines)
+    first, second, refused, fourth = run_together(task, requests, served.engines, alone=("det",))
+    assert isinstance(refused, TaskInputError)
+    for outcome, want in zip((first, second, fourth), expected, strict=True):
+        assert isinstance(outcome, dict)
+        assert texts(outcome) == texts(want)
+        np.testing.assert_array_equal(outcome["boxes"], want["boxes"])
+    assert [batch for model, batch in served.calls if model == "det"] == [1, 1, 1]
+    assert len([1 for model, _ in served.calls if model == "rec"]) < len(rec_alone)
