@@ -21,10 +21,11 @@ from e2e.harness import OperatorProcess, running_operator, wait_model_ready
 # LIST its Pods: 12.
 REQUESTS_PER_RECONCILE = 12
 # Where the Gateway API is served (other tests of the session may have installed its CRDs), a reconcile also lists
-# the model's GRPCRoutes (a route left from Gateway mode is pruned), and where BackendTLSPolicy is served too, its
+# the model's GRPCRoutes and HTTPRoutes (a route left from Gateway mode, or REST's when REST is off, is pruned; the
+# Gateway API's standard channel serves both), and where BackendTLSPolicy is served too, its
 # BackendTLSPolicies and CA ConfigMaps: by CRD, the lists it adds.
 GATEWAY_LISTS = {
-    "grpcroutes.gateway.networking.k8s.io": ("grpcroutes",),
+    "grpcroutes.gateway.networking.k8s.io": ("grpcroutes", "httproutes"),
     "backendtlspolicies.gateway.networking.k8s.io": ("backendtlspolicies", "configmaps"),
 }
 # Besides reconciles: the ownership lookups of a new model's 5 names (once), a status patch per change, an Event

@@ -45,8 +45,8 @@ def test_each_kind_has_one_row() -> None:
 
 def test_apply_order_and_pruning_are_read_from_the_rows() -> None:
     assert {"Secret", "Certificate"} == FIRST_KINDS
-    assert {"GRPCRoute"} == LAST_KINDS
-    assert {"GRPCRoute", "NetworkPolicy", "BackendTLSPolicy", "ConfigMap"} == PRUNED_WHEN_NOT_RENDERED
+    assert {"GRPCRoute", "HTTPRoute"} == LAST_KINDS
+    assert {"GRPCRoute", "HTTPRoute", "NetworkPolicy", "BackendTLSPolicy", "ConfigMap"} == PRUNED_WHEN_NOT_RENDERED
     assert {"PodDisruptionBudget"} == PRUNED_WITH_THEIR_VERSION
 
 
@@ -54,8 +54,8 @@ def test_apply_order_and_pruning_are_read_from_the_rows() -> None:
     ("routes", "backend_tls", "listed"),
     [
         (False, False, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget"}),
-        (True, False, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "GRPCRoute"}),
-        (True, True, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "GRPCRoute",
+        (True, False, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "GRPCRoute", "HTTPRoute"}),
+        (True, True, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "GRPCRoute", "HTTPRoute",
                       "BackendTLSPolicy", "ConfigMap"}),
     ],
 )  # fmt: skip

@@ -22,7 +22,7 @@ from skiff_operator.kube import (
     manifest_digest,
     translate_error,
 )
-from skiff_operator.observed import deployment_state, owned_by, pod_event, pod_state
+from skiff_operator.observed import RouteState, deployment_state, owned_by, pod_event, pod_state
 from skiff_operator.spec import parse_inference_model
 from tests.conftest import stored_body
 
@@ -271,6 +271,18 @@ async def test_backend_tls_children_and_disruption_budgets_are_listed_read_and_d
         "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies": [],
         "/api/v1/namespaces/ml/configmaps": [item("demo-backend-ca", data={"ca.crt": "x"})],
         "/apis/gateway.networking.k8s.io/v1/namespaces/ml/grpcroutes": [route],
+        "/apis/gateway.networking.k8s.io/v1/namespaces/ml/httproutes": [
+            item(
+                "demo",
+                metadata={
+                    "name": "demo",
+                    "namespace": "ml",
+                    "labels": labels,
+                    "ownerReferences": owner,
+                    "generation": 3,
+                },
+            )
+        ],
         "/apis/gateway.networking.k8s.io/v1/namespaces/ml/backendtlspolicies": [item("demo-v1")],
         "/apis/policy/v1/namespaces/ml/poddisruptionbudgets": [item("demo-v1", status={"disruptionsAllowed": 1})],
     }
@@ -298,8 +310,9 @@ async def test_backend_tls_children_and_disruption_budgets_are_listed_read_and_d
     async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
         kube = Kube(api)
         owned = {(c.kind, c.name): c for c in await kube.list_owned(model, routes=True, backend_tls=True)}
-        assert set(owned) == {("ConfigMap", "demo-backend-ca"), ("GRPCRoute", "demo"), ("BackendTLSPolicy", "demo-v1"),
-                              ("PodDisruptionBudget", "demo-v1")}  # fmt: skip
+        assert set(owned) == {("ConfigMap", "demo-backend-ca"), ("GRPCRoute", "demo"), ("HTTPRoute", "demo"),
+                              ("BackendTLSPolicy", "demo-v1"), ("PodDisruptionBudget", "demo-v1")}  # fmt: skip
+        assert owned[("HTTPRoute", "demo")].route == RouteState(3)  # REST's route: its generation, no verdict yet
         state = owned[("GRPCRoute", "demo")].route
         assert state is not None
         (parent,) = state.parents
@@ -319,6 +332,7 @@ async def test_backend_tls_children_and_disruption_budgets_are_listed_read_and_d
     assert deleted == {
         "/api/v1/namespaces/ml/configmaps/demo-backend-ca",
         "/apis/gateway.networking.k8s.io/v1/namespaces/ml/grpcroutes/demo",
+        "/apis/gateway.networking.k8s.io/v1/namespaces/ml/httproutes/demo",
         "/apis/gateway.networking.k8s.io/v1/namespaces/ml/backendtlspolicies/demo-v1",
         "/apis/policy/v1/namespaces/ml/poddisruptionbudgets/demo-v1",
     }

@@ -112,6 +112,10 @@ GRPC_ROUTE = Kind(
     GATEWAY_GROUP, "v1", "GRPCRoute", "grpcroutes", applied=True, listed=Listed.WITH_ROUTES,
     pruned=Pruned.UNRENDERED, order=Order.LAST,
 )  # fmt: skip
+HTTP_ROUTE = Kind(
+    GATEWAY_GROUP, "v1", "HTTPRoute", "httproutes", applied=True, listed=Listed.WITH_ROUTES,
+    pruned=Pruned.UNRENDERED, order=Order.LAST,
+)  # fmt: skip
 BACKEND_TLS_POLICY = Kind(
     GATEWAY_GROUP, "v1", "BackendTLSPolicy", "backendtlspolicies", applied=True, listed=Listed.WITH_BACKEND_TLS,
     pruned=Pruned.UNRENDERED,
@@ -126,7 +130,7 @@ INFERENCE_MODEL = Kind(GROUP, VERSION, KIND, PLURAL)
 CRD = Kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
 
 KINDS: tuple[Kind, ...] = (
-    DEPLOYMENT, SERVICE, SECRET, CERTIFICATE, CONFIG_MAP, NETWORK_POLICY, DISRUPTION_BUDGET, GRPC_ROUTE,
+    DEPLOYMENT, SERVICE, SECRET, CERTIFICATE, CONFIG_MAP, NETWORK_POLICY, DISRUPTION_BUDGET, GRPC_ROUTE, HTTP_ROUTE,
     BACKEND_TLS_POLICY, POD, CLAIM, EVENT, REPLICA_SET, LEASE, INFERENCE_MODEL, CRD,
 )  # fmt: skip
 BY_API_VERSION: Mapping[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in KINDS}

@@ -12,7 +12,7 @@ from skiff_operator.render.deployment import render_deployment
 from skiff_operator.render.disruption_budget import render_disruption_budget
 from skiff_operator.render.fetch import render_digest_pins
 from skiff_operator.render.network_policy import render_network_policy
-from skiff_operator.render.route import ParentGateway, render_grpc_route
+from skiff_operator.render.route import ParentGateway, render_grpc_route, render_http_route
 from skiff_operator.render.service import render_model_service, render_version_service
 from skiff_operator.render.shadow import render_shadow_config_map
 from skiff_operator.render.tls import render_ca_secret, render_certificate, render_tls_secret
@@ -32,7 +32,8 @@ def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
     digest ConfigMap (any version fetched), the shadow ConfigMap (spec.rollout.shadow), then per version its
     Deployment (unless its claim is missing: then whatever runs now stays), Service and PodDisruptionBudget (more
     than one replica), the CA ConfigMap and
-    BackendTLSPolicies (Gateway mode with TLS), the model Service, the GRPCRoute (Gateway mode), and the
+    BackendTLSPolicies (Gateway mode with TLS), the model Service, the GRPCRoute (Gateway mode) and the HTTPRoute
+    (Gateway mode, REST on, a restSectionName), and the
     NetworkPolicy (unless turned off). A held plan renders the TLS step's objects only."""
     if isinstance(plan, Held):
         return render_tls(plan.model, plan.tls.writes) if plan.tls is not None else []
@@ -128,7 +129,20 @@ def _gateway(running: InferenceModel, routing: RoutingPlan) -> list[dict[str, An
         return [service]
     spec = running.spec.routing
     parents = [ParentGateway(g.name, g.namespace, g.section_name) for g in spec.gateways]
-    return [service, render_grpc_route(running, routing.decision.applied, parents, spec.hostnames)]
+    manifests = [service, render_grpc_route(running, routing.decision.applied, parents, spec.hostnames)]
+    rest = rest_parents(running)
+    if rest:
+        manifests.append(render_http_route(running, routing.decision.applied, rest, spec.hostnames))
+    return manifests
+
+
+def rest_parents(model: InferenceModel) -> list[ParentGateway]:
+    """The listeners an HTTPRoute attaches to: with spec.runtime.rest on, every gateway entry naming a
+    restSectionName (none: no HTTPRoute, so a GRPCRoute-only model renders what it always did)."""
+    if not model.spec.runtime.rest:
+        return []
+    gateways = model.spec.routing.gateways
+    return [ParentGateway(g.name, g.namespace, g.rest_section_name) for g in gateways if g.rest_section_name]
 
 
 def _service(running: InferenceModel, routing: RoutingPlan) -> list[dict[str, Any]]:

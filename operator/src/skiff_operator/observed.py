@@ -12,7 +12,7 @@ from typing import Any
 from skiff_operator import names
 from skiff_operator.conditions import ConditionStatus
 from skiff_operator.contract import CONTAINER_NAME, FETCH_CONTAINER_NAME
-from skiff_operator.kinds import DEPLOYMENT, GRPC_ROUTE, HEADLESS, SERVICE
+from skiff_operator.kinds import DEPLOYMENT, GRPC_ROUTE, HEADLESS, HTTP_ROUTE, SERVICE
 from skiff_operator.prometheus import Counts, add
 
 # The condition types of a Gateway API route's status.parents[] entries.
@@ -255,7 +255,7 @@ def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
         ready_replicas=int(status.get("readyReplicas") or 0) if kind == DEPLOYMENT.kind else 0,
         progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
         headless=kind == SERVICE.kind and (manifest.get("spec") or {}).get("clusterIP") == HEADLESS,
-        route=route_state(manifest) if kind == GRPC_ROUTE.kind else None,
+        route=route_state(manifest) if kind in (GRPC_ROUTE.kind, HTTP_ROUTE.kind) else None,
         replicas=_spec_replicas(manifest) if kind == DEPLOYMENT.kind else None,
     )
 

@@ -13,7 +13,7 @@ from skiff_operator import names
 from skiff_operator.autoscale import PERIOD_S, Memory
 from skiff_operator.conditions import EventType, Problem, Reason, StatusEvent
 from skiff_operator.errors import ApplyRejected, ClusterUnavailable
-from skiff_operator.kinds import DEPLOYMENT, SERVICE
+from skiff_operator.kinds import DEPLOYMENT, HTTP_ROUTE, SERVICE
 from skiff_operator.manifests import FIRST_KINDS, LAST_KINDS, render_all
 from skiff_operator.model_status import Status, parse_status, render_status
 from skiff_operator.observe import ObserveCluster, observe
@@ -146,7 +146,8 @@ async def _reconcile_once(
         await cluster.read_children(model, applied.stored), missing_claims=plan.missing_claims
     )
     route = applied_route(plan.model, plan.routing, applied.stored)
-    summary = summarize(plan, children, applied.deleted, previous, now, route, route_settle_s)  # 5. pure
+    rest_route = applied_route(plan.model, plan.routing, applied.stored, HTTP_ROUTE)
+    summary = summarize(plan, children, applied.deleted, previous, now, route, route_settle_s, rest_route)  # 5. pure
     autoscale = plan.autoscale
     recheck = summary.recheck_after_s
     if autoscale is not None:  # measured on a period of its own, not the resync's

@@ -58,12 +58,13 @@ def summarize(
     now: datetime.datetime,
     route: RouteState | None = None,
     route_settle_s: float = ROUTE_SETTLE_S,
+    rest_route: RouteState | None = None,
 ) -> Summary:
     """The status of a reconcile that applied its plan: the versions and conditions from the children as they
     are now, status.traffic, status.rollout and status.tls; the Events of condition transitions, traffic shifts,
     deletions, the rollout's steps, the route's acceptance and the certificate. `route`: the GRPCRoute as the
     apply left it (route_status.applied_route), which Ready waits on in Gateway mode, and `route_settle_s` more
-    once the gateways accepted it."""
+    once the gateways accepted it; `rest_route`: the HTTPRoute likewise (REST on, a restSectionName)."""
     conditions = previous.conditions if previous is not None else ()
     model = plan.model
     status = summarize_status(plan.running, children, previous_conditions=conditions, now=now)
@@ -75,6 +76,7 @@ def summarize(
         now=now,
         route_state=route,
         route_settle_s=route_settle_s,
+        rest_route_state=rest_route,
     )
     rollout, with_rollout = summarize_rollout(
         model, plan.rollout, traffic.conditions, previous_conditions=conditions, now=now

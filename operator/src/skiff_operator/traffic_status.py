@@ -159,15 +159,17 @@ def summarize_traffic(
     now: datetime.datetime,
     route_state: RouteState | None = None,
     route_settle_s: float = ROUTE_SETTLE_S,
+    rest_route_state: RouteState | None = None,
 ) -> TrafficSummary:
     """status.traffic, the split in effect (the route's weights in Gateway mode, the ready pods' shares in Service
     mode), and `conditions` with the Ready (Gateway mode: `gateway_readiness`), Progressing and Degraded a traffic
     hold, a drain, an unusable mode or a refused route changes, then SplitApproximated and, in Gateway mode,
     RouteAccepted. `route_state`: the GRPCRoute as this pass's apply left it (route_status.applied_route);
-    `route_settle_s`: how long after the gateways accepted it Ready turns True."""
+    `rest_route_state`: its HTTPRoute likewise (REST on); `route_settle_s`: how long after the gateways accepted
+    it Ready turns True."""
     traffic = traffic_status(model, plan)
     in_effect = traffic.pod_split or format_split(plan.decision.applied, split_names(model, plan))
-    route = route_acceptance(model, plan, route_state)
+    route = route_acceptance(model, plan, route_state, rest_route_state)
     overrides = traffic_conditions(plan, conditions, route)
     since = accepted_since(previous_conditions, route, now)
     ready = gateway_readiness(model, plan, find_condition(conditions, READY), route, since, now, route_settle_s)

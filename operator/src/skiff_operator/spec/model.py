@@ -224,11 +224,13 @@ class RoutingMode(enum.StrEnum):
 
 @dataclass(frozen=True)
 class GatewayRef:
-    """A Gateway the model's GRPCRoute attaches to (namespace None: the model's own)."""
+    """A Gateway the model's GRPCRoute attaches to (namespace None: the model's own), and the listener its
+    HTTPRoute attaches to (rest_section_name; spec.runtime.rest on; None: no HTTPRoute for this Gateway)."""
 
     name: str
     namespace: str | None = None
     section_name: str | None = None
+    rest_section_name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -563,6 +563,9 @@ def _parse_routing(raw: Mapping[str, Any]) -> Routing:
             name=_object_name(item.get("name"), "spec.routing.gateways[].name"),
             namespace=_optional_namespace(item.get("namespace"), "spec.routing.gateways[].namespace"),
             section_name=_optional_object_name(item.get("sectionName"), "spec.routing.gateways[].sectionName"),
+            rest_section_name=_optional_object_name(
+                item.get("restSectionName"), "spec.routing.gateways[].restSectionName"
+            ),
         )
         for item in (
             _mapping(g, "spec.routing.gateways[]") for g in _sequence(raw.get("gateways", []), "spec.routing.gateways")
