@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from devtools.cluster import cluster, eventually, local_control_plane, node_manifest, node_ready
     from devtools.install import create_model_claims, install_crd
     from devtools.models import small_model
-    from e2e.faults import AuditLog
+    from e2e.faults import AuditLog, count_by_verb_and_resource
     from e2e.harness import OperatorProcess
 
     with cluster(use_user_cluster=False) as kube, tempfile.TemporaryDirectory(prefix="skiff-burst-") as scratch:
@@ -104,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{'met' if ready_s is not None and ready_s < TARGET_READY_S else 'missed'})",
         "requests_alone_by_agent_verb": by_agent_and_verb(alone),
         "requests_with_operator_by_agent_verb": by_agent_and_verb(busy),
+        "operator_requests_by_verb_resource": {
+            f"{v} {r}": n for (v, r), n in count_by_verb_and_resource(r for r in busy if r.from_operator).items()
+        },
         "load_average": os.getloadavg(),
         "cpus": os.cpu_count(),
     }
