@@ -11,8 +11,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from devtools.fuzz import SPEC_MEMBER, place
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from skiff_operator.manifests import render_all
 from skiff_operator.observed import MetricsScrape
@@ -224,14 +224,6 @@ def test_a_string_field_holding_a_document_is_invalid_spec(make_body: Body, sche
 
 # --- anything at all -----------------------------------------------------------------------------------------
 
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-    max_leaves=12,
-)
-FIELDS = ["versions", "traffic", "runtime", "resources", "scheduling", "probes", "tls", "routing",
-          "networkPolicy", "auth", "rollout"]  # fmt: skip
-
 
 BASE = stored_body(
     {"metadata": {"name": "demo", "namespace": "ml"}, "spec": {"versions": [{"name": "v1", "modelUri": "pvc://m/a"}]}}
@@ -239,12 +231,12 @@ BASE = stored_body(
 
 
 @settings(max_examples=200, deadline=None)
-@given(field=st.sampled_from(FIELDS), value=JSON, inner=st.sampled_from([None, *FIELDS]))
-def test_any_json_in_any_field_parses_and_renders_or_is_a_spec_error(field: str, value: Any, inner: str | None) -> None:
+@given(member=SPEC_MEMBER)
+def test_any_json_in_any_field_parses_and_renders_or_is_a_spec_error(member: tuple[str, str | None, Any]) -> None:
     """Random documents in each field (and one level down): the parser returns a model that renders, or raises
     SpecError; nothing else escapes (a TypeError or RecursionError here would be a model stuck without status)."""
     body = copy.deepcopy(BASE)  # defaulted once; the parser applies the same defaults itself
-    body["spec"][field] = {inner: value} if inner is not None and not isinstance(value, list) else value
+    place(body["spec"], member)
     try:
         model = parse_inference_model(body)
     except SpecError as error:
