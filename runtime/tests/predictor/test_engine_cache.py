@@ -48,7 +48,7 @@ def fake_builder(calls: list[Path], payload: bytes = b"engine") -> object:
 
 
 @pytest.mark.parametrize(
-    "field,value",
+    ("field", "value"),
     [
         ("model_digest", "sha256:def"),
         ("device", "NVIDIA A100-SXM4-80GB"),

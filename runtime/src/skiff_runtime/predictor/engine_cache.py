@@ -18,11 +18,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Generic, TypeVar
+
+from skiff_runtime.settings import RuntimeSettings
 
 MARKER = "COMPLETE"
 BUILD_PREFIX = ".build-"
@@ -32,7 +34,7 @@ POLL_S = 0.5
 T = TypeVar("T")
 
 
-class CacheResult(str, Enum):
+class CacheResult(StrEnum):
     """How an engine was obtained (the `result` label of skiff_engine_cache)."""
 
     HIT = "hit"  # a complete entry was there: no build
@@ -225,6 +227,30 @@ class EngineCache:
         return Outcome(build(directory), CacheResult.MISS, directory, clock() - started)
 
 
-def shape_ranges_text(ranges: Mapping[str, object]) -> str:
-    """A stable text of --trt-shape-ranges for the key."""
-    return ";".join(f"{name}={ranges[name]!r}" for name in sorted(ranges))
+def _shape(dims: tuple[int, ...]) -> str:
+    return "x".join(map(str, dims))
+
+
+def engine_key(settings: RuntimeSettings, digest: str, device: str, paddle_version: str, trt_version: str) -> EngineKey:
+    """The key of the engine these settings build for a model with `digest` on `device` (pure)."""
+    ranges = settings.trt_shape_ranges
+    return EngineKey(
+        model_digest=digest,
+        device=device,
+        paddle_version=paddle_version,
+        tensorrt_version=trt_version,
+        precision=str(settings.tensorrt_precision),
+        shape_ranges=";".join(
+            f"{n}={_shape(ranges[n].min)}:{_shape(ranges[n].opt)}:{_shape(ranges[n].max)}" for n in sorted(ranges)
+        ),
+        max_batch_size=settings.batching.max_batch_size,
+        workspace_mb=settings.trt_workspace_mb,
+        min_subgraph_size=settings.trt_min_subgraph_size,
+    )
+
+
+def engine_cache(settings: RuntimeSettings) -> EngineCache | None:
+    """The cache --trt-cache-dir names, with its wait and size bounds (None: no cache)."""
+    if settings.trt_cache_dir is None:
+        return None
+    return EngineCache(settings.trt_cache_dir, settings.trt_cache_wait_s, settings.trt_cache_max_gb << 30)

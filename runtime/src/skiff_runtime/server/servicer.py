@@ -13,8 +13,8 @@ from skiff_runtime.payload_log import Capture, PayloadLog, logged
 from skiff_runtime.proto import inference_pb2 as pb
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 from skiff_runtime.server.receive import add_handlers, bounded, capture, read_message, small
-from skiff_runtime.server.status_codes import status_name
 from skiff_runtime.server.shadow import ShadowSwitch
+from skiff_runtime.server.status_codes import status_name
 from skiff_runtime.service import ModelService
 from skiff_runtime.timing import RequestTimes, answered, decoded_at
 from skiff_runtime.tracing import Tracing, carrier_of, traced
