@@ -320,17 +320,28 @@ def tensorrt_fp16(models: dict[str, Path], plan: Plan, work: Path, report: Repor
     shutil.rmtree(cache, ignore_errors=True)
     flags = ("--device", "gpu:0", "--workers", "1", "--tensorrt-precision", "fp16", "--trt-cache-dir", str(cache),
              "--trt-shape-ranges", SHAPE_RANGES)  # fmt: skip
-    cold, _ = _time_to_serving("trt-fp16-cold", models[DYNAMIC_MODEL], work, *flags)
+    cold, cold_logs = _time_to_serving("trt-fp16-cold", models[DYNAMIC_MODEL], work, *flags)
     report.progress(f"TensorRT FP16 cold start {cold:.1f} s")
-    warm, _ = _time_to_serving("trt-fp16-warm", models[DYNAMIC_MODEL], work, *flags)
-    cached = sorted(p.name for p in cache.rglob("*") if p.is_file())[:8]
+    warm, warm_logs = _time_to_serving("trt-fp16-warm", models[DYNAMIC_MODEL], work, *flags)
+    cached = sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file())[:8]
+    results = [_cache_results(cold_logs), _cache_results(warm_logs)]
     report.add(
         "TensorRT FP16",
         f"Model `{DYNAMIC_MODEL}`, shape ranges `{SHAPE_RANGES}` (warmed at min/opt/max).\n\n"
-        f"- first start (engines built): SERVING after {cold:.1f} s\n"
-        f"- second start (engine cache warm): SERVING after {warm:.1f} s\n"
+        f"- first start (engines built): SERVING after {cold:.1f} s, engine cache {results[0]}\n"
+        f"- second start (engine cache warm): SERVING after {warm:.1f} s, engine cache {results[1]}\n"
         f"- cache files: {cached}",
     )
+    # predictor.engine_cache: the first start publishes an entry with serialized engines, the second is a hit
+    engines = [p for p in cache.rglob("*") if p.is_file() and p.name not in ("COMPLETE",) and p.suffix != ".lock"]
+    if results != [["built"], ["hit"]] or not engines:
+        report.fail(f"TensorRT engine cache: starts were {results}, expected [['built'], ['hit']], with "
+                    f"{len(engines)} serialized engine file(s) in the entry (expected some): {cached}")  # fmt: skip
+
+
+def _cache_results(logs: list[dict[str, Any]]) -> list[str]:
+    """The `result` of each "engine cache" log line (predictor.paddle), one per worker."""
+    return [str(line.get("result")) for line in logs if line.get("msg") == "engine cache"]
 
 
 def write_calibration_set(directory: Path, batches: int) -> Path:

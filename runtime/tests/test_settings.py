@@ -120,6 +120,8 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "trt_workspace_mb": ("2048", 2048),
         "trt_shape_ranges": ("x=1x3:2x3:8x3", {"x": ShapeRange((1, 3), (2, 3), (8, 3))}),
         "trt_cache_dir": ("/cache", Path("/cache")),
+        "trt_cache_wait_s": ("60", 60.0),
+        "trt_cache_max_gb": ("50", 50),
         "trt_calibration_dir": ("/models/1/calibration", Path("/models/1/calibration")),
         "max_batch_size": ("16", 16),
         "workers": ("3", 3),

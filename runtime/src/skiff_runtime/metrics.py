@@ -283,6 +283,12 @@ class RuntimeMetrics:
             "skiff_model_ready", "1 when the model is loaded, warmed and serving", list(labels), registry=r
         )
         self.workers = Gauge("skiff_workers", "Inference worker processes able to run a batch", registry=r)
+        self.engine_cache = Counter(
+            "skiff_engine_cache",
+            "Worker starts by how --trt-cache-dir served the engine: hit, waited (another built it), built, miss",
+            ["result"],
+            registry=r,
+        )
         self.worker_exits = Counter(
             "skiff_worker_exits", "Worker processes that died or hung (each is replaced)", registry=r
         )

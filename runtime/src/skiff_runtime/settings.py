@@ -289,6 +289,8 @@ class RuntimeSettings:
     trt_workspace_mb: int = 1024
     trt_shape_ranges: Mapping[str, ShapeRange] = field(default_factory=dict)
     trt_cache_dir: Path | None = None
+    trt_cache_wait_s: float = 1800.0
+    trt_cache_max_gb: int = 20
     trt_calibration_dir: Path | None = None
     workers: int = 0
     worker_nice: int = 10
@@ -441,7 +443,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("trt_min_subgraph_size", _positive, "smallest subgraph TensorRT takes over (default 3)"),
     Option("trt_workspace_mb", _positive, "TensorRT workspace in MB (default 1024)"),
     Option("trt_shape_ranges", parse_shape_ranges, "TensorRT dynamic shapes: name=MIN:OPT:MAX;... (1x3x224x224)"),
-    Option("trt_cache_dir", Path, "directory where TensorRT engines are cached across restarts"),
+    Option(
+        "trt_cache_dir",
+        Path,
+        "root of the engine cache: one entry per (model digest, GPU model, Paddle/TensorRT version, precision, shape "
+        "ranges, batch, workspace), built once under a lock and reused by every later start (predictor.engine_cache)",
+    ),
+    Option(
+        "trt_cache_wait_s",
+        _seconds,
+        "how long a start waits for another process building the same engine before building its own copy (1800)",
+    ),
+    Option("trt_cache_max_gb", _positive, "engine cache bound: least recently used entries are evicted past it (20)"),
     Option(
         "trt_calibration_dir",
         Path,

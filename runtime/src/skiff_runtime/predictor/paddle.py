@@ -11,6 +11,7 @@ import os
 import time
 import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 from skiff_runtime.errors import GPUUnavailable, ModelLoadError
 from skiff_runtime.predictor.calibration import calibrate, has_table, read_samples, table_dirs
 from skiff_runtime.predictor.config_plan import config_calls
+from skiff_runtime.predictor.engine_cache import CacheResult, engine_cache, engine_key, model_digest
 from skiff_runtime.predictor.files import ModelFiles, ModelFormat, find_model_files
 from skiff_runtime.predictor.placement import Placement, placement_problem, read_placement
 from skiff_runtime.predictor.signature import PADDLE_DTYPES, pir_intermediates, read_pir_signature, tensors_bytes
@@ -136,6 +138,17 @@ def check_placement(config: Any, settings: RuntimeSettings) -> Placement:
     return placement
 
 
+def engine_versions(settings: RuntimeSettings) -> tuple[str, str, str]:
+    """The device's model name ("cpu" on CPU), Paddle's version and the TensorRT runtime's ("none" without one)."""
+    device = "cpu"
+    if settings.device.kind == "gpu":
+        device = str(paddle.device.cuda.get_device_name(settings.device.index))
+    trt = "none"
+    if paddle.device.is_compiled_with_cuda():
+        trt = ".".join(map(str, paddle_infer.get_trt_runtime_version()))
+    return device, str(paddle.version.full_version), trt
+
+
 class _Runner:
     """One Paddle predictor with its input and output handles."""
 
@@ -183,9 +196,34 @@ class PaddleEngine:
         self.placement = check_placement(config, settings)  # before the load: a CPU fallback never serves
         log.info("predictor placement", extra={"device": self.placement.describe(settings.device), "pid": os.getpid()})
         self.calibrated = 0  # INT8 calibration samples run before the serving predictor was built
+        self.cache_result: CacheResult | None = None  # how --trt-cache-dir served the engine (None: no cache)
+        self._runner = self._load(settings)
+
+    def _load(self, settings: RuntimeSettings) -> _Runner:
+        """The serving predictor; with --trt-cache-dir, built in the engine cache's entry for this model, device,
+        versions and TensorRT options (predictor.engine_cache): a hit loads the engines serialized there."""
+        cache = engine_cache(settings)
+        if cache is None:
+            return self._build_serving(settings)
+        key = engine_key(settings, model_digest((self.files.program, self.files.params)), *engine_versions(settings))
+        outcome = cache.load(key, lambda directory: self._build_serving(replace(settings, trt_cache_dir=directory)))
+        self.cache_result = outcome.result
+        log.info(
+            "engine cache",
+            extra={
+                "result": outcome.result.value,
+                "key": key.digest(),
+                "directory": str(outcome.directory),
+                "seconds": round(outcome.seconds, 3),
+                "pid": os.getpid(),
+            },
+        )
+        return outcome.value
+
+    def _build_serving(self, settings: RuntimeSettings) -> _Runner:
         if settings.device.kind == "gpu" and settings.tensorrt_precision is TensorRTPrecision.INT8:
             self.calibrated = self._calibrate(settings)
-        self._runner = self._build(config)
+        return self._build(build_config(self.files, settings))
 
     def _build(self, config: Any) -> _Runner:
         try:

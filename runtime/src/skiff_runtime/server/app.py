@@ -227,6 +227,8 @@ class RuntimeServer:
         """A worker exited or was replaced: health says SERVING only while some worker can run a batch; a worker
         the pool cannot replace stops the server (exit 1) so that Kubernetes restarts the pod."""
         self.metrics.workers.set(event.alive)
+        if event.engine_cache is not None:
+            self.metrics.engine_cache.labels(event.engine_cache).inc()
         if event.exitcode is not None or event.gave_up:
             self.metrics.worker_exits.inc()
         if event.gave_up:

@@ -15,12 +15,14 @@ from skiff_runtime.tensors import Array, ModelSignature
 class WorkerEvent:
     """A worker process exited, or its replacement became ready. `alive` counts the workers able to run batches
     afterwards; `gave_up` means the pool will not replace it (the replacement failed to load, or workers died too
-    often) and the server should stop so that Kubernetes restarts the pod."""
+    often) and the server should stop so that Kubernetes restarts the pod. `engine_cache`, on a worker that became
+    ready, says how --trt-cache-dir served its engine (hit, waited, built, miss; None without a cache)."""
 
     index: int
     exitcode: int | None
     alive: int
     gave_up: bool = False
+    engine_cache: str | None = None
 
 
 WorkerEvents = Callable[[WorkerEvent], None]

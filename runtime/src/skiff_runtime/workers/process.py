@@ -84,6 +84,7 @@ class Ready:
 
     platform: str
     signature: ModelSignature
+    engine_cache: str | None = None  # how --trt-cache-dir served the engine (predictor.engine_cache.CacheResult)
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,8 @@ def worker_main(
         return
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Paddle installs its own handler on import
-    conn.send(Ready(engine.platform, engine.signature))
+    cache_result = getattr(engine, "cache_result", None)  # PaddleEngine's; task engines have none
+    conn.send(Ready(engine.platform, engine.signature, None if cache_result is None else str(cache_result)))
     in_view, out_view = memoryview(inputs_buf), memoryview(outputs_buf)
     while True:
         try:
@@ -239,6 +241,7 @@ class _Worker:
     reply: asyncio.Future[BatchReply] | None = None
     ready: bool = False  # loaded, warmed and watched by the event loop
     dead: bool = False
+    engine_cache: str | None = None  # from its Ready message
 
 
 class ProcessPool:
@@ -327,6 +330,7 @@ class ProcessPool:
             raise ModelLoadError(f"worker {worker.index} could not load the model: {message.reason}")
         if not isinstance(message, Ready):
             raise ModelLoadError(f"worker {worker.index} sent {type(message).__name__} before it was Ready")
+        worker.engine_cache = message.engine_cache
         return message.platform, message.signature
 
     async def start(self, warmup_batch_sizes: Sequence[int]) -> None:
@@ -346,6 +350,9 @@ class ProcessPool:
         self._idle = asyncio.LifoQueue()
         for worker in self._workers:
             self._watch(worker)
+        for worker in self._workers:
+            if worker.engine_cache is not None:
+                self._notify(worker, ready=True)
 
     def _watch(self, worker: _Worker) -> None:
         assert self._idle is not None
@@ -353,9 +360,10 @@ class ProcessPool:
         asyncio.get_running_loop().add_reader(worker.conn.fileno(), self._on_readable, worker)
         self._idle.put_nowait(worker)
 
-    def _notify(self, worker: _Worker, gave_up: bool = False) -> None:
+    def _notify(self, worker: _Worker, gave_up: bool = False, ready: bool = False) -> None:
         if self._on_event is not None:
-            self._on_event(WorkerEvent(worker.index, worker.process.exitcode, self.alive, gave_up))
+            cache = worker.engine_cache if ready else None
+            self._on_event(WorkerEvent(worker.index, worker.process.exitcode, self.alive, gave_up, cache))
 
     def _on_readable(self, worker: _Worker) -> None:
         message: BatchReply
@@ -409,7 +417,7 @@ class ProcessPool:
             return
         self._watch(new)
         log.info("worker process replaced", extra={"worker": index, "pid": new.process.pid, "alive": self.alive})
-        self._notify(new)
+        self._notify(new, ready=True)
 
     async def _idle_worker(self) -> _Worker:
         assert self._idle is not None
