@@ -135,6 +135,11 @@ async def test_the_stable_pods_read_the_gates_settings_while_it_holds_and_the_ro
         assert {"name": "shadow", "configMap": {"name": "fraud-shadow", "optional": True}} in pod["volumes"]
         env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
         assert env["SKIFF_SHADOW_FILE"] == "/etc/skiff/shadow/shadow.json"
+    # Once the API server gave the candidate's Service its virtual IP, the copies go there: no cluster DNS lookup.
+    cluster.objects[("Service", "fraud-v2")]["spec"]["clusterIP"] = "10.96.0.7"
+    await step(body, cluster, 1, stable(0), ok(0))
+    content = json.loads(cluster.objects[("ConfigMap", "fraud-shadow")]["data"]["shadow.json"])
+    assert content["target"] == "10.96.0.7:8001"
     template = copy.deepcopy(cluster.objects[("Deployment", "fraud-v1")]["spec"]["template"])
     assert body["status"]["rollout"]["summary"] == "shadow 0.00% of 0 Progressing"
     assert ("Normal", "RolloutShadowing") in [(e.type, e.reason) for e in first.events]

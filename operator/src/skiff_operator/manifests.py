@@ -42,7 +42,8 @@ def render_all(plan: Plan | Held) -> list[dict[str, Any]]:
     pins = render_digest_pins(running)
     if pins is not None:
         manifests.append(pins)
-    manifests += render_shadow_config_map(plan.model, plan.rollout)  # spec.rollout.shadow: what stable pods read
+    # spec.rollout.shadow: what stable pods read
+    manifests += render_shadow_config_map(plan.model, plan.rollout, plan.shadow_address)
     for version in running.spec.versions:
         manifests += [m for render in VERSION_RENDERERS if (m := render(plan, version)) is not None]
     manifests += render_backend_tls(plan.model, plan.routing)

@@ -5,6 +5,7 @@ JSON, camelCase, as the API server returns them). Pure: skiff_operator.kube read
 from __future__ import annotations
 
 import base64
+import ipaddress
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,7 @@ class OwnedChild:
     ready_replicas: int = 0
     progress_deadline_exceeded: bool = False  # Deployment condition Progressing, reason ProgressDeadlineExceeded
     headless: bool = False  # a Service with spec.clusterIP None
+    cluster_ip: str | None = None  # a Service's virtual IP (None: headless, or not allocated yet)
     route: RouteState | None = None  # a GRPCRoute: what the gateways wrote in its status
     replicas: int | None = None  # a Deployment's spec.replicas: what autoscaling starts from
 
@@ -255,9 +257,21 @@ def owned_child(manifest: Mapping[str, Any]) -> OwnedChild:
         ready_replicas=int(status.get("readyReplicas") or 0) if kind == DEPLOYMENT.kind else 0,
         progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
         headless=kind == SERVICE.kind and (manifest.get("spec") or {}).get("clusterIP") == HEADLESS,
+        cluster_ip=_cluster_ip(manifest) if kind == SERVICE.kind else None,
         route=route_state(manifest) if kind in (GRPC_ROUTE.kind, HTTP_ROUTE.kind) else None,
         replicas=_spec_replicas(manifest) if kind == DEPLOYMENT.kind else None,
     )
+
+
+def _cluster_ip(manifest: Mapping[str, Any]) -> str | None:
+    """A Service's spec.clusterIP when it is an address (not "None", not empty)."""
+    value = (manifest.get("spec") or {}).get("clusterIP")
+    if not isinstance(value, str) or value in ("", HEADLESS):
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return None
 
 
 def _spec_replicas(manifest: Mapping[str, Any]) -> int | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
+from skiff_operator import names
 from skiff_operator.auth import auth_problem
 from skiff_operator.autoscale import Autoscale, Memory, plan_autoscale, with_decided_replicas
 from skiff_operator.conditions import Problem
-from skiff_operator.kinds import DEPLOYMENT
+from skiff_operator.kinds import DEPLOYMENT, SERVICE
 from skiff_operator.model_fetch import pin_fetched_digests
 from skiff_operator.model_status import Status
 from skiff_operator.observed import MetricsScrape, OwnedChild, StoredSecret
@@ -60,6 +61,7 @@ class Plan:
     policy_model: InferenceModel  # the model the NetworkPolicy is rendered from (admits the scraper)
     tls: TLSState  # the Secret the pods mount, and the Secrets or Certificate to write first
     autoscale: Autoscale | None = None  # the autoscaled versions' replicas and why; None without autoscaling
+    shadow_address: str | None = None  # the candidate version Service's virtual IP, where shadow copies go
 
     @property
     def headless_versions(self) -> bool:
@@ -127,7 +129,18 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
         policy_model=admit_scraper(model, observed.operator_namespace),
         tls=tls,
         autoscale=autoscale,
+        shadow_address=candidate_service_ip(model, observed.owned),
     )
+
+
+def candidate_service_ip(model: InferenceModel, owned: tuple[OwnedChild, ...]) -> str | None:
+    """The rollout candidate's version Service's ClusterIP (render/shadow.py sends the copies there: no cluster DNS
+    lookup on the stable pods' path); None without a shadowed rollout, or while the Service is headless or new."""
+    rollout = model.spec.rollout
+    if rollout is None or rollout.shadow is None:
+        return None
+    service = names.version_service_name(model.ref.name, rollout.candidate)
+    return next((c.cluster_ip for c in owned if c.kind == SERVICE.kind and c.name == service), None)
 
 
 def held_digests(previous: Status | None) -> dict[str, tuple[str, str]]:

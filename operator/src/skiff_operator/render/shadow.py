@@ -20,8 +20,10 @@ SHADOW_VOLUME = "shadow"
 COPY_TIMEOUT_S = 10.0
 
 
-def shadow_file(model: InferenceModel, decision: RolloutDecision | None) -> dict[str, Any]:
-    """The file's content: the gate's settings while it holds the candidate (decision.state.shadowing), else {}."""
+def shadow_file(model: InferenceModel, decision: RolloutDecision | None, address: str | None = None) -> dict[str, Any]:
+    """The file's content: the gate's settings while it holds the candidate (decision.state.shadowing), else {}.
+    The copies go to `address` (the candidate version Service's ClusterIP, plan.candidate_service_ip) when there is
+    one, so a stable pod needs no cluster DNS lookup; to the Service's DNS name otherwise (a headless Service)."""
     rollout = model.spec.rollout
     if rollout is None or rollout.shadow is None or decision is None or not decision.state.shadowing:
         return {}
@@ -29,7 +31,7 @@ def shadow_file(model: InferenceModel, decision: RolloutDecision | None) -> dict
     service = names.version_service_name(model.ref.name, rollout.candidate)
     return {
         "candidate": rollout.candidate,
-        "target": names.service_host(service, model.ref.namespace, contract.GRPC_PORT),
+        "target": _target(address, service, model.ref.namespace),
         "sources": sorted(stable_versions(rollout, model.spec.traffic)),
         "ratio": shadow.ratio,
         "queueSize": shadow.queue_size,
@@ -39,16 +41,25 @@ def shadow_file(model: InferenceModel, decision: RolloutDecision | None) -> dict
     }
 
 
+def _target(address: str | None, service: str, namespace: str) -> str:
+    if address is None:
+        return names.service_host(service, namespace, contract.GRPC_PORT)
+    host = f"[{address}]" if ":" in address else address  # an IPv6 ClusterIP
+    return f"{host}:{contract.GRPC_PORT}"
+
+
 def _comparison(rule: Comparison) -> dict[str, Any]:
     return {"mode": rule.mode.value, "atol": rule.atol, "rtol": rule.rtol, "topK": rule.top_k}
 
 
-def render_shadow_config_map(model: InferenceModel, decision: RolloutDecision | None) -> list[dict[str, Any]]:
+def render_shadow_config_map(
+    model: InferenceModel, decision: RolloutDecision | None, address: str | None = None
+) -> list[dict[str, Any]]:
     """The ConfigMap (none without spec.rollout.shadow)."""
     rollout = model.spec.rollout
     if rollout is None or rollout.shadow is None:
         return []
-    content = json.dumps(shadow_file(model, decision), sort_keys=True)
+    content = json.dumps(shadow_file(model, decision, address), sort_keys=True)
     return [
         {
             "apiVersion": CONFIG_MAP.api_version,
