@@ -8,7 +8,6 @@ The file sorts before test_real_node.py (hence its name), whose last test stops 
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,14 +21,7 @@ from devtools.traffic import steady_load
 from e2e.harness import condition, wait_model_ready
 from e2e.real_rollouts import Stage, rollout_stage, wait_verdict, watched
 
-# Opt-in until it has passed once on the real node: it needs the runtime image rebuilt with --shadow-file
-# (scripts/images.sh build), which the change that added it could not do. Run: SKIFF_REAL_SHADOW=1.
-OPT_IN = os.environ.get("SKIFF_REAL_SHADOW") == "1"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(1500),
-    pytest.mark.skipif(not OPT_IN, reason="the shadow gate on the real node is opt-in for now: SKIFF_REAL_SHADOW=1"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 SAME = "shadow-same"
 DIFFERS = "shadow-differs"
