@@ -268,6 +268,10 @@ class ChartOperator:
         self.liveness_port = free_port()
         self.args = [a.replace("http://0.0.0.0:", "http://127.0.0.1:") for a in container["args"]]
         self.args = [_with_port(a, self.liveness_port) if a.startswith("--liveness=") else a for a in self.args]
+        # The chart's metrics port (8081) moved to a free one too: two operators, or anything else on 8081, would
+        # otherwise collide on this host.
+        self.metrics_port = free_port()
+        self.args = [f"--metrics-port={self.metrics_port}" if a.startswith("--metrics-port=") else a for a in self.args]
         self.env = container_env(container, deployment["metadata"]["namespace"])
         self.kubeconfig = kubeconfig
         self.log_path = log_path

@@ -4,7 +4,7 @@ with one rule removed it gets Forbidden (the negative control, so these tests ca
 operator pod and the runtime pods are admitted under Pod Security "restricted"; upgrade and uninstall work.
 
 The operator runs here as a subprocess (kwok runs no containers) with exactly the arguments of the Deployment the
-chart installed, its liveness URL moved to a free local port.
+chart installed, its liveness URL and metrics port moved to free local ports.
 """
 
 from __future__ import annotations

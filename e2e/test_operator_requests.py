@@ -25,7 +25,8 @@ REQUESTS_PER_RECONCILE = 12
 # Gateway API's standard channel serves both), and where BackendTLSPolicy is served too, its
 # BackendTLSPolicies and CA ConfigMaps: by CRD, the lists it adds.
 GATEWAY_LISTS = {
-    "grpcroutes.gateway.networking.k8s.io": ("grpcroutes", "httproutes"),
+    "grpcroutes.gateway.networking.k8s.io": ("grpcroutes",),
+    "httproutes.gateway.networking.k8s.io": ("httproutes",),  # listed only while GRPCRoute's is served too
     "backendtlspolicies.gateway.networking.k8s.io": ("backendtlspolicies", "configmaps"),
 }
 # Besides reconciles: the ownership lookups of a new model's 5 names (once), a status patch per change, an Event

@@ -27,7 +27,7 @@ from skiff_operator.observed import (
     owned_by,
     owned_child,
 )
-from skiff_operator.routing import GRPC_ROUTE_CRD
+from skiff_operator.routing import GRPC_ROUTE_CRD, HTTP_ROUTE_CRD
 from skiff_operator.spec import InferenceModel
 from tests.conftest import apply_defaults, crd_schema
 
@@ -114,14 +114,14 @@ class FakeCluster:
         return self.metrics
 
     async def crd_serves(self, name: str, version: str) -> bool:
-        return self.gateway_api and (name, version) == (GRPC_ROUTE_CRD, "v1")
+        return self.gateway_api and version == "v1" and name in (GRPC_ROUTE_CRD, HTTP_ROUTE_CRD)
 
     async def list_owned(
-        self, model: InferenceModel, *, routes: bool, backend_tls: bool = False
+        self, model: InferenceModel, *, routes: bool, backend_tls: bool = False, http_routes: bool = False
     ) -> tuple[OwnedChild, ...]:
         """What exists and the model controls, of the kinds kube.Kube lists (skiff_operator.kinds), read by the
         operator's own parser (observed.owned_child); a Deployment's status is the one deployment_states gives."""
-        listed = {kind.kind for kind in child_kinds(routes=routes, backend_tls=backend_tls)}
+        listed = {kind.kind for kind in child_kinds(routes=routes, backend_tls=backend_tls, http_routes=http_routes)}
         owned = []
         for (kind, _), manifest in sorted(self.objects.items()):
             labels = manifest["metadata"].get("labels") or {}

@@ -51,18 +51,22 @@ def test_apply_order_and_pruning_are_read_from_the_rows() -> None:
 
 
 @pytest.mark.parametrize(
-    ("routes", "backend_tls", "listed"),
+    ("routes", "backend_tls", "http_routes", "listed"),
     [
-        (False, False, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget"}),
-        (True, False, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "GRPCRoute", "HTTPRoute"}),
-        (True, True, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "GRPCRoute", "HTTPRoute",
-                      "BackendTLSPolicy", "ConfigMap"}),
+        (False, False, False, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget"}),
+        (True, False, False, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "GRPCRoute"}),
+        (True, False, True, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "GRPCRoute",
+                             "HTTPRoute"}),
+        (True, True, True, {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "GRPCRoute", "HTTPRoute",
+                            "BackendTLSPolicy", "ConfigMap"}),
     ],
 )  # fmt: skip
 def test_the_children_listed_depend_on_which_gateway_kinds_are_served(
-    routes: bool, backend_tls: bool, listed: set[str]
+    routes: bool, backend_tls: bool, http_routes: bool, listed: set[str]
 ) -> None:
-    assert {k.kind for k in kinds.child_kinds(routes=routes, backend_tls=backend_tls)} == listed
+    assert {
+        k.kind for k in kinds.child_kinds(routes=routes, backend_tls=backend_tls, http_routes=http_routes)
+    } == listed
 
 
 def test_every_watched_kind_has_a_watch() -> None:

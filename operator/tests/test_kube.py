@@ -309,7 +309,9 @@ async def test_backend_tls_children_and_disruption_budgets_are_listed_read_and_d
     model = parse_inference_model(stored_body(body))
     async with DeadlineApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
         kube = Kube(api)
-        owned = {(c.kind, c.name): c for c in await kube.list_owned(model, routes=True, backend_tls=True)}
+        owned = {
+            (c.kind, c.name): c for c in await kube.list_owned(model, routes=True, backend_tls=True, http_routes=True)
+        }
         assert set(owned) == {("ConfigMap", "demo-backend-ca"), ("GRPCRoute", "demo"), ("HTTPRoute", "demo"),
                               ("BackendTLSPolicy", "demo-v1"), ("PodDisruptionBudget", "demo-v1")}  # fmt: skip
         assert owned[("HTTPRoute", "demo")].route == RouteState(3)  # REST's route: its generation, no verdict yet

@@ -30,6 +30,7 @@ class Listed(enum.Enum):
     ALWAYS = "always"
     WITH_ROUTES = "with routes"  # only while the GRPCRoute CRD is served
     WITH_BACKEND_TLS = "with backend TLS"  # only while the BackendTLSPolicy CRD is served too
+    WITH_HTTP_ROUTES = "with HTTP routes"  # only while the HTTPRoute CRD is served too
 
 
 class Pruned(enum.Enum):
@@ -113,7 +114,7 @@ GRPC_ROUTE = Kind(
     pruned=Pruned.UNRENDERED, order=Order.LAST,
 )  # fmt: skip
 HTTP_ROUTE = Kind(
-    GATEWAY_GROUP, "v1", "HTTPRoute", "httproutes", applied=True, listed=Listed.WITH_ROUTES,
+    GATEWAY_GROUP, "v1", "HTTPRoute", "httproutes", applied=True, listed=Listed.WITH_HTTP_ROUTES,
     pruned=Pruned.UNRENDERED, order=Order.LAST,
 )  # fmt: skip
 BACKEND_TLS_POLICY = Kind(
@@ -139,12 +140,13 @@ CHILD_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if k.child)
 WATCHED_KINDS: tuple[str, ...] = tuple(k.kind for k in KINDS if k.watched)
 
 
-def child_kinds(*, routes: bool, backend_tls: bool) -> tuple[Kind, ...]:
+def child_kinds(*, routes: bool, backend_tls: bool, http_routes: bool = False) -> tuple[Kind, ...]:
     """The child kinds a model's children are listed of, given which Gateway API CRDs are served."""
     wanted = {
         Listed.ALWAYS,
         *([Listed.WITH_ROUTES] if routes else []),
         *([Listed.WITH_BACKEND_TLS] if backend_tls else []),
+        *([Listed.WITH_HTTP_ROUTES] if http_routes else []),
     }
     return tuple(k for k in CHILD_KINDS if k.listed in wanted)
 

@@ -12,7 +12,7 @@ from skiff_operator.model_status import Status
 from skiff_operator.observed import MetricsScrape, StoredSecret
 from skiff_operator.plan import Observed
 from skiff_operator.rollout import stable_versions
-from skiff_operator.routing import BACKEND_TLS_POLICY_CRD, GRPC_ROUTE_CRD, RoutingCluster
+from skiff_operator.routing import BACKEND_TLS_POLICY_CRD, GRPC_ROUTE_CRD, HTTP_ROUTE_CRD, RoutingCluster
 from skiff_operator.spec import InferenceModel
 from skiff_operator.tls import TLSCluster, TLSObserved, observe_tls
 
@@ -59,7 +59,8 @@ async def _observe_children(
     scrape = await cluster.scrape_metrics(model, scraped) if scraped else None
     served = await cluster.crd_serves(GRPC_ROUTE_CRD, "v1")
     backend_tls = served and await cluster.crd_serves(BACKEND_TLS_POLICY_CRD, "v1")
-    owned = await cluster.list_owned(model, routes=served, backend_tls=backend_tls)
+    http_routes = served and await cluster.crd_serves(HTTP_ROUTE_CRD, "v1")
+    owned = await cluster.list_owned(model, routes=served, backend_tls=backend_tls, http_routes=http_routes)
     return Observed(
         tls,
         status,
@@ -67,6 +68,7 @@ async def _observe_children(
         missing_claims=missing,
         grpc_route_served=served,
         backend_tls_served=backend_tls,
+        http_route_served=http_routes,
         owned=owned,
         scrape=scrape,
         operator_namespace=cluster.operator_namespace,

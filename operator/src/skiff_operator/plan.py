@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass, field
 
@@ -42,6 +43,7 @@ class Observed:
     missing_claims: frozenset[str] = frozenset()  # PersistentVolumeClaims named by spec.versions that do not exist
     grpc_route_served: bool = False
     backend_tls_served: bool = False
+    http_route_served: bool = False  # the HTTPRoute CRD serves v1 (else no HTTPRoute is rendered or listed)
     owned: tuple[OwnedChild, ...] = ()  # the children, as listed by label before anything is applied
     scrape: MetricsScrape | None = None  # the versions' metrics, read when spec.rollout or autoscaling is set
     operator_namespace: str | None = None  # the namespace that scrapes the pods' metrics for spec.rollout
@@ -90,6 +92,8 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
     problem = observed.blocker or auth_problem(model, observed.auth_secret)
     if problem is not None:
         return Held(problem, tls, model)
+    if not observed.http_route_served:
+        model = without_rest_routes(model)  # no HTTPRoute CRD: no HTTPRoute rendered, none waited for
     previous = observed.status
     stored = previous.rollout if previous is not None and isinstance(previous.rollout, RolloutStatus) else None
     rollout = (
@@ -131,6 +135,16 @@ def make_plan(model: InferenceModel, observed: Observed, now: datetime.datetime)
         autoscale=autoscale,
         shadow_address=candidate_service_ip(model, observed.owned),
     )
+
+
+def without_rest_routes(model: InferenceModel) -> InferenceModel:
+    """The model with no gateway entry's restSectionName: the HTTPRoute CRD is not served (the GRPCRoute's may be)."""
+    routing = model.spec.routing
+    if not any(g.rest_section_name for g in routing.gateways):
+        return model
+    gateways = tuple(dataclasses.replace(g, rest_section_name=None) for g in routing.gateways)
+    spec = dataclasses.replace(model.spec, routing=dataclasses.replace(routing, gateways=gateways))
+    return dataclasses.replace(model, spec=spec)
 
 
 def candidate_service_ip(model: InferenceModel, owned: tuple[OwnedChild, ...]) -> str | None:

@@ -18,13 +18,23 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from skiff_operator import names
-from skiff_operator.kinds import BACKEND_TLS_POLICY, DEPLOYMENT, GRPC_ROUTE, HEADLESS, SERVICE, Pruned, kinds_pruned
+from skiff_operator.kinds import (
+    BACKEND_TLS_POLICY,
+    DEPLOYMENT,
+    GRPC_ROUTE,
+    HEADLESS,
+    HTTP_ROUTE,
+    SERVICE,
+    Pruned,
+    kinds_pruned,
+)
 from skiff_operator.observed import Occupant, OwnedChild
 from skiff_operator.spec import InferenceModel, Routing, RoutingMode, TLSMode, TrafficShare
 from skiff_operator.traffic import TOTAL, TrafficDecision, VersionTraffic, apportion_replicas, decide_traffic
 
 GRPC_ROUTE_CRD = GRPC_ROUTE.crd_name
 BACKEND_TLS_POLICY_CRD = BACKEND_TLS_POLICY.crd_name
+HTTP_ROUTE_CRD = HTTP_ROUTE.crd_name
 # The child kinds by pruning rule (skiff_operator.kinds): deleted once no longer rendered (the routing mode changed,
 # TLS or the NetworkPolicy was turned off, a version left the route), and per-version children deleted once no
 # longer rendered while their version stays in the spec, or with their version's Deployment once it drained.
@@ -349,7 +359,7 @@ class RoutingCluster(Protocol):
     async def crd_serves(self, name: str, version: str) -> bool: ...
 
     async def list_owned(
-        self, model: InferenceModel, *, routes: bool, backend_tls: bool = False
+        self, model: InferenceModel, *, routes: bool, backend_tls: bool = False, http_routes: bool = False
     ) -> tuple[OwnedChild, ...]: ...
 
     async def find_occupants(

@@ -299,8 +299,8 @@ class RuntimeMetrics:
         )
         self.payload_records = Counter(
             "skiff_payload_log_records",
-            "Payload log records by result: written, dropped (queue full or sink failed), rate_limited, and "
-            "truncated (written with a body cut to --payload-log-max-body-bytes)",
+            "Payload log records: written, dropped (queue full or sink failed), rate_limited, truncated (a body "
+            "cut to --payload-log-max-body-bytes)",
             ["result"],
             registry=r,
         )

@@ -152,14 +152,14 @@ class Children(Client):
         return crd is not None and crd_serves_version(crd, version)
 
     async def list_owned(
-        self, model: InferenceModel, *, routes: bool, backend_tls: bool = False
+        self, model: InferenceModel, *, routes: bool, backend_tls: bool = False, http_routes: bool = False
     ) -> tuple[OwnedChild, ...]:
         """The model's children of every child kind (skiff_operator.kinds: those listed WITH_ROUTES only when
         `routes`, WITH_BACKEND_TLS only when `backend_tls`) labelled for the model and controlled by it.
         Label-selected, so the API server sends only the model's own objects."""
         namespace = model.ref.namespace
         selector = f"{names.MODEL_LABEL}={names.fit_name(model.ref.name)}"
-        kinds = [kind.kind for kind in child_kinds(routes=routes, backend_tls=backend_tls)]
+        kinds = [kind.kind for kind in child_kinds(routes=routes, backend_tls=backend_tls, http_routes=http_routes)]
 
         async def list_kind(kind: Kind) -> list[dict[str, Any]]:
             listed = await self._list(kind.api_version, kind.kind, namespace, selector)
@@ -167,7 +167,9 @@ class Children(Client):
             return [{**item, "kind": kind.kind} for item in listed]
 
         # At once: the lists are independent, and a reconcile's latency is the sum of its sequential requests.
-        lists = await asyncio.gather(*(list_kind(kind) for kind in child_kinds(routes=routes, backend_tls=backend_tls)))
+        lists = await asyncio.gather(
+            *(list_kind(kind) for kind in child_kinds(routes=routes, backend_tls=backend_tls, http_routes=http_routes))
+        )
         raw = [item for listed in lists for item in listed if owned_by(item, model.ref.uid)]
         # What apply() compares with; replaced on every list, so an object deleted since is never taken as current.
         label = names.fit_name(model.ref.name)
