@@ -10,6 +10,7 @@ chart installed, its liveness URL and metrics port moved to free local ports.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import ssl
 import time
@@ -286,26 +287,34 @@ def test_cluster_wide_install_creates_the_crd_and_uninstall_keeps_it(
 ) -> None:
     assert kube.attempt("get", "crd", CRD_NAME).returncode != 0
     install_chart(helm, namespace, "operator.resyncSeconds=10", "clusterWide=true")
-    crd = kube.get("crd", CRD_NAME)
-    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    assert crd["metadata"]["annotations"]["meta.helm.sh/release-namespace"] == namespace
-    assert crd["spec"]["versions"][0]["schema"] == yaml.safe_load(CRD_PATH.read_text())["spec"]["versions"][0]["schema"]
-    kube.run("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
-    cluster_role = kube.get("clusterrole", f"{RELEASE}-{namespace}"[:63])
-    assert {"inferencemodels", "deployments", "customresourcedefinitions"} <= {
-        x for r in cluster_role["rules"] for x in r["resources"]
-    }
-    assert kube.attempt("get", "role", RELEASE, "-n", namespace).returncode != 0
-    operator_pod_running(kube, namespace)
+    try:
+        crd = kube.get("crd", CRD_NAME)
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert crd["metadata"]["annotations"]["meta.helm.sh/release-namespace"] == namespace
+        assert (
+            crd["spec"]["versions"][0]["schema"]
+            == yaml.safe_load(CRD_PATH.read_text())["spec"]["versions"][0]["schema"]
+        )
+        kube.run("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+        cluster_role = kube.get("clusterrole", f"{RELEASE}-{namespace}"[:63])
+        assert {"inferencemodels", "deployments", "customresourcedefinitions"} <= {
+            x for r in cluster_role["rules"] for x in r["resources"]
+        }
+        assert kube.attempt("get", "role", RELEASE, "-n", namespace).returncode != 0
+        operator_pod_running(kube, namespace)
 
-    kubeconfig = service_account_kubeconfig(kube, namespace, RELEASE, tmp_path / "sa.kubeconfig")
-    model = load_example("cpu", namespace)
-    deployment = chart_deployment(kube, namespace)
-    assert "--all-namespaces" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    with ChartOperator(deployment, kubeconfig, tmp_path / "operator.log") as operator:
-        kube.apply(model)
-        wait_ready(kube, model)
-        assert forbidden_lines(operator.log(), kube, model) == []
+        kubeconfig = service_account_kubeconfig(kube, namespace, RELEASE, tmp_path / "sa.kubeconfig")
+        model = load_example("cpu", namespace)
+        deployment = chart_deployment(kube, namespace)
+        assert "--all-namespaces" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        with ChartOperator(deployment, kubeconfig, tmp_path / "operator.log") as operator:
+            kube.apply(model)
+            wait_ready(kube, model)
+            assert forbidden_lines(operator.log(), kube, model) == []
+    except BaseException:  # a cluster-wide release left behind refuses every later test's models (its policy)
+        with contextlib.suppress(HelmError):
+            helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "60s")
+        raise
 
     helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "60s")
     assert kube.get_or_none("serviceaccount", RELEASE, namespace) is None
