@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools.cluster import Kubectl, eventually
+from devtools.helm import Helm
 from devtools.install import create_model_claims, model_volume_name
 from devtools.node.config import NODE_NAME, pod_placement
 from devtools.node.real_node import RealNode
@@ -119,6 +120,15 @@ def apply_until_answering(kube: Kubectl, model: dict[str, Any]) -> float:
     version = model["spec"]["versions"][0]["name"]
     assert eventually(answer, timeout=30, interval=0.5, what=f"an answer from {cluster_ip}") == version
     return ready
+
+
+def remove_operator_release(kube: Kubectl, helm: Helm, real_node: RealNode, namespace: str, release: str) -> None:
+    """After a chart-installed operator pod: its log printed, the release uninstalled, the namespace deleted."""
+    for pod in kube.items("pod", namespace, "app.kubernetes.io/component=operator"):
+        log = real_node.container_log(namespace, pod["metadata"]["name"], "operator")
+        print(f"---- operator pod log ----\n{log[-20000:]}")
+    helm.run("uninstall", release, "--namespace", namespace, "--wait", "--timeout", "120s", check=False)
+    delete_real_namespace(kube, namespace)
 
 
 def delete_real_namespace(kube: Kubectl, namespace: str) -> None:

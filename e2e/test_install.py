@@ -10,7 +10,6 @@ chart installed, its liveness URL and metrics port moved to free local ports.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import ssl
 import time
@@ -312,8 +311,7 @@ def test_cluster_wide_install_creates_the_crd_and_uninstall_keeps_it(
             wait_ready(kube, model)
             assert forbidden_lines(operator.log(), kube, model) == []
     except BaseException:  # a cluster-wide release left behind refuses every later test's models (its policy)
-        with contextlib.suppress(HelmError):
-            helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "60s")
+        helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "60s", check=False)
         raise
 
     helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "60s")

@@ -24,8 +24,8 @@ from devtools.traffic import write_sample_model
 from e2e.real_models import (
     apply_until_answering,
     create_real_namespace,
-    delete_real_namespace,
     real_node_chart_values,
+    remove_operator_release,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -60,11 +60,7 @@ def released(real_node: RealNode, kube: Kubectl, helm: Helm, crd: dict[str, Any]
         print(f"helm install --wait (operator pod Running on {NODE_NAME}): {time.monotonic() - started:.1f}s")
         yield namespace, models
     finally:
-        for pod in kube.items("pod", namespace, "app.kubernetes.io/component=operator"):
-            log = real_node.container_log(namespace, pod["metadata"]["name"], "operator")
-            print(f"---- operator pod log ----\n{log[-20000:]}")
-        helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "120s", check=False)
-        delete_real_namespace(kube, namespace)
+        remove_operator_release(kube, helm, real_node, namespace, RELEASE)
 
 
 def test_the_helm_installed_operator_pod_serves_a_model_on_the_real_node(

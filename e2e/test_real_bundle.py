@@ -35,8 +35,8 @@ from devtools.traffic import write_sample_model
 from e2e.real_models import (
     apply_until_answering,
     create_real_namespace,
-    delete_real_namespace,
     real_node_chart_values,
+    remove_operator_release,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -136,11 +136,7 @@ def installed(
     try:
         yield namespace, models
     finally:
-        for pod in kube.items("pod", namespace, "app.kubernetes.io/component=operator"):
-            log = real_node.container_log(namespace, pod["metadata"]["name"], "operator")
-            print(f"---- operator pod log ----\\n{log[-20000:]}")
-        helm.run("uninstall", RELEASE, "--namespace", namespace, "--wait", "--timeout", "120s", check=False)
-        delete_real_namespace(kube, namespace)
+        remove_operator_release(kube, helm, real_node, namespace, RELEASE)
 
 
 def test_the_bundle_installs_and_serves_on_the_real_node_with_nothing_pulled(
