@@ -500,6 +500,28 @@ def test_tenant_is_refused_what_it_could_not_do_itself(
     for case in ("gateway", "issuer"):
         assert create_as(kube, cases[case][0]) == (0, ""), case
 
+    # A tenant that may create GRPCRoutes but not HTTPRoutes: a gRPC-only gateway entry is admitted, one that also
+    # names a restSectionName (an HTTPRoute to the REST port) is refused.
+    kube.apply([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": f"{TENANT}-grpcroutes", "namespace": namespace},
+         "rules": [{"apiGroups": ["gateway.networking.k8s.io"], "resources": ["grpcroutes"], "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": f"{TENANT}-grpcroutes", "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{TENANT}-grpcroutes"},
+         "subjects": [{"kind": "ServiceAccount", "name": TENANT, "namespace": namespace}]},
+    ])  # fmt: skip
+    grpc_only = tenant_model(namespace, "grpc-only", routing={"gateways": [{"name": "public", "namespace": "infra"}]})
+    eventually(lambda: create_as(tenant, grpc_only) == (0, "") or None, timeout=60, what="the GRPCRoute grant")
+    rest = tenant_model(
+        namespace, "rest-gateway", runtime={"rest": True},
+        routing={"gateways": [{"name": "public", "namespace": "infra", "restSectionName": "http"}]},
+    )  # fmt: skip
+    code, stderr = create_as(tenant, rest)
+    assert code != 0, "a REST gateway entry was admitted without create on httproutes"
+    assert f"you ({user}) cannot create HTTPRoutes in namespace {namespace}" in stderr, stderr
+    assert create_as(kube, rest) == (0, "")
+
 
 def test_tenant_pod_template_names_only_what_it_could_use_itself(
     kube: Kubectl, namespace: str, claims: list[str], policy: list[dict[str, Any]], tenant: Kubectl

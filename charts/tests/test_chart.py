@@ -11,6 +11,8 @@ import pytest
 import yaml
 from devtools.helm import CHART, CRD_SOURCE, KEEP, Helm, HelmError, documents, generated_files
 
+from skiff_operator.kinds import CHILD_KINDS, KINDS, Pruned
+
 ALL_RULE_RESOURCES = {
     "inferencemodels",
     "inferencemodels/status",
@@ -25,6 +27,7 @@ ALL_RULE_RESOURCES = {
     "poddisruptionbudgets",
     "certificates",
     "grpcroutes",
+    "httproutes",
     "backendtlspolicies",
     "configmaps",
 }
@@ -192,6 +195,30 @@ def test_rules_cover_every_resource_docs_operator_md_names(helm: Helm) -> None:
     granted = {resource for role in of_kind(docs, "Role") for resource in rule_resources(role["rules"])}
     assert named <= granted | rule_resources(one(docs, "ClusterRole")["rules"])
     assert "--standalone" in container(render(helm))["args"]
+
+
+def granted_verbs(rules: list[dict[str, Any]], group: str, resource: str) -> set[str]:
+    return {v for r in rules if group in r["apiGroups"] and resource in r["resources"] for v in r["verbs"]}
+
+
+@pytest.mark.parametrize("scope", [(), ('watchNamespaces=["ml"]',)], ids=["namespace", "listed-namespaces"])
+def test_every_kind_the_operator_writes_or_lists_is_granted_the_verbs_it_uses(helm: Helm, scope: tuple[str]) -> None:
+    """skiff_operator.kinds is the one table of what the operator touches: an applied kind needs get, create and
+    patch (server-side apply, and the by-name ownership look-up), a listed child list, a pruned one delete. A kind
+    added there without its rule fails here, not as a 403 on a cluster where its CRD happens to be served."""
+    docs = render(helm, *scope)
+    rules = [rule for role in served(docs, "Role") for rule in role["rules"]]
+    assert rules, "no Role of a served namespace rendered"
+    for kind in KINDS:
+        needed = {
+            *({"get", "create", "patch"} if kind.applied else set()),
+            *({"list"} if kind in CHILD_KINDS else set()),
+            *({"delete"} if kind.pruned is not Pruned.NEVER else set()),
+        }
+        assert needed <= granted_verbs(rules, kind.group, kind.plural), f"{kind.plural}.{kind.group}: {needed}"
+    # The negative control: a rule table without httproutes misses exactly that kind.
+    without = [{**r, "resources": [x for x in r["resources"] if x != "httproutes"]} for r in rules]
+    assert not {"list"} <= granted_verbs(without, "gateway.networking.k8s.io", "httproutes")
 
 
 def test_image_defaults_to_app_version_and_can_be_overridden(helm: Helm) -> None:

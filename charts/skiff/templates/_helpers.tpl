@@ -152,10 +152,11 @@ are exactly what it calls; e2e/test_install.py runs the operator with only these
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, create, patch, delete]
-# Per-request traffic splits between versions; with TLS, how the gateway verifies the pods (a BackendTLSPolicy per
-# version Service, and a ConfigMap with only the CA certificate it references).
+# Per-request traffic splits between versions (a GRPCRoute; with REST and a restSectionName, an HTTPRoute too); with
+# TLS, how the gateway verifies the pods (a BackendTLSPolicy per version Service, and a ConfigMap with only the CA
+# certificate it references).
 - apiGroups: [gateway.networking.k8s.io]
-  resources: [grpcroutes, backendtlspolicies]
+  resources: [grpcroutes, httproutes, backendtlspolicies]
   verbs: [get, list, create, patch, delete]
 - apiGroups: [""]
   resources: [configmaps]
