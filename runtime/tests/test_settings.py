@@ -58,6 +58,13 @@ def test_the_batching_options_fill_the_one_batching_limits_type() -> None:
     assert parse_settings(REQUIRED_ARGS, env={}).batching == BatchingLimits()
 
 
+def test_a_tasks_group_cap_is_a_quarter_of_the_batch_timeout_unless_set() -> None:
+    assert parse_settings(REQUIRED_ARGS, env={}).batching.max_group_s == 15.0  # of the default 60 s
+    assert parse_settings([*REQUIRED_ARGS, "--batch-timeout-s", "120"], env={}).batching.max_group_s == 30.0
+    both = parse_settings([*REQUIRED_ARGS, "--batch-timeout-s", "120", "--max-group-s", "0"], env={})
+    assert both.batching.max_group_s == 0.0  # 0: no cap by time, whatever the timeout
+
+
 def test_required_options_are_exactly_the_fields_without_defaults() -> None:
     without_default = {
         name
@@ -139,6 +146,7 @@ def test_every_option_parses_from_its_flag_and_its_env_variable() -> None:
         "max_streams_per_connection": ("32", 32),
         "max_calls_per_peer": ("16", 16),
         "batch_timeout_s": ("90", 90.0),
+        "max_group_s": ("5", 5.0),
         "grace_period_s": ("2.5", 2.5),
         "log_level": ("debug", "DEBUG"),
         "tls_cert_file": ("/certs/tls.crt", Path("/certs/tls.crt")),

@@ -202,6 +202,9 @@ class BatchingLimits:
     dynamic_batching: bool = True
     max_queue_delay_us: int = 0
     max_queue_size: int = 256
+    # A grouped model (a task): the longest a group is expected to run, from the seconds per image its groups took
+    # (0 = no cap by time). Unset, a quarter of --batch-timeout-s (settings_from_namespace): 15 s of the default 60.
+    max_group_s: float = 15.0
 
     @property
     def max_queue_delay_s(self) -> float:
@@ -491,6 +494,14 @@ OPTIONS: tuple[Option, ...] = (
         "requests waiting for the engine before RESOURCE_EXHAUSTED (default 256)",
         section="batching",
     ),
+    Option(
+        "max_group_s",
+        _seconds,
+        "a task (--task): the longest one group of requests may be expected to run on a worker, from the seconds "
+        "per image its last groups took; caps each group below --max-batch-size, and splits what is queued over "
+        "the idle workers (default: a quarter of --batch-timeout-s; 0 = no cap by time)",
+        section="batching",
+    ),
     Option("max_message_mb", _positive, "largest gRPC message in MiB, both directions (default 32)"),
     Option(
         "max_request_memory_mb",
@@ -605,6 +616,7 @@ def available_cpus() -> int:
 
 
 MEMORY_LIMIT_SHARE = 4
+GROUP_TIMEOUT_SHARE = 4  # --max-group-s defaults to this share of --batch-timeout-s
 DEFAULT_REQUEST_MEMORY_BYTES = 1 << 30
 
 
@@ -643,6 +655,8 @@ def settings_from_namespace(values: Mapping[str, str | None], env: Mapping[str, 
         except ValueError as exc:
             raise SettingsError(f"{source}={raw!r}: {exc}") from None
         (sections[option.section] if option.section else kwargs)[option.name] = value
+    if "max_group_s" not in sections["batching"] and "batch_timeout_s" in kwargs:  # never near the batch timeout
+        sections["batching"]["max_group_s"] = kwargs["batch_timeout_s"] / GROUP_TIMEOUT_SHARE
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         sections["tracing"]["trace_endpoint"] = ""
     settings = RuntimeSettings(

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
-from skiff_runtime.batching.batcher import Batcher, BatchStats
+from skiff_runtime.batching.batcher import Batcher, BatchStats, group_rows, next_row_seconds
 from skiff_runtime.batching.merge import merge_inputs
 from skiff_runtime.errors import DeadlineExceeded, InferenceFailed, InvalidInput, QueueFull, SkiffError
 from skiff_runtime.settings import BatchingLimits
@@ -221,15 +221,21 @@ class GroupEngine:
     """A fake grouped runner (a task): each request's own outputs, with their own row count (one per element
     of x, whatever its shape), or its own error when its first value is negative."""
 
-    def __init__(self) -> None:
+    def __init__(self, row_seconds: float = 0.0) -> None:
         self.groups: list[list[tuple[int, ...]]] = []
+        self.row_seconds = row_seconds  # each request's rows cost this long (else a group takes 1 ms)
+        self.started: list[float] = []
+        self.fail: Exception | None = None
 
     async def run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         raise AssertionError("a grouped model's requests are never merged")
 
     async def run_group(self, requests: Sequence[Mapping[str, Array]]) -> list[dict[str, Array] | SkiffError]:
         self.groups.append([tuple(r["x"].shape) for r in requests])
-        await asyncio.sleep(0.001)
+        self.started.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(self.row_seconds * sum(int(r["x"].shape[0]) for r in requests) or 0.001)
+        if self.fail is not None:
+            raise self.fail
         return [
             InvalidInput("negative") if float(r["x"].flat[0]) < 0 else {"y": r["x"].reshape(-1) * 2} for r in requests
         ]
@@ -237,7 +243,8 @@ class GroupEngine:
 
 async def test_a_grouped_model_groups_requests_of_any_shape_and_answers_each_with_its_own_outcome() -> None:
     engine = GroupEngine()
-    batcher = Batcher(engine.run, BatchingLimits(max_queue_delay_us=5000), batched=False, run_group=engine.run_group)
+    limits = BatchingLimits(max_queue_delay_us=5000, max_group_s=0)  # no cap by time: one group
+    batcher = Batcher(engine.run, limits, batched=False, run_group=engine.run_group)
     batcher.start()
     results = await asyncio.gather(
         batcher.submit(rows(1, 1.0, width=2)),
@@ -265,7 +272,10 @@ async def test_a_grouped_model_without_dynamic_batching_runs_each_request_alone(
 async def test_a_group_is_bounded_by_max_batch_size_rows() -> None:
     engine = GroupEngine()
     batcher = Batcher(
-        engine.run, BatchingLimits(max_queue_delay_us=5000, max_batch_size=3), batched=False, run_group=engine.run_group
+        engine.run,
+        BatchingLimits(max_queue_delay_us=5000, max_batch_size=3, max_group_s=0),
+        batched=False,
+        run_group=engine.run_group,
     )
     batcher.start()
     await asyncio.gather(*(batcher.submit(rows(2, width=w)) for w in (1, 2, 3)))
@@ -276,7 +286,7 @@ async def test_a_group_is_bounded_by_max_batch_size_rows() -> None:
 async def test_a_group_counts_rows_as_the_model_says_and_always_takes_the_oldest_request() -> None:
     # An OCR request of one UINT8 H x W x C image is one row (validation.request_rows), not H of them.
     engine = GroupEngine()
-    limits = BatchingLimits(max_queue_delay_us=5000, max_batch_size=3)
+    limits = BatchingLimits(max_queue_delay_us=5000, max_batch_size=3, max_group_s=0)
     one_image = Batcher(engine.run, limits, batched=False, run_group=engine.run_group, rows=lambda inputs: 1)
     one_image.start()
     await asyncio.gather(*(one_image.submit(rows(40, width=3)) for _ in range(3)))
@@ -289,3 +299,83 @@ async def test_a_group_counts_rows_as_the_model_says_and_always_takes_the_oldest
     assert engine.groups == [[(40, 2)], [(1, 2)]]  # counted 40 rows: alone, but run rather than left queued
     assert results[0]["y"].shape == (80,)
     await by_first_axis.close()
+
+
+@pytest.mark.parametrize(
+    ("max_rows", "ready", "free", "row_seconds", "max_group_s", "expected"),
+    [
+        (32, 8, 1, None, 0.0, 8),  # no time cap, one free worker: everything queued
+        (32, 8, 2, None, 0.0, 4),  # two idle workers share it
+        (32, 7, 2, None, 0.0, 4),  # rounded up: 4 + 3
+        (32, 100, 1, None, 0.0, 32),  # never past max_batch_size
+        (32, 8, 1, None, 15.0, 1),  # capped by time but not timed yet: one row
+        (32, 8, 1, 2.0, 15.0, 7),  # 7 rows of 2 s fit in 15 s
+        (32, 8, 1, 20.0, 15.0, 1),  # one row is longer than the cap: the oldest still runs
+        (32, 8, 1, 0.0, 15.0, 8),  # rows that cost nothing measurable: the cap does not bind
+        (32, 0, 3, None, 0.0, 1),
+    ],
+)
+def test_group_rows(
+    max_rows: int, ready: int, free: int, row_seconds: float | None, max_group_s: float, expected: int
+) -> None:
+    assert group_rows(max_rows, ready, free, row_seconds, max_group_s) == expected
+
+
+def test_row_seconds_average_leans_on_history() -> None:
+    assert next_row_seconds(None, 6.0, 3) == 2.0
+    assert next_row_seconds(2.0, 12.0, 3) == pytest.approx(0.7 * 2.0 + 0.3 * 4.0)
+
+
+async def test_queued_requests_of_a_grouped_model_are_shared_over_the_idle_workers() -> None:
+    engine = GroupEngine(row_seconds=0.5)
+    limits = BatchingLimits(max_group_s=0)
+    batcher = Batcher(engine.run, limits, batched=False, concurrency=2, run_group=engine.run_group)
+    await asyncio.gather(*(batcher.submit(rows(1, width=w)) for w in range(1, 9)), after(0.0, _start(batcher)))
+    assert [len(group) for group in engine.groups] == [4, 4]  # side by side, not 8 on one worker and none on the other
+    assert engine.started == [0.0, 0.0]
+    await batcher.close()
+
+
+async def _start(batcher: Batcher) -> None:
+    batcher.start()
+
+
+async def test_a_group_is_capped_by_the_time_its_rows_took_before() -> None:
+    """1 s an image, a 2.5 s cap: the first group is one image (untimed), the later ones two (2 s fit, 3 s not)."""
+    engine = GroupEngine(row_seconds=1.0)
+    limits = BatchingLimits(max_group_s=2.5)
+    batcher = Batcher(engine.run, limits, batched=False, run_group=engine.run_group)
+    await asyncio.gather(*(batcher.submit(rows(1, width=w)) for w in range(1, 8)), after(0.0, _start(batcher)))
+    assert [len(group) for group in engine.groups] == [1, 2, 2, 2]
+    assert batcher.row_seconds == pytest.approx(1.0)
+    unlimited = GroupEngine(row_seconds=1.0)
+    no_cap = Batcher(unlimited.run, BatchingLimits(max_group_s=0), batched=False, run_group=unlimited.run_group)
+    await asyncio.gather(*(no_cap.submit(rows(1, width=w)) for w in range(1, 8)), after(0.0, _start(no_cap)))
+    assert [len(group) for group in unlimited.groups] == [7]  # the negative control: max_group_s 0
+    await batcher.close()
+    await no_cap.close()
+
+
+async def test_a_group_that_failed_slowly_shrinks_the_next_one() -> None:
+    """Thought 1 s an image, a group of 4 failed after 8 s (its worker timed out): the average rises to 1.3 s, so
+    the next group under a 4.5 s cap is 3 images, not 4."""
+    engine = GroupEngine(row_seconds=2.0)
+    batcher = Batcher(engine.run, BatchingLimits(max_group_s=4.5), batched=False, run_group=engine.run_group)
+    batcher.row_seconds = 1.0
+    engine.fail = InferenceFailed("worker stopped after --batch-timeout-s")
+    failed = await asyncio.gather(
+        *(batcher.submit(rows(1, width=w)) for w in range(1, 5)), after(0.0, _start(batcher)), return_exceptions=True
+    )
+    assert all(isinstance(f, InferenceFailed) for f in failed[:4])
+    assert batcher.row_seconds == pytest.approx(1.3)
+    engine.fail, engine.row_seconds = None, 0.001
+    await asyncio.gather(*(batcher.submit(rows(1, width=w)) for w in range(1, 5)))
+    assert [len(group) for group in engine.groups] == [4, 3, 1]
+    fast = GroupEngine(row_seconds=0.0)
+    fast.fail = InferenceFailed("refused at once")
+    quick = Batcher(fast.run, BatchingLimits(max_group_s=4.5), batched=False, run_group=fast.run_group)
+    quick.row_seconds = 1.0
+    await asyncio.gather(quick.submit(rows(1)), after(0.0, _start(quick)), return_exceptions=True)
+    assert quick.row_seconds == 1.0  # a fast failure does not make the groups bigger
+    await batcher.close()
+    await quick.close()

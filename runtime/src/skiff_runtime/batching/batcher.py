@@ -10,7 +10,11 @@ the same time (one per inference worker). All timing is on `loop.time()`, so tes
 
 A grouped model (a task: `run_group` given) groups requests instead of merging them: any requests batch together
 (their inputs need share no shape; a task's steps merge what they can, tasks.task.run_together), up to
-`max_batch_size` rows, and each request is answered with its own outcome, its outputs or its own error.
+`max_batch_size` rows, and each request is answered with its own outcome, its outputs or its own error. A group
+is also capped by time and spread over the idle workers (`group_rows`): its rows times the seconds per row that
+the last groups took (an average) stay within `max_group_s` (until a group has been timed, one row), and what is
+queued is shared over the free slots, so 8 queued images on 2 idle workers run as two groups of 4 side by side,
+and no group comes near the worker's batch timeout on a loaded CPU.
 """
 
 from __future__ import annotations
@@ -35,6 +39,25 @@ Outcome = dict[str, Array] | SkiffError
 # Runs the requests side by side, unmerged: one outcome per request, in order.
 RunGroup = Callable[[Sequence[Mapping[str, Array]]], Awaitable[list[Outcome]]]
 GROUP_KEY: BatchKey = ()  # every request of a grouped model may share a batch
+# The weight of the latest group in the running average of seconds per row (the rest is the earlier average).
+ROW_SECONDS_WEIGHT = 0.3
+
+
+def group_rows(max_rows: int, ready_rows: int, free_slots: int, row_seconds: float | None, max_group_s: float) -> int:
+    """How many rows the next group of a grouped model may take: at most `max_rows`; its share of the
+    `ready_rows` queued over the `free_slots` (the one about to run included); with a time cap (`max_group_s` > 0),
+    as many rows as the average `row_seconds` fits in it, and one row until a group has been timed. Never below 1:
+    the oldest request always runs."""
+    rows = min(max_rows, -(-ready_rows // max(1, free_slots)))
+    if max_group_s > 0:
+        rows = min(rows, 1 if row_seconds is None else int(max_group_s / row_seconds) if row_seconds > 0 else rows)
+    return max(1, rows)
+
+
+def next_row_seconds(average: float | None, seconds: float, rows: int) -> float:
+    """The running average of seconds per row after a group of `rows` ran for `seconds`."""
+    observed = seconds / max(1, rows)
+    return observed if average is None else (1 - ROW_SECONDS_WEIGHT) * average + ROW_SECONDS_WEIGHT * observed
 
 
 @dataclass(frozen=True)
@@ -82,6 +105,8 @@ class Batcher:
         self._queue: collections.deque[_Pending] = collections.deque()
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(concurrency)
+        self._concurrency = concurrency
+        self.row_seconds: float | None = None  # a grouped model's average seconds per row (group_rows)
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
 
@@ -137,16 +162,26 @@ class Batcher:
                     DeadlineExceeded(f"deadline passed after {now - pending.enqueued:.3f}s in the queue; not run")
                 )
 
+    def _batch_rows(self, key: BatchKey, *, shared: bool = True) -> int:
+        """The most rows the next batch may take: max_batch_size, or for a grouped model `group_rows` (without
+        `shared`: not divided over the free slots, the size at which waiting for more rows stops paying)."""
+        if self._run_group is None:
+            return self.limits.max_batch_size
+        free = self._concurrency - len(self._running) if shared else 1  # the slot just taken is not running yet
+        ready = self._ready_rows(key) if shared else self.limits.max_batch_size
+        return group_rows(self.limits.max_batch_size, ready, free, self.row_seconds, self.limits.max_group_s)
+
     def _take_batch(self) -> list[_Pending]:
-        """The oldest request plus the compatible ones behind it, up to max_batch_size rows."""
+        """The oldest request plus the compatible ones behind it, up to `_batch_rows` rows."""
         first = self._queue[0]
         if not self.merges:
             return [self._queue.popleft()]
         batch: list[_Pending] = []
         rows = 0
+        limit = self._batch_rows(first.key)
         for pending in list(self._queue):
-            # The oldest request always goes: one counted past max_batch_size would otherwise never run.
-            if pending.key == first.key and (not batch or rows + pending.rows <= self.limits.max_batch_size):
+            # The oldest request always goes: one counted past the limit would otherwise never run.
+            if pending.key == first.key and (not batch or rows + pending.rows <= limit):
                 batch.append(pending)
                 rows += pending.rows
         for pending in batch:
@@ -173,7 +208,7 @@ class Batcher:
                         break
                     first = self._queue[0]
                     close_at = first.enqueued + self.limits.max_queue_delay_s
-                    full = not self.merges or self._ready_rows(first.key) >= self.limits.max_batch_size
+                    full = not self.merges or self._ready_rows(first.key) >= self._batch_rows(first.key, shared=False)
                     if full or now >= close_at:
                         break
                     self._wakeup.clear()
@@ -216,6 +251,8 @@ class Batcher:
             except Exception as exc:
                 error = InferenceFailed(f"batch of {len(live)} request(s) failed: {type(exc).__name__}: {exc}")
             else:
+                if self._run_group is not None:
+                    self.row_seconds = next_row_seconds(self.row_seconds, loop.time() - started, sum(sizes))
                 if timed:
                     _record_batch(timed, began, sum(sizes), len(live))
                 for pending, part in zip(live, parts, strict=True):
@@ -232,6 +269,9 @@ class Batcher:
                         )
                     )
                 return
+            if self._run_group is not None:  # a group that failed slow (its worker timed out) counts; a fast one not
+                observed = next_row_seconds(self.row_seconds, loop.time() - started, sum(sizes))
+                self.row_seconds = max(observed, self.row_seconds or 0.0)
             for pending in live:
                 if not pending.future.done():
                     pending.future.set_exception(error)
