@@ -11,13 +11,15 @@ import datetime
 import json
 from typing import Any
 
+from cryptography import x509
+
 from skiff_operator.conditions import Reason
 from skiff_operator.plan import next_split
 from skiff_operator.prometheus import Counts
 from skiff_operator.rollout import Observation, Verdict, decide_rollout
 from skiff_operator.spec import parse_inference_model
 from skiff_operator.spec.shadow import CompareMode, Comparison, Shadow
-from tests.fakes import GATEWAYS, FakeCluster, canary_body, condition, deployment
+from tests.fakes import GATEWAYS, FakeCluster, TLSFakeCluster, canary_body, condition, deployment
 from tests.test_reconcile_rollout import ROLLOUT as RECONCILED_ROLLOUT
 from tests.test_reconcile_rollout import Body, ok, step, weights
 from tests.test_rollout import ROLLOUT, T0, counts, read_back, written
@@ -150,6 +152,25 @@ async def test_the_stable_pods_read_the_gates_settings_while_it_holds_and_the_ro
     assert cluster.objects[("Deployment", "fraud-v1")]["spec"]["template"] == template  # not rolled
     assert body["status"]["rollout"]["shadow"]["verdict"] == "Passed"
     assert ("Normal", "RolloutShadowPassed") in [(e.type, e.reason) for e in passed.events]
+
+
+async def test_with_tls_the_copies_are_verified_for_the_candidates_service_name_by_the_mounted_ca(
+    make_body: Body,
+) -> None:
+    cluster = TLSFakeCluster()
+    cluster.gateway_api = True
+    cluster.deployment_states.update(v1=deployment(3), v2=deployment(1))
+    body = canary_body(make_body, 100, 0, routing={"gateways": GATEWAYS}, rollout=SHADOW_ROLLOUT,
+                       tls={"mode": "SelfSigned"})  # fmt: skip
+    await step(body, cluster, 0, stable(0), ok(0))
+    content = json.loads(cluster.objects[("ConfigMap", "fraud-shadow")]["data"]["shadow.json"])
+    assert content["tls"] == {"serverName": "fraud-v2.ml.svc", "caFile": "/etc/skiff/tls/ca.crt"}
+    pod = cluster.objects[("Deployment", "fraud-v1")]["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["tls"] == "/etc/skiff/tls"  # the stable pod has the CA file the copies trust
+    assert "ca.crt" in cluster.secret("fraud-tls")
+    sans = cluster.certificate("fraud-tls").extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "fraud-v2.ml.svc" in sans.get_values_for_type(x509.DNSName)  # the name the copies check
 
 
 async def test_a_disagreeing_candidate_is_rolled_back_with_a_condition_and_a_warning(make_body: Body) -> None:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from skiff_runtime.shadow.compare import CompareMode, OutputRule
-from skiff_runtime.shadow.config import parse_shadow_config
+from skiff_runtime.shadow.config import ShadowTLS, parse_shadow_config
 
 FULL = {
     "candidate": "v2",
@@ -37,6 +37,14 @@ def test_a_full_file_gives_every_setting() -> None:
     assert config.copies_from("v1")
     assert not config.copies_from("v2")  # the candidate never copies to itself
     assert not config.copies_from("v3")
+    assert config.tls is None  # plaintext unless the file says TLS
+
+
+def test_tls_names_the_server_name_and_the_ca_file() -> None:
+    tls = {"serverName": "m-v2.ns.svc", "caFile": "/etc/skiff/tls/ca.crt"}
+    config = parse_shadow_config(json.dumps({**FULL, "tls": tls}).encode())
+    assert config is not None
+    assert config.tls == ShadowTLS("m-v2.ns.svc", "/etc/skiff/tls/ca.crt")
 
 
 @pytest.mark.parametrize(
@@ -48,6 +56,9 @@ def test_a_full_file_gives_every_setting() -> None:
         ({"target": ""}, "'target' must be a non-empty string"),
         ({"sources": "v1"}, "'sources' must list the versions"),
         ({"compare": {"mode": "Close"}}, "compare.mode must be one of Exact, Tolerance, Argmax"),
+        ({"tls": {"caFile": "/ca.crt"}}, "'tls.serverName' must be a non-empty string"),
+        ({"tls": {"serverName": "m-v2.ns.svc", "caFile": ""}}, "'tls.caFile' must be a non-empty string"),
+        ({"tls": "on"}, "'tls' must be an object"),
     ],
 )
 def test_a_bad_file_names_the_field(change: dict[str, object], message: str) -> None:

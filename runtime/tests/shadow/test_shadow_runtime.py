@@ -18,7 +18,7 @@ import grpc
 import numpy as np
 import pytest
 from runtime.tests.conftest import RuntimeProcess, export_sample
-from runtime.tests.fakes import SecretVolume, images
+from runtime.tests.fakes import SERVICE_NAME, Authority, SecretVolume, images, write_atomically
 
 from skiff_runtime.codec import encode_request
 from skiff_runtime.proto import inference_pb2_grpc
@@ -55,10 +55,12 @@ def shadowing_target(runtime: RuntimeProcess) -> object:
     return targets[-1] if targets else None
 
 
-def shadow_file(target: str, ratio: float = 1.0, queue_size: int = 64, timeout_s: float = 10.0) -> bytes:
+def shadow_file(
+    target: str, ratio: float = 1.0, queue_size: int = 64, timeout_s: float = 10.0, tls: dict[str, str] | None = None
+) -> bytes:
     config = {"candidate": "v2", "target": target, "sources": ["v1"], "ratio": ratio, "queueSize": queue_size,
               "timeoutSeconds": timeout_s, "compare": {"mode": "Tolerance", "atol": 1e-5, "rtol": 1e-4}}  # fmt: skip
-    return json.dumps(config).encode()
+    return json.dumps({**config, **({"tls": tls} if tls else {})}).encode()
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +150,51 @@ def test_a_stuck_candidate_leaves_user_requests_answered_at_once_and_the_copies_
     quiet_p50, shadowed_p50 = float(np.median(quiet)), float(np.median(shadowed))
     print(f"user p50 without shadowing {quiet_p50 * 1000:.2f} ms, with a stuck candidate {shadowed_p50 * 1000:.2f} ms")
     assert shadowed_p50 < 2 * quiet_p50 + 0.005  # the copies never wait on the user's path
+
+
+def test_copies_to_a_tls_candidate_go_over_tls_verified_by_the_models_ca(  # type: ignore[no-untyped-def]
+    tmp_path: Path, model_dirs: dict[str, Path]
+) -> None:
+    """Both versions serve TLS with certificates of one model CA (as the operator's SelfSigned mode issues them):
+    with `tls` in the file the copies are verified for the Service name while dialled by address, and agree;
+    without it (plaintext to a TLS port), or naming a CA that did not sign the candidate, every copy fails and is
+    counted, while the user's requests are answered either way."""
+    ca, other = Authority("model-ca"), Authority("someone-else")
+    ca_file = write_atomically(tmp_path, "ca.crt", ca.pem)
+    other_file = write_atomically(tmp_path, "other.crt", other.pem)
+    tls_args = []
+    for role in ("stable", "candidate"):
+        issued = ca.issue(role, server=True)
+        tls_args.append(["--tls-cert-file", str(write_atomically(tmp_path, f"{role}.crt", issued.cert)),
+                         "--tls-key-file", str(write_atomically(tmp_path, f"{role}.key", issued.key))])  # fmt: skip
+    volume = SecretVolume(tmp_path / "volume", "shadow.json", b"{}")
+    stable = RuntimeProcess(model_dirs["conv"], "conv", tmp_path / "stable.log",
+                            ["--model-version", "v1", "--workers", "1", "--shadow-file", str(volume.path),
+                             *tls_args[0]]).start()  # fmt: skip
+    candidate = RuntimeProcess(model_dirs["conv"], "conv", tmp_path / "candidate.log",
+                               ["--model-version", "v2", "--workers", "1", *tls_args[1]]).start()  # fmt: skip
+    try:
+        stable.wait_serving()
+        candidate.wait_serving()
+        credentials = grpc.ssl_channel_credentials(ca.pem)
+        with grpc.secure_channel(stable.target, credentials, [("grpc.ssl_target_name_override", SERVICE_NAME)]) as ch:
+            stub = inference_pb2_grpc.GRPCInferenceServiceStub(ch)
+            cases = [
+                ({"serverName": SERVICE_NAME, "caFile": str(ca_file)}, "agreed"),
+                (None, "failed"),  # plaintext to a TLS port
+                ({"serverName": SERVICE_NAME, "caFile": str(other_file)}, "failed"),  # not the candidate's CA
+                ({"serverName": SERVICE_NAME, "caFile": str(tmp_path / "missing.crt")}, "failed"),
+            ]
+            for index, (tls, result) in enumerate(cases):
+                before = {r: shadow_count(stable, "v2", r) for r in ("agreed", "failed", "disagreed")}
+                volume.update(shadow_file(candidate.target, timeout_s=3.0, tls=tls))
+                wait_for(lambda n=index + 1: [e.get("msg") for e in stable.logs()].count("shadowing") == n)
+                for seed in range(5):
+                    call(stub, seed)  # answered by v1, whatever the copies meet
+                wait_for(lambda r=result, b=before: shadow_count(stable, "v2", r) == b[r] + 5, timeout_s=30)
+                others = {r for r in ("agreed", "failed", "disagreed") if r != result}
+                assert {r: shadow_count(stable, "v2", r) - before[r] for r in others} == dict.fromkeys(others, 0)
+        assert metrics(candidate)['skiff_shadow_served_total{grpc_code="OK"}'] == 5  # only the TLS case reached it
+    finally:
+        for runtime in (stable, candidate):
+            assert runtime.terminate() == 0, runtime.log_path.read_text()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from skiff_operator import contract, names
+from skiff_operator import certs, contract, names
 from skiff_operator.kinds import CONFIG_MAP
 from skiff_operator.render.common import render_metadata
 from skiff_operator.rollout import RolloutDecision, stable_versions
@@ -23,7 +23,9 @@ COPY_TIMEOUT_S = 10.0
 def shadow_file(model: InferenceModel, decision: RolloutDecision | None, address: str | None = None) -> dict[str, Any]:
     """The file's content: the gate's settings while it holds the candidate (decision.state.shadowing), else {}.
     The copies go to `address` (the candidate version Service's ClusterIP, plan.candidate_service_ip) when there is
-    one, so a stable pod needs no cluster DNS lookup; to the Service's DNS name otherwise (a headless Service)."""
+    one, so a stable pod needs no cluster DNS lookup; to the Service's DNS name otherwise (a headless Service).
+    With spec.tls the copies go over TLS, verified against the CA bundle every pod mounts (`ca.crt` of its TLS
+    Secret) for the version Service's `.svc` name, which the model's certificate holds (tls.tls_dns_names)."""
     rollout = model.spec.rollout
     if rollout is None or rollout.shadow is None or decision is None or not decision.state.shadowing:
         return {}
@@ -38,7 +40,12 @@ def shadow_file(model: InferenceModel, decision: RolloutDecision | None, address
         "timeoutSeconds": COPY_TIMEOUT_S,
         "compare": _comparison(shadow.compare),
         "outputs": [{"name": name, **_comparison(rule)} for name, rule in shadow.outputs],
+        **({"tls": _tls(service, model.ref.namespace)} if model.spec.tls.enabled else {}),
     }
+
+
+def _tls(service: str, namespace: str) -> dict[str, str]:
+    return {"serverName": f"{service}.{namespace}.svc", "caFile": f"{contract.TLS_DIR}/{certs.CA_CERT_KEY}"}
 
 
 def _target(address: str | None, service: str, namespace: str) -> str:

@@ -125,7 +125,15 @@ class RuntimeServer:
         )
         # Shadow traffic: with --shadow-file, a sample of the answered requests is copied to the candidate it names.
         self.shadow = (
-            ShadowSwitch(settings.shadow_file, settings.model_name, settings.model_version, token)
+            ShadowSwitch(
+                settings.shadow_file,
+                settings.model_name,
+                settings.model_version,
+                token,
+                identity=(settings.tls_cert_file, settings.tls_key_file)
+                if settings.tls_cert_file is not None and settings.tls_key_file is not None
+                else None,
+            )
             if settings.shadow_file is not None
             else None
         )

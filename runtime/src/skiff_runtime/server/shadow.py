@@ -4,6 +4,11 @@ never raising); the copies leave over gRPC to the candidate marked `skiff-shadow
 
 The file is polled (its signature: a ConfigMap volume's `..data` swap is a new inode). A file that cannot be used
 turns shadowing off and says why in the log once per change; the user's requests are never affected either way.
+
+With `tls` in the file (the model serves TLS), the copies go over TLS, verified against the CA file it names for
+its server name (the address may be a ClusterIP), and present this pod's own certificate (a candidate with mutual
+TLS accepts it when the model's CA is among its client CAs). The CA and certificate files are polled too: a rotated
+CA gives a new channel. A CA that cannot be read fails every copy (counted `failed`), never a user's request.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from skiff_runtime.errors import PIN_HEADER, SHADOW_HEADER
 from skiff_runtime.proto import inference_pb2_grpc as pb_grpc
 from skiff_runtime.server.auth import TokenFile
 from skiff_runtime.server.watched import file_signature
-from skiff_runtime.shadow.config import ShadowConfig, parse_shadow_config
+from skiff_runtime.shadow.config import ShadowConfig, ShadowTLS, parse_shadow_config
 from skiff_runtime.shadow.mirror import Mirror, Send, Tally
 from skiff_runtime.tensors import Array, InferRequest, InferResponse, Tensor, datatype_of
 
@@ -47,13 +52,18 @@ class ShadowSwitch:
         version: str,
         token: TokenFile | None = None,
         poll_interval_s: float = POLL_INTERVAL_S,
+        identity: tuple[Path, Path] | None = None,
     ) -> None:
+        """`identity`: this pod's own certificate chain and key (--tls-cert-file, --tls-key-file), shown to a
+        candidate that asks for a client certificate."""
         self.path, self.model, self.version, self.token = path, model, version, token
+        self.identity = identity
         self.poll_interval_s = poll_interval_s
         self.config: ShadowConfig | None = None
         self.mirror: Mirror | None = None
         self.tallies: dict[str, Tally] = {}  # by candidate: only grow, so the exported counters only grow
         self._signature: tuple[int, int, int, int] | None = None
+        self._tls_signature: tuple[object, ...] = ()  # of the TLS files the channel was made from
         self._channel: grpc.aio.Channel | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -79,6 +89,8 @@ class ShadowSwitch:
         except OSError:
             signature = None
         if signature == self._signature and (signature is not None or self.config is None):
+            if self.config is not None and self._tls_files_signature(self.config) != self._tls_signature:
+                await self._apply(self.config)  # the CA (or this pod's certificate) rotated: a new channel
             return
         self._signature = signature
         config: ShadowConfig | None = None
@@ -98,9 +110,19 @@ class ShadowSwitch:
         if config is None:
             log.info("shadowing off", extra={"version": self.version})
             return
-        self._channel = grpc.aio.insecure_channel(config.target)
+        self._tls_signature = self._tls_files_signature(config)
+        failure: str | None = None
+        if config.tls is None:
+            self._channel = grpc.aio.insecure_channel(config.target)
+        else:
+            try:
+                self._channel = self._secure_channel(config.target, config.tls)
+            except OSError as exc:
+                failure = f"the shadow copies cannot go over TLS: {exc}; every copy fails until the file is readable"
+                log.error("shadow TLS unusable", extra={"ca_file": config.tls.ca_file, "error": str(exc)})
+                self._channel = grpc.aio.insecure_channel(config.target)  # closed with the rest; never used
         mirror = Mirror(
-            self._sender(self._channel, config),
+            self._sender(self._channel, config, failure),
             config.rules,
             ratio=config.ratio,
             queue_size=config.queue_size,
@@ -115,12 +137,36 @@ class ShadowSwitch:
                    "queue_size": config.queue_size},
         )  # fmt: skip
 
-    def _sender(self, channel: grpc.aio.Channel, config: ShadowConfig) -> Send:
+    def _secure_channel(self, target: str, tls: ShadowTLS) -> grpc.aio.Channel:
+        """A TLS channel that trusts only the model's CA, checks `server_name` (not the dialled address), and shows
+        this pod's own certificate when the candidate asks for one."""
+        key = chain = None
+        if self.identity is not None:
+            chain, key = (path.read_bytes() for path in self.identity)
+        credentials = grpc.ssl_channel_credentials(Path(tls.ca_file).read_bytes(), key, chain)
+        options = [("grpc.ssl_target_name_override", tls.server_name), ("grpc.default_authority", tls.server_name)]
+        return grpc.aio.secure_channel(target, credentials, options=options)
+
+    def _tls_files_signature(self, config: ShadowConfig) -> tuple[object, ...]:
+        if config.tls is None:
+            return ()
+        paths = [Path(config.tls.ca_file), *(self.identity or ())]
+        signatures: list[object] = []
+        for path in paths:
+            try:
+                signatures.append(file_signature(path))
+            except OSError:
+                signatures.append(None)
+        return tuple(signatures)
+
+    def _sender(self, channel: grpc.aio.Channel, config: ShadowConfig, failure: str | None = None) -> Send:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         metadata: list[tuple[str, str]] = [(SHADOW_HEADER, "1"), (PIN_HEADER, config.candidate)]
         token = self.token
 
         async def send(inputs: Mapping[str, Array]) -> Mapping[str, Array]:
+            if failure is not None:
+                raise ConnectionError(failure)
             tensors = [Tensor(name, datatype_of(array), array) for name, array in inputs.items()]
             message = encode_request(self.model, tensors, model_version=config.candidate)
             headers = list(metadata)

@@ -17,8 +17,19 @@ MAX_QUEUE_SIZE = 1024  # the operator's spec.shadow.MAX_QUEUE_SIZE
 
 
 @dataclass(frozen=True)
+class ShadowTLS:
+    """The candidate serves TLS: verify it against `ca_file` (the model's CA bundle, mounted in every pod) for
+    `server_name` (a name its certificate holds: the version Service's `<service>.<namespace>.svc`), whatever
+    address the copies are sent to."""
+
+    server_name: str
+    ca_file: str
+
+
+@dataclass(frozen=True)
 class ShadowConfig:
-    """Copy `ratio` of the requests answered by a version in `sources` to `target` (the candidate `candidate`)."""
+    """Copy `ratio` of the requests answered by a version in `sources` to `target` (the candidate `candidate`),
+    over TLS when `tls` is set."""
 
     candidate: str
     target: str  # host:port of the candidate's inference port
@@ -27,6 +38,7 @@ class ShadowConfig:
     queue_size: int
     timeout_s: float
     rules: Rules
+    tls: ShadowTLS | None = None
 
     def copies_from(self, version: str) -> bool:
         """Whether the runtime serving `version` makes copies under this config."""
@@ -66,7 +78,13 @@ def parse_shadow_config(content: bytes) -> ShadowConfig | None:
         queue_size=int(_number(raw.get("queueSize", 64), "queueSize", 1, MAX_QUEUE_SIZE, integer=True)),
         timeout_s=_number(raw.get("timeoutSeconds", DEFAULT_TIMEOUT_S), "timeoutSeconds", 0.0, 600.0, open_low=True),
         rules=Rules(_rule(_object(raw.get("compare", {}), "compare"), "compare"), outputs),
+        tls=_tls(raw["tls"]) if raw.get("tls") is not None else None,
     )
+
+
+def _tls(value: Any) -> ShadowTLS:
+    item = _object(value, "tls")
+    return ShadowTLS(_text(item.get("serverName"), "tls.serverName"), _text(item.get("caFile"), "tls.caFile"))
 
 
 def _rule(raw: Mapping[str, Any], where: str) -> OutputRule:
