@@ -81,26 +81,13 @@ def timed_apply(kube: Any, documents: Sequence[dict[str, Any]]) -> float:
     return time.monotonic() - started
 
 
-def user_role(namespace: str) -> list[dict[str, Any]]:
-    """The non-admin user: a ServiceAccount that may write InferenceModels and read the claim they mount (the
-    chart's admission policy checks that), nothing else."""
-    rules = [
-        {"apiGroups": ["skiff.dev"], "resources": ["inferencemodels"],
-         "verbs": ["get", "list", "watch", "create", "patch", "delete", "deletecollection"]},
-        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]},
-    ]  # fmt: skip
-    meta = {"name": USER, "namespace": namespace}
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": rules},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": USER},
-            "subjects": [{"kind": "ServiceAccount", "name": USER, "namespace": namespace}],
-        },
-    ]
+# The non-admin user: a ServiceAccount that may write InferenceModels and read the claim they mount (the chart's
+# admission policy checks that), nothing else.
+USER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["skiff.dev"], "resources": ["inferencemodels"],
+     "verbs": ["get", "list", "watch", "create", "patch", "delete", "deletecollection"]},
+    {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]},
+]  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from devtools.helm import Helm, helm_binary
     from devtools.install import create_model_claims, install_crd
     from devtools.models import small_model
+    from devtools.prometheus import service_account_kubeconfig as service_account_with_rules
     from e2e.faults import AuditLog, count_by_verb_and_resource
     from e2e.harness import (
         ChartOperator,
@@ -159,8 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             print("installing the chart (its Role, FlowSchema, priority level, admission policy)", flush=True)
             install_chart(Helm(binary, kubeconfig=kube.kubeconfig), NAMESPACE, "crds.install=false")
-            kube.apply(user_role(NAMESPACE))
-            user = Kubectl(service_account_kubeconfig(kube, NAMESPACE, USER, Path(scratch) / "user"), kube.binary)
+            user_kubeconfig = Path(scratch) / "user"
+            user_kubeconfig.write_text(service_account_with_rules(kube, NAMESPACE, USER, USER_RULES))
+            user = Kubectl(user_kubeconfig, kube.binary)
             operator_kubeconfig = service_account_kubeconfig(kube, NAMESPACE, "skiff", Path(scratch) / "operator")
             operator_ctx = ChartOperator(chart_deployment(kube, NAMESPACE), operator_kubeconfig,
                                          Path(scratch) / "operator.log")  # fmt: skip

@@ -7,7 +7,7 @@ import datetime
 
 from e2e.faults import Request
 
-from bench.burst import USER, by_agent_and_verb, queue_waits, user_role, waits_between
+from bench.burst import USER_RULES, by_agent_and_verb, queue_waits, waits_between
 
 T0 = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
 
@@ -60,8 +60,6 @@ def test_waits_between_two_scrapes_are_the_differences_busiest_level_first() -> 
 
 
 def test_the_user_may_write_models_and_read_claims_only() -> None:
-    role = next(d for d in user_role("burst") if d["kind"] == "Role")
-    assert role["metadata"] == {"name": USER, "namespace": "burst"}
-    assert {r for rule in role["rules"] for r in rule["resources"]} == {"inferencemodels", "persistentvolumeclaims"}
-    claims = next(rule for rule in role["rules"] if rule["resources"] == ["persistentvolumeclaims"])
+    assert {r for rule in USER_RULES for r in rule["resources"]} == {"inferencemodels", "persistentvolumeclaims"}
+    claims = next(rule for rule in USER_RULES if rule["resources"] == ["persistentvolumeclaims"])
     assert claims["verbs"] == ["get"]

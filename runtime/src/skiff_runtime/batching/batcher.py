@@ -49,8 +49,10 @@ def group_rows(max_rows: int, ready_rows: int, free_slots: int, row_seconds: flo
     as many rows as the average `row_seconds` fits in it, and one row until a group has been timed. Never below 1:
     the oldest request always runs."""
     rows = min(max_rows, -(-ready_rows // max(1, free_slots)))
-    if max_group_s > 0:
-        rows = min(rows, 1 if row_seconds is None else int(max_group_s / row_seconds) if row_seconds > 0 else rows)
+    if max_group_s > 0 and row_seconds is None:
+        rows = 1
+    elif max_group_s > 0 and row_seconds:
+        rows = min(rows, int(max_group_s / row_seconds))
     return max(1, rows)
 
 
