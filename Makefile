@@ -62,9 +62,10 @@ proto: setup
 unit: setup
 	@$(PY) -m pytest -q -m "not cluster and not paddle and not server and not slow"
 
-# Every test, as CI runs it (scripts/test.sh): the runtime, operator and bench suites while `make controlplane`
-# builds in the background at idle priority, then the repository, chart and e2e suites. SKIFF_E2E_REQUIRED=1: a
-# missing cluster or tool fails a test instead of skipping it.
+# Every test, as CI runs it (scripts/test.sh): three pytest streams, two at a time (the unit suites; the e2e modules
+# on simulated nodes once the control plane is built; the rest once every tool and image is), while `make
+# controlplane` and the images build in the background at idle priority. SKIFF_E2E_REQUIRED=1: a missing cluster
+# or tool fails a test instead of skipping it. SKIFF_TEST_STREAMS=1: one stream at a time.
 test: setup lint
 	@bash scripts/test.sh
 

@@ -34,12 +34,28 @@ from devtools.vendor import gateway_api_crd
 
 from e2e.harness import RESTRICTED, OperatorProcess, running_operator
 
+# The modules that need only the control plane and helm (kwok's simulated nodes): scripts/test.sh runs them beside
+# the unit suites while the real node's images and tools still build. Every other module (a new one too, until it
+# is listed here) is marked `tools`: it may need the real node, the images, Prometheus, Jaeger or the NetworkPolicy
+# engine, so it runs once everything is built.
+SIMULATED_ONLY = frozenset(
+    f"test_{name}.py"
+    for name in (
+        "autoscaling", "canary", "crd", "drift", "faults", "fetched_model", "fuzz_bodies", "hostile_bodies",
+        "install", "leader_election", "operator", "operator_requests", "pod_contract", "rollout", "security",
+        "service_ips", "split_truth", "status_on_failure", "tls", "up", "upgrade", "validation",
+    )
+)  # fmt: skip
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     e2e_dir = Path(__file__).parent
     for item in items:
-        if e2e_dir in Path(str(item.fspath)).parents:
+        path = Path(str(item.fspath))
+        if e2e_dir in path.parents:
             item.add_marker(pytest.mark.cluster)
+            if path.name not in SIMULATED_ONLY:
+                item.add_marker(pytest.mark.tools)
 
 
 @pytest.fixture(scope="session")
