@@ -99,7 +99,13 @@ def served(skiff_flags: tuple[str, ...] = ()) -> dict[str, Served]:
     """Every server the benchmark knows, by its `--servers` name."""
     cores = len(os.sched_getaffinity(0))
     return {
+        # Its defaults: on CPU each request alone (settings: a task's --dynamic-batching is false there).
         "skiff": Served("Skiff (serve --task ocr)", lambda cache: skiff_server(cache, skiff_flags), SKIFF_WIRE),
+        # Crops of concurrent requests merged into the classifier's and recogniser's calls (the GPU default).
+        "skiff-merge": Served("Skiff (serve --task ocr --dynamic-batching true)",
+                              lambda cache: skiff_server(cache, (*skiff_flags, "--dynamic-batching", "true"),
+                                                         "ocr-skiff-merge"),
+                              SKIFF_WIRE),
         # Each request alone on a worker: no cross-request merging, so every sub-model call has a single image's
         # shapes (Paddle's oneDNN builds kernels per input shape: a new one cost ~5x a cached call here).
         "skiff-1": Served("Skiff (serve --task ocr --max-batch-size 1)",

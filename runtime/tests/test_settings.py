@@ -65,6 +65,15 @@ def test_a_tasks_group_cap_is_a_quarter_of_the_batch_timeout_unless_set() -> Non
     assert both.batching.max_group_s == 0.0  # 0: no cap by time, whatever the timeout
 
 
+def test_a_task_on_cpu_runs_each_request_alone_unless_batching_is_asked_for() -> None:
+    task = [*REQUIRED_ARGS, "--task", "ocr"]
+    assert parse_settings(task, env={}).batching.dynamic_batching is False
+    assert parse_settings([*task, "--dynamic-batching", "true"], env={}).batching.dynamic_batching is True
+    assert parse_settings(task, env={"SKIFF_DYNAMIC_BATCHING": "true"}).batching.dynamic_batching is True
+    assert parse_settings([*task, "--device", "gpu:0"], env={}).batching.dynamic_batching is True  # GPU: merged
+    assert parse_settings(REQUIRED_ARGS, env={}).batching.dynamic_batching is True  # one model: merged
+
+
 def test_required_options_are_exactly_the_fields_without_defaults() -> None:
     without_default = {
         name

@@ -75,7 +75,9 @@ def expected(weights: OcrWeights, rendered: dict[str, Sample]) -> dict[str, list
 @pytest.fixture(scope="module")
 def ocr_server(tmp_path_factory: pytest.TempPathFactory, weights: OcrWeights) -> Iterator[RuntimeProcess]:
     root, args = serve_args(weights)
-    extra = [*args, "--workers", "1", "--http-port", "0", "--ocr-max-pixels", str(MAX_PIXELS), "--log-level", "DEBUG"]
+    # --dynamic-batching true: on CPU a task runs each request alone by default; these tests also show merging.
+    extra = [*args, "--workers", "1", "--http-port", "0", "--ocr-max-pixels", str(MAX_PIXELS), "--log-level", "DEBUG",
+             "--dynamic-batching", "true"]  # fmt: skip
     runtime = RuntimeProcess(root, "ocr", tmp_path_factory.mktemp("logs") / "ocr.log", extra)
     runtime.start().wait_serving(timeout_s=180)
     yield runtime
