@@ -66,8 +66,9 @@ class Plan:
 
 REAL = Plan(gpu=True, concurrency=16, warmup_s=2.0, window_s=8.0, inprocess_runs=200, calibration_batches=16,
             ocr_clients=(1, 8), ocr_window_s=6.0)  # fmt: skip
+# The dry run's OCR window: on a loaded CI machine one image takes seconds, and a request counts when it starts in it.
 DRY = Plan(gpu=False, concurrency=4, warmup_s=0.3, window_s=1.5, inprocess_runs=20, calibration_batches=4,
-           ocr_clients=(2,), ocr_window_s=1.0)  # fmt: skip
+           ocr_clients=(2,), ocr_window_s=6.0)  # fmt: skip
 
 
 class Report:

@@ -179,12 +179,19 @@ def test_adversarial_messages_up_to_the_size_limit_are_answered_quickly(two_io_s
 
         send()
         first_mib = (_family_rss_kib(pid) - rss_before) / 1024
-        send()  # the same messages again (derandomized): memory the first pass left is reused, not added to
-        second_mib = (_family_rss_kib(pid) - rss_before) / 1024 - first_mib
+        # The same messages again (derandomized), twice: memory the first pass left is reused, not added to. A leak
+        # adds to every pass; a pass that grows once (a new malloc arena when threads interleave otherwise, seen
+        # under CI's load: 87 MiB) is not one, so the later passes are judged by the smaller of their growths.
+        later = []
+        for _ in range(2):
+            grown = _family_rss_kib(pid)
+            send()
+            later.append((_family_rss_kib(pid) - grown) / 1024)
+        second_mib = min(later)
         print(f"adversarial: {dict(sorted(codes.items()))}; slowest {slowest[0]:.2f} s; RSS grew {first_mib:.0f} "
-              f"MiB in the first pass (heap kept for reuse), {second_mib:.0f} MiB in the second")  # fmt: skip
+              f"MiB in the first pass (heap kept), {later[0]:.0f} and {later[1]:.0f} MiB in the next")  # fmt: skip
         assert not unexpected, unexpected[:3]
-        assert sum(codes.values()) == 2 * ADVERSARIAL_EXAMPLES
+        assert sum(codes.values()) == 3 * ADVERSARIAL_EXAMPLES
         assert slowest[0] < 10, f"one message took {slowest[0]:.1f} s"
         assert first_mib < 400
         assert second_mib < 64, "memory grows with every pass: a leak"
