@@ -53,12 +53,14 @@ stream_simulated() { $PY -m pytest e2e -m "not tools"; }
 stream_tools() { $PY -m pytest tests charts/tests e2e -m "tools or not cluster"; }
 
 echo "==> building in the background (${idle[*]}): the control plane and helm, then Prometheus, Jaeger, the"
-echo "    NetworkPolicy engine and the images; lines prefixed [control-plane] and [tools]"
-( build_control_plane 2>&1 | sed -u "s/^/[control-plane] /"; rc=${PIPESTATUS[0]}; echo "$rc" > "$state/control-plane.rc"
-  if (( rc == 0 )); then build_tools 2>&1 | sed -u "s/^/[tools] /"; echo "${PIPESTATUS[0]}" > "$state/tools.rc"
-  else echo 1 > "$state/tools.rc"; fi ) &
+echo "    NetworkPolicy engine and the images; lines prefixed [control-plane] and [build-tools]"
+# Their exit statuses land in $state/build-*.rc, apart from the streams' ($state/<stream>.rc).
+( build_control_plane 2>&1 | sed -u "s/^/[control-plane] /"; rc=${PIPESTATUS[0]}
+  echo "$rc" > "$state/build-control-plane.rc"
+  if (( rc == 0 )); then build_tools 2>&1 | sed -u "s/^/[build-tools] /"; echo "${PIPESTATUS[0]}" > "$state/build-tools.rc"
+  else echo 1 > "$state/build-tools.rc"; fi ) &
 
-declare -A needs=([unit]="" [simulated]=control-plane [tools]=tools)
+declare -A needs=([unit]="" [simulated]=build-control-plane [tools]=build-tools)
 order=(unit simulated tools)
 declare -A status
 for name in "${order[@]}"; do status[$name]=waiting; done
