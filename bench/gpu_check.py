@@ -218,44 +218,54 @@ def _metrics_port(server: ServerProcess) -> int:
     return int(entry["metrics_port"])  # type: ignore[call-overload]
 
 
-def _load(port: int, batch: int, plan: Plan) -> Summary:
-    """Closed-loop load at plan.concurrency through the project's client: latencies of the calls in the window."""
-    from skiff_runtime.client import SkiffClient
-
-    images = _images(batch, seed=batch)
+def _closed_loop(session: Callable[[], contextlib.AbstractContextManager[Callable[[], str]]], clients: int,
+                 warmup_s: float, window_s: float, join_s: float) -> Summary:  # fmt: skip
+    """`clients` threads, each entering `session()` for a call and calling it in a closed loop: the latencies of the
+    calls that started in the window after `warmup_s`; a call returns "" or an error code, and one that raises is
+    counted by its exception's type."""
     stop = threading.Event()
     records: list[tuple[float, float, str]] = []
     lock = threading.Lock()
-    with SkiffClient(f"127.0.0.1:{port}", timeout_s=30) as client:
 
-        def loop() -> None:
+    def loop() -> None:
+        with session() as call:
             while not stop.is_set():
                 started = time.monotonic()
-                code = ""
                 try:
-                    out = client.infer("check", {"image": images})
-                    if next(iter(out.values())).shape[0] != batch:
-                        code = "WRONG_SHAPE"
-                except Exception as exc:  # an RPC error: counted by its code
+                    code = call()
+                except Exception as exc:  # an RPC error: counted by its type
                     code = type(exc).__name__
                 with lock:
                     records.append((started, time.monotonic(), code))
 
-        threads = [threading.Thread(target=loop, daemon=True) for _ in range(plan.concurrency)]
-        window_start = time.monotonic() + plan.warmup_s
-        for thread in threads:
-            thread.start()
-        time.sleep(plan.warmup_s + plan.window_s)
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=60)
-    window_end = window_start + plan.window_s
-    latencies = [end - start for start, end, code in records if not code and window_start <= start < window_end]
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(clients)]
+    window_start = time.monotonic() + warmup_s
+    for thread in threads:
+        thread.start()
+    time.sleep(warmup_s + window_s)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=join_s)
+    inside = [(start, end, code) for start, end, code in records if window_start <= start < window_start + window_s]
     errors: dict[str, int] = {}
-    for start, _, code in records:
-        if code and window_start <= start < window_end:
+    for _, _, code in inside:
+        if code:
             errors[code] = errors.get(code, 0) + 1
-    return summarize(latencies, plan.window_s, errors)
+    return summarize([end - start for start, end, code in inside if not code], window_s, errors)
+
+
+def _load(port: int, batch: int, plan: Plan) -> Summary:
+    """Closed-loop load at plan.concurrency through the project's client (one shared): latencies in the window."""
+    from skiff_runtime.client import SkiffClient
+
+    images = _images(batch, seed=batch)
+    with SkiffClient(f"127.0.0.1:{port}", timeout_s=30) as client:
+
+        def call() -> str:
+            out = client.infer("check", {"image": images})
+            return "" if next(iter(out.values())).shape[0] == batch else "WRONG_SHAPE"
+
+        return _closed_loop(lambda: contextlib.nullcontext(call), plan.concurrency, plan.warmup_s, plan.window_s, 60)
 
 
 def _inprocess(model_dir: Path, plan: Plan, batch: int) -> Summary:
@@ -453,37 +463,17 @@ def _ocr_load(port: int, png: bytes, clients: int, plan: Plan) -> Summary:
     """Closed-loop OCR requests from `clients` threads, one channel each: latencies of the calls in the window."""
     from skiff_runtime.client import SkiffClient
 
-    stop = threading.Event()
-    records: list[tuple[float, float, str]] = []
-    lock = threading.Lock()
-
-    def loop() -> None:
+    @contextlib.contextmanager
+    def session() -> Iterator[Callable[[], str]]:
         with SkiffClient(f"127.0.0.1:{port}", timeout_s=120) as client:
-            while not stop.is_set():
-                started = time.monotonic()
-                code = ""
-                try:
-                    client.infer("ocr", {"image": np.array([png], dtype=object)})
-                except Exception as exc:  # an RPC error: counted by its type
-                    code = type(exc).__name__
-                with lock:
-                    records.append((started, time.monotonic(), code))
 
-    threads = [threading.Thread(target=loop, daemon=True) for _ in range(clients)]
-    window_start = time.monotonic() + plan.warmup_s
-    for thread in threads:
-        thread.start()
-    time.sleep(plan.warmup_s + plan.ocr_window_s)
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=120)
-    window_end = window_start + plan.ocr_window_s
-    inside = [(start, end, code) for start, end, code in records if window_start <= start < window_end]
-    errors: dict[str, int] = {}
-    for _, _, code in inside:
-        if code:
-            errors[code] = errors.get(code, 0) + 1
-    return summarize([end - start for start, end, code in inside if not code], plan.ocr_window_s, errors)
+            def call() -> str:
+                client.infer("ocr", {"image": np.array([png], dtype=object)})
+                return ""
+
+            yield call
+
+    return _closed_loop(session, clients, plan.warmup_s, plan.ocr_window_s, 120)
 
 
 def ocr_pipeline(models: dict[str, Path], plan: Plan, work: Path, report: Report) -> None:
